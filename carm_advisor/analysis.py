@@ -1,0 +1,294 @@
+"""analyze(): Keras model -> layer costs -> CARM placement (+ measurements) -> Report."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
+from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
+from carm_advisor.errors import MeasurementError
+from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
+from carm_advisor.profiles.profile import Profile, load_profile
+from carm_advisor.report.model import LayerRow, Report
+
+log = logging.getLogger(__name__)
+
+# A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
+# the profile or the mapping is wrong and the report says so.
+ABOVE_ROOF_TOLERANCE = 1.02
+
+
+def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, str]) -> list[LayerRow]:
+    """Place each layer's analytic cost on the profile's CARM and predict its time and energy."""
+    carm = profile.carm()
+    paths = set(carm.peak_flops_per_s)
+    pm = profile.power_model
+    l2 = profile.l2_usable_bytes
+    levels = set(carm.bandwidth_bytes_per_s)
+    rows = []
+    for c in costs:
+        path = compute_path(c, math_mode, paths)
+        level = memory_level(c, l2)
+        if level not in levels:
+            level = "hbm" if "hbm" in levels else sorted(levels)[0]
+        row = LayerRow(
+            name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
+            ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
+            predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
+            notes=c.notes, channels=_channels(c),
+        )
+        if c.known and (c.flops or c.bytes):
+            roof_time = carm.time_s(c.flops, c.bytes, path, level)
+            time_s = roof_time
+            if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
+                time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
+                row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
+            row.predicted_time_s = time_s
+            if c.flops and c.bytes:
+                placement = carm.place(c.ai, path, level)
+                row.bound = placement.bound
+                row.attainable_flops_per_s = placement.attainable_flops_per_s
+            elif c.flops:        # no memory traffic at all: only the compute roof limits it
+                row.bound, row.attainable_flops_per_s = f"compute:{path}", carm.peak_flops_per_s[path]
+            else:                # pure data movement
+                row.bound, row.attainable_flops_per_s = f"memory:{level}", 0.0
+            if time_s > roof_time * 1.0001:
+                row.notes = (row.notes + "; " if row.notes else "") + "slowed by the power limit (predicted)"
+        elif c.known:
+            row.bound = "none"
+        rows.append(row)
+    return rows
+
+
+def _channels(c: LayerCost) -> tuple[int, ...]:
+    """(input, output) channels of a matmul-class layer, for Tensor Core tile alignment."""
+    if c.op_class != OP_MATMUL or not c.input_shapes or not c.output_shapes:
+        return ()
+    if "in_channels" in c.extra and "out_channels" in c.extra:
+        return (int(c.extra["in_channels"]), int(c.extra["out_channels"]))
+    first = c.extra.get("data_format") == "channels_first" and len(c.input_shapes[0]) > 2
+    axis = 1 if first else -1
+    try:
+        return (int(c.input_shapes[0][axis]), int(c.output_shapes[0][axis]))
+    except (IndexError, TypeError):
+        return ()
+
+
+def merge_measurements(rows: list[LayerRow], run, profile: Profile) -> list[str]:
+    """Attach measured time/energy (and counter intensity) to the rows; return warnings."""
+    warnings: list[str] = []
+    by_name = {m.name: m for m in run.layers}
+    carm = profile.carm()
+    for row in rows:
+        m = by_name.get(row.name)
+        if m is None or m.time_s is None:
+            continue
+        row.measured = True
+        row.time_s, row.energy_j = m.time_s, m.energy_j
+        row.power_w, row.sm_clock_mhz, row.time_spread = m.power_w, m.sm_clock_mhz, m.time_spread
+        counters = getattr(m, "counters", None) or {}
+        flops = row.flops
+        if counters.get("flops"):
+            flops = counters["flops"]
+        if counters.get("ai"):
+            row.ai, row.ai_source = counters["ai"], "counters"
+        if not row.known or not flops or not row.ai:
+            continue
+        achieved = flops / m.time_s
+        roof = carm.nearest_roof_above(row.ai, achieved / ABOVE_ROOF_TOLERANCE)
+        if roof is None:
+            row.bound = "above-roof"
+            warnings.append(
+                f"layer '{row.name}' measured {achieved / 1e12:.1f} TFLOP/s at AI {row.ai:.1f}, above every roof "
+                f"of the profile: the profile or the layer's cost model is wrong"
+            )
+        else:
+            row.bound = roof[0]
+            row.attainable_flops_per_s = roof[1]
+    missing = [r.name for r in rows if r.known and (r.flops or r.bytes) and not r.measured]
+    if missing and run.layers:
+        warnings.append(f"{len(missing)} layer(s) have no measurement: {', '.join(missing[:5])}")
+    return warnings
+
+
+def ceilings_summary(profile: Profile) -> dict[str, Any]:
+    return {
+        k: {"label": c.label, "kind": c.kind, "value": c.value, "unit": c.unit, "source": c.provenance.get("source"),
+            "sm_clock_mhz": c.sm_clock_mhz, "power_w": c.power_w}
+        for k, c in sorted(profile.ceilings.items(), key=lambda kv: (kv[1].kind, kv[0]))
+    }
+
+
+def resolve_math_mode(backend: str, measured: dict | None = None) -> dict[str, str]:
+    if measured:
+        return dict(measured)
+    return dict(DEFAULT_MATH_MODE.get(backend, DEFAULT_MATH_MODE["numpy"]))
+
+
+def _model_precision(model) -> str:
+    policy = getattr(model, "dtype_policy", None)
+    return getattr(policy, "name", None) or "float32"
+
+
+def _model_layout(model) -> str:
+    import keras
+
+    for layer in model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else []:
+        fmt = getattr(layer, "data_format", None)
+        if fmt in ("channels_first", "channels_last"):
+            return fmt
+    return keras.config.image_data_format()
+
+
+def analyze(
+    model,
+    batch_size: int = 1,
+    profile: Profile | str | None = None,
+    precision: str | None = None,
+    measure: bool | str = "auto",
+    from_measurements=None,
+    counters: bool = False,
+    strict: bool = False,
+    name: str | None = None,
+    progress: bool = True,
+    measure_options: dict | None = None,
+) -> Report:
+    """Map every layer of a built Keras model onto a CARM and advise.
+
+    batch_size: samples per call. profile: a Profile, a JSON path or an embedded name; default the
+    measured profile of this GPU if one is cached, else the recorded H200. precision: analyse as if
+    the compute dtype were this (e.g. "bfloat16"); default each layer's dtype policy. measure: "auto"
+    measures on an NVIDIA GPU and predicts elsewhere; True insists; False never measures.
+    from_measurements: a RunMeasurement or a JSON path recorded earlier (replay).
+    """
+    import keras
+
+    from carm_advisor.mapping import map_model
+    from carm_advisor.recommend import recommend
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, received: {batch_size!r}")
+    backend = keras.backend.backend()
+    compute_dtype = _compute_dtype_of(precision)
+
+    run = _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, measure_options or {})
+    if run is not None:
+        backend = getattr(run, "backend", None) or backend
+    if profile is None or isinstance(profile, str):
+        profile = _default_profile(profile, run)
+    math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
+
+    def predict(batch: int = batch_size, dtype: str | None = compute_dtype, mode: dict | None = None) -> list[LayerRow]:
+        costs = map_model(model, batch_size=batch, strict=strict, compute_dtype=dtype)
+        return predict_rows(costs, profile, mode or math_mode)
+
+    rows = predict()
+    warnings: list[str] = []
+    if run is not None:
+        warnings += merge_measurements(rows, run, profile)
+    unknown = [r for r in rows if not r.known]
+    if unknown:
+        warnings.append(
+            f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
+            + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
+        )
+    precision_name = precision or _model_precision(model)
+    model_info = {
+        "name": name or getattr(model, "name", "model"),
+        "batch_size": batch_size,
+        "precision": precision_name,
+        "layout": _model_layout(model),
+        "backend": backend,
+        "math_mode": math_mode,
+        "params": int(model.count_params()) if model.built else None,
+    }
+    device = {
+        "name": getattr(run, "device", {}).get("name") if run is not None else profile.name,
+        "source": "measured" if run is not None else "profile",
+        "profile": profile.name,
+        "profile_source": profile.source,
+        "profile_provenance": profile.provenance,
+    }
+    if run is not None:
+        device.update({k: v for k, v in (run.device or {}).items() if k not in device})
+    measurement = None
+    if run is not None:
+        measurement = {
+            "inference": _as_dict(getattr(run, "inference", None)),
+            "training_step": _as_dict(getattr(run, "training_step", None)),
+            "date": getattr(run, "date", None),
+            "command": getattr(run, "command", None),
+        }
+    report = Report(
+        model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
+        recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
+    )
+    report.recommendations = recommend(report, predict)
+    return report
+
+
+def _as_dict(obj) -> dict | None:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(obj) if is_dataclass(obj) else dict(vars(obj))
+
+
+_PRECISION_DTYPE = {
+    "float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16", "bfloat16": "bfloat16",
+    "float16": "float16", "float64": "float64", "float8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2", "int8": "int8",
+}
+PRECISIONS = tuple(_PRECISION_DTYPE)
+
+
+def _compute_dtype_of(precision: str | None) -> str | None:
+    if precision is None:
+        return None
+    try:
+        return _PRECISION_DTYPE[precision]
+    except KeyError:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, received: {precision!r}") from None
+
+
+def _default_profile(name: str | None, run) -> Profile:
+    if name is not None:
+        return load_profile(name)
+    if run is not None:
+        from carm_advisor.profiles.cache import cached_profile_for
+
+        cached = cached_profile_for(run.device or {})
+        if cached is not None:
+            return cached
+    return load_profile()
+
+
+def _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, options) -> Any:
+    if from_measurements is not None:
+        from carm_advisor.measure.records import RunMeasurement
+
+        run = from_measurements if not isinstance(from_measurements, (str, bytes)) and hasattr(from_measurements, "layers") \
+            else RunMeasurement.from_json(from_measurements)
+        if run.batch_size != batch_size:
+            raise MeasurementError(
+                f"the measurements were taken at batch size {run.batch_size}, the analysis asks for {batch_size}"
+            )
+        return run
+    if measure is False or measure is None:
+        return None
+    from carm_advisor.measure.layers import gpu_available, measure_run
+
+    if not gpu_available():
+        if measure is True:
+            from carm_advisor.errors import GPUUnavailableError
+
+            raise GPUUnavailableError("measure=True but no NVIDIA GPU is usable here (NVML or the backend sees none)")
+        return None
+    return measure_run(model, batch_size=batch_size, counters=counters, progress=progress, **options)
+
+
+Predictor = Callable[..., list[LayerRow]]

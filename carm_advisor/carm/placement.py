@@ -1,0 +1,62 @@
+"""Which roof and which slope apply to a layer's cost: the bridge from mapping to the CARM (pure)."""
+
+from __future__ import annotations
+
+from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
+
+# What "float32" runs as on each Keras backend by default on Ampere/Hopper, for convolutions and
+# matmuls. torch: cudnn.allow_tf32 defaults to True, cuda.matmul.allow_tf32 to False; TensorFlow
+# enables TF32 execution by default; XLA (jax) uses TF32 for f32 dots and convs at default precision.
+DEFAULT_MATH_MODE: dict[str, dict[str, str]] = {
+    "tensorflow": {"conv": "tf32", "matmul": "tf32", "source": "TensorFlow default (TF32 execution enabled)"},
+    "torch": {"conv": "tf32", "matmul": "fp32", "source": "torch defaults (cudnn.allow_tf32=True, matmul.allow_tf32=False)"},
+    "jax": {"conv": "tf32", "matmul": "tf32", "source": "XLA default precision (TF32 on Ampere and later)"},
+    "numpy": {"conv": "fp32", "matmul": "fp32", "source": "numpy backend runs on the CPU"},
+}
+
+_TENSOR_CORE_PATH = {
+    "bfloat16": "tc_bf16",
+    "float16": "tc_fp16",
+    "float8_e4m3fn": "tc_fp8_e4m3",
+    "float8_e5m2": "tc_fp8_e5m2",
+    "int8": "tc_int8",
+    "uint8": "tc_int8",
+    "float64": "fp64",
+}
+_CUDA_CORE_PATH = {"float64": "fp64", "float32": "fp32", "float16": "fp16x2", "bfloat16": "fp16x2"}
+# Where a profile lacks a path, the nearest one it has (e.g. a profile without FP16-accumulate roofs).
+_FALLBACK = {
+    "tc_fp16_f16acc": "tc_fp16",
+    "tc_fp16": "tc_bf16",
+    "tc_bf16": "tc_fp16",
+    "tc_fp8_e5m2": "tc_fp8_e4m3",
+    "tc_int8": "tc_fp8_e4m3",
+    "tc_tf32": "fp32",
+    "fp16x2": "fp32",
+    "fp64": "fp32",
+}
+
+
+def is_convolution(layer_type: str) -> bool:
+    return "Conv" in layer_type
+
+
+def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None) -> str:
+    """The compute roof a layer's dominant work runs on."""
+    dtype = cost.compute_dtype
+    if cost.tensor_core and cost.op_class == OP_MATMUL:
+        if dtype == "float32":
+            mode = math_mode.get("conv" if is_convolution(cost.type) else "matmul", "fp32")
+            path = "tc_tf32" if mode == "tf32" else "fp32"
+        else:
+            path = _TENSOR_CORE_PATH.get(dtype, "fp32")
+    else:
+        path = _CUDA_CORE_PATH.get(dtype, "fp32")
+    while available is not None and path not in available and path in _FALLBACK:
+        path = _FALLBACK[path]
+    return path
+
+
+def memory_level(cost: LayerCost, l2_usable_bytes: int) -> str:
+    """HBM unless the layer's whole working set fits in the usable L2 (its inputs were just written there)."""
+    return "l2" if 0 < cost.bytes <= l2_usable_bytes else "hbm"

@@ -1,0 +1,162 @@
+"""carm-advise: the command line. Bad input -> one line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage + message over several lines; we print one
+        sys.stderr.write(f"carm-advise: error: {message} (see carm-advise {self.prog.split()[-1] if ' ' in self.prog else ''} --help)\n".replace("  ", " "))
+        sys.exit(EXIT_USAGE)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received: {text!r}")
+    return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an input shape like 224,224,3, received: {text!r}") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"expected positive dimensions like 224,224,3, received: {text!r}")
+    return dims
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from carm_advisor.models import KERAS_POLICIES
+
+    parser = _Parser(prog="carm-advise", description="Cache-Aware Roofline advice for Keras models on NVIDIA Tensor Cores.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    a = sub.add_parser("analyze", help="map a model's layers onto the CARM and recommend changes")
+    a.add_argument("model", help="a keras.applications name in lower case (vgg16, resnet50, mobilenetv2, ...) or a .keras file")
+    a.add_argument("--batch-size", type=_positive_int, default=1, help="samples per call (default 1)")
+    a.add_argument("--precision", choices=KERAS_POLICIES, help="Keras dtype policy to build/analyse the model with")
+    a.add_argument("--input-shape", type=_shape, help="input shape of an application model, e.g. 160,160,3")
+    a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
+    a.add_argument("--json", dest="json_path", help="write the report as JSON here")
+    a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
+    a.add_argument("--from-measurements", help="replay per-layer measurements recorded on a GPU (JSON)")
+    a.add_argument("--no-measure", action="store_true", help="predict only, even on a GPU")
+    a.add_argument("--counters", action="store_true", help="also read hardware counters with Nsight Compute (ncu)")
+    a.add_argument("--top", type=_positive_int, help="show only the N layers with the largest share of time")
+    a.add_argument("--strict", action="store_true", help="fail on layers without a cost model")
+
+    c = sub.add_parser("ceilings", help="measure (or show) the GPU's CARM roofs")
+    c.add_argument("--json", dest="json_path", help="write the measured profile here")
+    c.add_argument("--plot", dest="plot_path", help="write the CARM roofs chart here")
+    c.add_argument("--quick", action="store_true", help="shorter windows and fewer repeats (<= 15 s)")
+    c.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
+    c.add_argument("--show", action="store_true", help="show the profile that analyze would use, measure nothing")
+    c.add_argument("--profile", help="with --show: a profile JSON to show")
+
+    b = sub.add_parser("build-kernels", help="compile the CUDA micro-benchmarks (and the TensorFlow op)")
+    b.add_argument("--arch", help="e.g. sm_90a; default: the visible GPU's, else sm_90a and sm_80")
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's start-up chatter is not our output
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    from carm_advisor.errors import CarmError
+
+    try:
+        return {"analyze": _analyze, "ceilings": _ceilings, "build-kernels": _build}[args.command](args)
+    except CarmError as exc:
+        _fail(str(exc))
+        return EXIT_USAGE
+    except (ValueError, OSError) as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        return 130
+    except Exception as exc:  # a bug of ours: still one line, with a way to see the traceback
+        if os.environ.get("CARM_ADVISOR_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+              "(set CARM_ADVISOR_DEBUG=1 for the traceback)")
+        return EXIT_INTERNAL
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write("carm-advise: error: " + " ".join(message.split()) + "\n")
+
+
+def _analyze(args) -> int:
+    from rich.console import Console
+
+    from carm_advisor.analysis import analyze
+    from carm_advisor.models import load_model
+    from carm_advisor.profiles.profile import load_profile
+
+    profile = load_profile(args.profile) if args.profile else None
+    for out in (args.json_path, args.plot_path):
+        if out and not Path(out).resolve().parent.is_dir():
+            raise OSError(f"output directory does not exist: {Path(out).parent}")
+    console = Console(stderr=False)
+    with console.status(f"loading {args.model}"):
+        model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape)
+    is_file = Path(args.model).suffix in (".keras", ".h5") or Path(args.model).exists()
+    report = analyze(
+        model,
+        batch_size=args.batch_size,
+        profile=profile,
+        # An application is built under the policy; a file keeps its own unless we override the math.
+        precision=args.precision if is_file else None,
+        measure=False if args.no_measure else "auto",
+        from_measurements=args.from_measurements,
+        counters=args.counters,
+        strict=args.strict,
+        name=name,
+    )
+    from carm_advisor.report.render import print_report
+
+    print_report(report, console, top=args.top)
+    if args.json_path:
+        report.to_json(args.json_path)
+        console.print(f"report written to {args.json_path}")
+    if args.plot_path:
+        report.plot(args.plot_path)
+        console.print(f"CARM chart written to {args.plot_path}")
+    return 0
+
+
+def _ceilings(args) -> int:
+    from carm_advisor.measure.ceilings import ceilings_command
+
+    return ceilings_command(args)
+
+
+def _build(args) -> int:
+    from rich.console import Console
+
+    from carm_advisor.measure.build import build_kernels
+
+    result = build_kernels(arch=args.arch, force=args.force)
+    Console().print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Turning what a user names (a keras.applications model or a .keras file) into a built Keras model.
+
+All model loading lives here; errors are one-line ModelLoadErrors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zipfile
+from pathlib import Path
+
+from carm_advisor.errors import ModelLoadError
+
+KERAS_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16")
+
+
+def application_names() -> dict[str, str]:
+    """Lower-case name -> keras.applications constructor name (vgg16 -> VGG16, mobilenetv2 -> MobileNetV2)."""
+    import keras
+
+    names = {}
+    for module_name in dir(keras.applications):
+        module = getattr(keras.applications, module_name)
+        for attr in dir(module):
+            obj = getattr(module, attr)
+            if callable(obj) and attr[:1].isupper() and attr not in ("Model",):
+                names[attr.lower()] = (module_name, attr)
+    return names
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str | None):
+    """Build layers under a Keras dtype policy, restoring the previous global policy afterwards."""
+    import keras
+
+    if precision is None:
+        yield
+        return
+    if precision not in KERAS_POLICIES:
+        raise ModelLoadError(f"precision must be one of {', '.join(KERAS_POLICIES)} to build a model, received: {precision!r}")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, ...] | None = None):
+    """A built keras.Model and its display name from an application name or a model file."""
+    import keras
+
+    path = Path(spec)
+    if path.suffix in (".keras", ".h5", ".hdf5") or path.exists():
+        return _load_file(path), path.stem
+    apps = application_names()
+    key = spec.lower().replace("-", "").replace("_", "")
+    if key not in apps:
+        close = sorted(n for n in apps if n[:3] == key[:3])[:6]
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(apps)[:12])}, ..."
+        raise ModelLoadError(f"'{spec}' is neither a model file nor a keras.applications model{hint}")
+    module_name, attr = apps[key]
+    constructor = getattr(getattr(keras.applications, module_name), attr)
+    kwargs = {"weights": None}
+    if input_shape is not None:
+        kwargs.update(input_shape=tuple(input_shape), include_top=True)
+    try:
+        with dtype_policy(precision):
+            model = constructor(**kwargs)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # keras raises ValueError for bad input shapes etc.
+        raise ModelLoadError(f"could not build {attr}: {_first_line(exc)}") from None
+    return model, attr.lower()
+
+
+def _load_file(path: Path):
+    import keras
+
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a directory; expected a .keras file (a SavedModel is not supported)")
+    if path.suffix == ".keras" and not zipfile.is_zipfile(path):
+        raise ModelLoadError(f"{path} is not a valid .keras file (not a zip archive)")
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    except Exception as exc:  # corrupt archives, unknown classes, unsafe lambdas: all one line
+        raise ModelLoadError(f"could not load {path}: {_first_line(exc)}") from None
+    if not isinstance(model, keras.Model):
+        raise ModelLoadError(f"{path} holds a {type(model).__name__}, not a Keras model")
+    if not model.built:
+        raise ModelLoadError(f"{path} holds a model that was never built; build or call it before saving")
+    return model
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

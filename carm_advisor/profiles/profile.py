@@ -1,0 +1,195 @@
+"""The GPU profile: CARM ceilings + device facts + power model + provenance, as versioned JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from carm_advisor.carm.power import PowerModel
+from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
+from carm_advisor.errors import ProfileError
+
+SCHEMA = "carm-advisor/profile/1"
+EMBEDDED = {"nvidia_h200": "nvidia_h200.json"}
+DEFAULT_EMBEDDED = "nvidia_h200"
+_SOURCES = ("measured", "reference", "datasheet", "per_clock_max", "estimate")
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One roof (kind "compute", FLOP/s) or slope (kind "memory", bytes/s) with where it came from."""
+
+    key: str
+    kind: str
+    value: float
+    provenance: dict[str, Any]
+    sm_clock_mhz: float | None = None     # SM clock observed while it ran
+    power_w: float | None = None          # average board power while it ran
+    repeats: int | None = None
+    spread: float | None = None           # relative: (max - min) / median of the repeats
+
+    @property
+    def unit(self) -> str:
+        return "FLOP/s" if self.kind == "compute" else "B/s"
+
+    @property
+    def label(self) -> str:
+        return (COMPUTE_PATHS if self.kind == "compute" else MEMORY_LEVELS).get(self.key, self.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("key")
+        d["unit"] = self.unit
+        return d
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: dict[str, Any]
+    ceilings: dict[str, Ceiling]
+    power_model: PowerModel | None
+    provenance: dict[str, Any]
+    power_model_provenance: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)   # measurements, sweeps, references: kept verbatim
+
+    @property
+    def name(self) -> str:
+        return str(self.device.get("name", "unknown GPU"))
+
+    @property
+    def source(self) -> str:
+        """'measured' when the ceilings were measured on the GPU in use now, else 'recorded'."""
+        return str(self.provenance.get("source", "recorded"))
+
+    def compute_roofs(self) -> dict[str, float]:
+        return {k: c.value for k, c in self.ceilings.items() if c.kind == "compute"}
+
+    def memory_slopes(self) -> dict[str, float]:
+        return {k: c.value for k, c in self.ceilings.items() if c.kind == "memory"}
+
+    def carm(self) -> CARM:
+        return CARM(self.compute_roofs(), self.memory_slopes())
+
+    @property
+    def l2_usable_bytes(self) -> int:
+        return int(self.device.get("l2_usable_bytes") or self.device.get("l2_bytes") or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "device": self.device,
+            "provenance": self.provenance,
+            "ceilings": {k: c.to_dict() for k, c in self.ceilings.items()},
+        }
+        if self.power_model is not None:
+            pm = self.power_model
+            d["power_model"] = {
+                "constant_w": pm.constant_w,
+                "power_limit_w": pm.power_limit_w,
+                "joules_per_flop": pm.joules_per_flop,
+                "joules_per_byte": pm.joules_per_byte,
+                "provenance": self.power_model_provenance,
+            }
+        d.update(self.extra)
+        return d
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def _number(value: Any, where: str, *, positive: bool = True, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProfileError(f"{where} must be a number, received: {value!r}")
+    if positive and value <= 0:
+        raise ProfileError(f"{where} must be > 0, received: {value!r}")
+    return float(value)
+
+
+def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
+    """Validate a profile document and build a Profile; every defect is a one-line ProfileError."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{origin}: expected a JSON object, received: {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ProfileError(f"{origin}: expected schema '{SCHEMA}', received: {data.get('schema')!r}")
+    for key in ("device", "ceilings", "provenance"):
+        if not isinstance(data.get(key), dict):
+            raise ProfileError(f"{origin}: '{key}' must be an object")
+    if not isinstance(data["device"].get("name"), str):
+        raise ProfileError(f"{origin}: device.name must be a string")
+    ceilings: dict[str, Ceiling] = {}
+    for key, c in data["ceilings"].items():
+        where = f"{origin}: ceilings.{key}"
+        if not isinstance(c, dict):
+            raise ProfileError(f"{where} must be an object")
+        kind = c.get("kind")
+        known = COMPUTE_PATHS if kind == "compute" else MEMORY_LEVELS if kind == "memory" else None
+        if known is None:
+            raise ProfileError(f"{where}.kind must be 'compute' or 'memory', received: {kind!r}")
+        if key not in known:
+            raise ProfileError(f"{where}: unknown {kind} key; expected one of {', '.join(known)}")
+        prov = c.get("provenance")
+        if not isinstance(prov, dict) or prov.get("source") not in _SOURCES:
+            raise ProfileError(f"{where}.provenance.source must be one of {', '.join(_SOURCES)}")
+        repeats = c.get("repeats")
+        if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+            raise ProfileError(f"{where}.repeats must be a positive integer, received: {repeats!r}")
+        ceilings[key] = Ceiling(
+            key=key,
+            kind=kind,
+            value=_number(c.get("value"), f"{where}.value"),
+            provenance=prov,
+            sm_clock_mhz=_number(c.get("sm_clock_mhz"), f"{where}.sm_clock_mhz", optional=True),
+            power_w=_number(c.get("power_w"), f"{where}.power_w", optional=True),
+            repeats=repeats,
+            spread=_number(c.get("spread"), f"{where}.spread", positive=False, optional=True),
+        )
+    if not any(c.kind == "compute" for c in ceilings.values()) or not any(c.kind == "memory" for c in ceilings.values()):
+        raise ProfileError(f"{origin}: needs at least one compute and one memory ceiling")
+    power_model = None
+    pm_prov: dict[str, Any] = {}
+    pm = data.get("power_model")
+    if pm is not None:
+        if not isinstance(pm, dict):
+            raise ProfileError(f"{origin}: power_model must be an object")
+        for table in ("joules_per_flop", "joules_per_byte"):
+            if not isinstance(pm.get(table), dict):
+                raise ProfileError(f"{origin}: power_model.{table} must be an object")
+        power_model = PowerModel(
+            constant_w=_number(pm.get("constant_w"), f"{origin}: power_model.constant_w", positive=False),
+            joules_per_flop=dict(pm["joules_per_flop"]),
+            joules_per_byte=dict(pm["joules_per_byte"]),
+            power_limit_w=_number(pm.get("power_limit_w"), f"{origin}: power_model.power_limit_w", optional=True),
+        )
+        pm_prov = pm.get("provenance") or {}
+    known_keys = {"schema", "device", "ceilings", "provenance", "power_model"}
+    extra = {k: v for k, v in data.items() if k not in known_keys}
+    return Profile(
+        device=dict(data["device"]),
+        ceilings=ceilings,
+        power_model=power_model,
+        provenance=dict(data["provenance"]),
+        power_model_provenance=pm_prov,
+        extra=extra,
+    )
+
+
+def load_profile(path_or_name: str | Path | None = None) -> Profile:
+    """A profile from a JSON file, or an embedded one by name (default: the recorded NVIDIA H200)."""
+    if path_or_name is None or str(path_or_name) in EMBEDDED:
+        name = DEFAULT_EMBEDDED if path_or_name is None else str(path_or_name)
+        text = resources.files("carm_advisor.profiles").joinpath(EMBEDDED[name]).read_text()
+        return profile_from_dict(json.loads(text), origin=f"embedded profile {name}")
+    path = Path(path_or_name)
+    if not path.is_file():
+        raise ProfileError(f"profile file not found: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: not valid JSON ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+    return profile_from_dict(data, origin=str(path))

@@ -1,0 +1,183 @@
+"""The Report: every figure the advisor computed for one model on one GPU profile."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPORT_SCHEMA = "carm-advisor/report/1"
+
+
+@dataclass
+class LayerRow:
+    name: str
+    type: str
+    dtype: str
+    flops: int                        # per batch
+    bytes: int                        # per batch (analytic, compulsory traffic)
+    ai: float | None                  # FLOP/byte; measured (counters) where available, else analytic
+    ai_source: str                    # "analytic" | "counters"
+    path: str                         # compute roof key
+    level: str                        # memory slope key
+    bound: str                        # "compute:<path>", "memory:<level>", "none", "unknown", "above-roof"
+    attainable_flops_per_s: float | None
+    predicted_time_s: float | None
+    predicted_energy_j: float | None
+    tensor_core: bool
+    known: bool
+    time_s: float | None = None       # measured
+    energy_j: float | None = None     # measured
+    power_w: float | None = None      # measured
+    sm_clock_mhz: float | None = None  # measured
+    time_spread: float | None = None
+    measured: bool = False
+    notes: str = ""
+    channels: tuple[int, ...] = ()    # (input, output) channels of matmul-class layers; () where n/a
+
+    @property
+    def achieved_flops_per_s(self) -> float | None:
+        if self.time_s and self.flops:
+            return self.flops / self.time_s
+        return None
+
+    @property
+    def efficiency(self) -> float | None:
+        a = self.achieved_flops_per_s
+        if a is None or not self.attainable_flops_per_s:
+            return None
+        return a / self.attainable_flops_per_s
+
+    @property
+    def effective_time_s(self) -> float | None:
+        """Measured time where there is one, else the CARM's prediction."""
+        return self.time_s if self.measured else self.predicted_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["achieved_flops_per_s"] = self.achieved_flops_per_s
+        d["efficiency"] = self.efficiency
+        return d
+
+
+@dataclass
+class Recommendation:
+    title: str
+    detail: str
+    expected_gain: str                # human-readable, e.g. "1.8x faster, 1.6x less energy (predicted)"
+    speedup: float | None = None      # predicted time ratio current/new
+    energy_ratio: float | None = None  # predicted energy ratio current/new
+    layers: list[str] = field(default_factory=list)
+    basis: str = "CARM prediction"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Report:
+    model: dict[str, Any]             # name, batch_size, precision, layout, backend, math_mode
+    device: dict[str, Any]            # name, source ("measured" | "profile"), profile provenance
+    ceilings: dict[str, Any]
+    layers: list[LayerRow]
+    recommendations: list[Recommendation]
+    measurement: dict[str, Any] | None = None   # whole-model measurements, when the GPU measured
+    warnings: list[str] = field(default_factory=list)
+    profile: Any = None                          # the Profile used (not serialised beyond ceilings)
+
+    # ---- totals -------------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return int(self.model["batch_size"])
+
+    @property
+    def known_layers(self) -> list[LayerRow]:
+        return [r for r in self.layers if r.known]
+
+    @property
+    def unknown_layers(self) -> list[LayerRow]:
+        return [r for r in self.layers if not r.known]
+
+    @property
+    def predicted_time_s(self) -> float:
+        return sum(r.predicted_time_s or 0.0 for r in self.known_layers)
+
+    @property
+    def predicted_energy_j(self) -> float:
+        return sum(r.predicted_energy_j or 0.0 for r in self.known_layers)
+
+    def totals(self) -> dict[str, Any]:
+        flops = sum(r.flops for r in self.known_layers)
+        bytes_ = sum(r.bytes for r in self.known_layers)
+        inference = (self.measurement or {}).get("inference") or {}
+        measured = bool(inference.get("time_s"))
+        time_s = inference.get("time_s") if measured else self.predicted_time_s
+        energy_j = inference.get("energy_j") if measured else self.predicted_energy_j
+        return {
+            "flops_per_sample": flops / self.batch_size,
+            "flops": flops,
+            "bytes": bytes_,
+            "time_s": time_s,
+            "energy_j": energy_j,
+            "time_source": "measured" if measured else "predicted",
+            "predicted_time_s": self.predicted_time_s,
+            "predicted_energy_j": self.predicted_energy_j,
+            "sum_layer_time_s": sum(r.time_s for r in self.layers if r.measured and r.time_s) or None,
+            "samples_per_s": self.batch_size / time_s if time_s else None,
+            "samples_per_j": self.batch_size / energy_j if energy_j else None,
+            "gflops_per_watt": flops / energy_j / 1e9 if energy_j else None,
+            "unknown_layers": len(self.unknown_layers),
+        }
+
+    def time_shares(self) -> dict[str, float]:
+        """Each layer's share of the model's time (measured where measured, else predicted)."""
+        times = {r.name: (r.effective_time_s or 0.0) for r in self.known_layers}
+        total = sum(times.values())
+        return {k: (v / total if total else 0.0) for k, v in times.items()}
+
+    # ---- outputs ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        shares = self.time_shares()
+        layers = []
+        for r in self.layers:
+            d = r.to_dict()
+            d["time_share"] = shares.get(r.name)
+            layers.append(d)
+        return {
+            "schema": REPORT_SCHEMA,
+            "model": self.model,
+            "device": self.device,
+            "ceilings": self.ceilings,
+            "layers": layers,
+            "totals": self.totals(),
+            "measurement": self.measurement,
+            "recommendations": [r.to_dict() for r in self.recommendations],
+            "warnings": self.warnings,
+        }
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n")
+
+    def print(self, console=None) -> None:
+        from carm_advisor.report.render import print_report
+
+        print_report(self, console)
+
+    def __rich_console__(self, console, options):
+        from carm_advisor.report.render import renderables
+
+        yield from renderables(self)
+
+    def plot(self, path: str | Path) -> Path:
+        from carm_advisor.report.plot import plot_report
+
+        return plot_report(self, path)
+
+
+def _jsonable(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return str(obj)

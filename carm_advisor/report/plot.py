@@ -1,0 +1,89 @@
+"""The CARM chart: log-log roofs of the profile, one dot per layer sized by its share of time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
+from carm_advisor.errors import CarmError
+
+_ALWAYS_SHOWN = ("fp32", "tc_tf32", "tc_bf16", "tc_fp8_e4m3")
+_LEVEL_STYLE = {"shared": ":", "l1": ":", "l2": "-.", "hbm": "--"}
+
+
+def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    profile = report.profile
+    if profile is None:
+        raise CarmError("this report carries no profile to draw roofs from")
+    carm = profile.carm()
+    rows = [r for r in report.known_layers if r.flops and r.ai]
+    used_paths = {r.path for r in rows}
+    paths = [p for p in COMPUTE_PATHS if p in carm.peak_flops_per_s and (p in used_paths or p in _ALWAYS_SHOWN)]
+    levels = [m for m in MEMORY_LEVELS if m in carm.bandwidth_bytes_per_s]
+    peaks = {p: carm.peak_flops_per_s[p] for p in paths}
+    top = max(peaks.values())
+    bw_max = max(carm.bandwidth_bytes_per_s[m] for m in levels)
+
+    ais = [r.ai for r in rows] or [1.0]
+    x_min = min(min(ais) / 3, 0.05)
+    x_max = max(max(ais) * 3, 4 * top / min(carm.bandwidth_bytes_per_s[m] for m in levels))
+    fig, ax = plt.subplots(figsize=(11, 7), dpi=110)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+
+    for m in levels:
+        b = carm.bandwidth_bytes_per_s[m]
+        x_end = top / b
+        ax.plot([x_min, x_end], [b * x_min, top], _LEVEL_STYLE.get(m, "--"), color="0.35", lw=1.3)
+        x_lab = x_min * 2.2
+        ax.annotate(f"{MEMORY_LEVELS[m]} {b / 1e12:.3g} TB/s", (x_lab, b * x_lab), rotation=0, fontsize=8,
+                    color="0.25", xytext=(2, 4), textcoords="offset points")
+    for p, f in sorted(peaks.items(), key=lambda kv: kv[1]):
+        ax.plot([f / bw_max, x_max], [f, f], "-", color="tab:blue" if p.startswith("tc_") else "tab:gray", lw=1.6)
+        ax.annotate(f"{COMPUTE_PATHS[p]} {f / 1e12:.4g} TFLOP/s", (x_max, f), ha="right", va="bottom", fontsize=8,
+                    color="tab:blue" if p.startswith("tc_") else "0.3")
+
+    shares = report.time_shares()
+    scale = 1800
+    color = {"compute": "tab:green", "memory": "tab:orange"}
+    for measured in (False, True):
+        pts = [r for r in rows if (r.measured if measured else True)]
+        if not pts:
+            continue
+        xs = [r.ai for r in pts]
+        ys = [(r.achieved_flops_per_s if measured else r.flops / r.predicted_time_s) for r in pts]
+        sizes = [max(12, scale * shares.get(r.name, 0)) for r in pts]
+        cs = [color.get(r.bound.partition(":")[0], "tab:red") for r in pts]
+        if measured:
+            ax.scatter(xs, ys, s=sizes, c=cs, alpha=0.85, edgecolors="black", linewidths=0.6, zorder=3,
+                       label="measured layer (size = share of time)")
+        else:
+            ax.scatter(xs, ys, s=sizes, facecolors="none", edgecolors=cs, linewidths=1.4, zorder=2,
+                       label="predicted layer (on its roof)")
+    heaviest = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:labelled]
+    for r in heaviest:
+        y = r.achieved_flops_per_s if r.measured else r.flops / r.predicted_time_s
+        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (r.ai, y), fontsize=8, xytext=(6, -10),
+                    textcoords="offset points")
+
+    m, d = report.model, report.device
+    what = "measured" if d["source"] == "measured" else f"PREDICTED from the {d.get('profile_source')} profile"
+    ax.set_title(f"CARM: {m['name']} (batch {m['batch_size']}, {m['precision']}, {m['backend']}) on {d.get('profile')} - {what}",
+                 fontsize=10)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte requested by the SMs)")
+    ax.set_ylabel("performance (FLOP/s, 1 multiply-add = 2 FLOPs)")
+    ax.set_xlim(x_min, x_max)
+    ys_all = [r.flops / r.predicted_time_s for r in rows if r.predicted_time_s] + [top]
+    ax.set_ylim(max(min(ys_all) / 5, 1e9), top * 3)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

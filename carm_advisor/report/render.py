@@ -1,0 +1,117 @@
+"""Rich rendering of a Report: a header, the per-layer CARM table, totals and recommendations."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """1.23e12 -> '1.23 T' + unit; None -> '-'."""
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def _bound_text(bound: str, labels: dict) -> Text:
+    kind, _, key = bound.partition(":")
+    label = labels.get(key, {}).get("label", key)
+    style = {"compute": "green", "memory": "yellow"}.get(kind, "red" if bound == "above-roof" else "dim")
+    return Text(label if key else bound, style=style)
+
+
+def header(report) -> Panel:
+    m, d = report.model, report.device
+    if d["source"] == "measured":
+        source = Text(f"MEASURED on {d.get('name')} ({m['backend']} backend); roofs from the "
+                      f"{d.get('profile_source')} profile of {d.get('profile')}", style="bold green")
+    else:
+        source = Text(f"PREDICTED: no measurement here; every time and energy figure is a CARM prediction from the "
+                      f"{d.get('profile_source')} profile of {d.get('profile')}", style="bold yellow")
+    t = report.totals()
+    lines = Text.assemble(
+        (f"{m['name']}", "bold"), f"  batch {m['batch_size']}  precision {m['precision']}  layout {m['layout']}  "
+        f"backend {m['backend']}  float32 math: conv {m['math_mode'].get('conv')}, matmul {m['math_mode'].get('matmul')}\n",
+        source, "\n",
+        f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
+        f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
+        f"{(t['samples_per_j'] or 0):.3g} samples/J   {(t['gflops_per_watt'] or 0):.4g} GFLOP/s per W",
+    )
+    return Panel(lines, title="carm_advisor", expand=True)
+
+
+def layer_table(report, top: int | None = None) -> Table:
+    shares = report.time_shares()
+    measured = any(r.measured for r in report.layers)
+    table = Table(title="Layers on the CARM", show_lines=False, header_style="bold", expand=False)
+    for col, just in (("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"),
+                      ("bound", "left"), ("attainable", "right")):
+        table.add_column(col, justify=just)
+    if measured:
+        table.add_column("measured", justify="right")
+        table.add_column("eff.", justify="right")
+        table.add_column("energy", justify="right")
+    table.add_column("pred. time", justify="right")
+    table.add_column("share", justify="right")
+    rows = report.layers
+    if top is not None:
+        rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
+    for r in rows:
+        if not r.known:
+            table.add_row(r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red"), "-",
+                          *(["-", "-", "-"] if measured else []), "-", "-")
+            continue
+        if not r.flops and not r.bytes:
+            continue
+        ai = "-" if r.ai is None else f"{r.ai:.3g}" + ("*" if r.ai_source == "counters" else "")
+        cells = [r.name, r.type, si(r.flops), ai, _bound_text(r.bound, report.ceilings),
+                 si(r.attainable_flops_per_s, "FLOP/s")]
+        if measured:
+            eff = r.efficiency
+            cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
+                      "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-"]
+        cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
+        table.add_row(*cells)
+    return table
+
+
+def recommendations_table(report) -> Table:
+    table = Table(title="Recommendations (most gain first)", header_style="bold", show_lines=True, expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("what to change")
+    table.add_column("why", ratio=3)
+    table.add_column("expected gain")
+    for i, rec in enumerate(report.recommendations, 1):
+        table.add_row(str(i), Text(rec.title, style="bold"), rec.detail, rec.expected_gain)
+    return table
+
+
+def renderables(report, top: int | None = None):
+    yield header(report)
+    yield layer_table(report, top)
+    if report.recommendations:
+        yield recommendations_table(report)
+    else:
+        yield Text("No recommendation: every layer sits close to its best roof at this configuration.")
+    for w in report.warnings:
+        yield Text(f"warning: {w}", style="bold red")
+
+
+def print_report(report, console: Console | None = None, top: int | None = None) -> None:
+    console = console or Console()
+    console.print(Group(*renderables(report, top)))
