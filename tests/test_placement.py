@@ -1,0 +1,45 @@
+import pytest
+
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
+from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+
+
+def cost(type_="Conv2D", dtype="float32", op=OP_MATMUL, tc=True, bytes_read=100, bytes_written=100):
+    return LayerCost(name="x", type=type_, flops=1000, bytes_read=bytes_read, bytes_written=bytes_written,
+                     compute_dtype=dtype, op_class=op, tensor_core=tc)
+
+
+@pytest.mark.parametrize(
+    "type_, dtype, backend, expected",
+    [
+        ("Conv2D", "float32", "torch", "tc_tf32"),   # cudnn.allow_tf32 defaults to True
+        ("Dense", "float32", "torch", "fp32"),       # matmul.allow_tf32 defaults to False
+        ("Dense", "float32", "tensorflow", "tc_tf32"),
+        ("Dense", "float32", "jax", "tc_tf32"),
+        ("Dense", "float32", "numpy", "fp32"),
+        ("Conv2D", "bfloat16", "torch", "tc_bf16"),
+        ("Dense", "float16", "torch", "tc_fp16"),
+        ("Dense", "float8_e4m3fn", "torch", "tc_fp8_e4m3"),
+    ],
+)
+def test_matmul_layers_pick_the_tensor_core_path_of_their_dtype_and_backend(type_, dtype, backend, expected):
+    assert compute_path(cost(type_, dtype), DEFAULT_MATH_MODE[backend]) == expected
+
+
+def test_elementwise_layers_run_on_cuda_cores():
+    assert compute_path(cost("ReLU", "float32", OP_ELEMENTWISE, False), DEFAULT_MATH_MODE["torch"]) == "fp32"
+    assert compute_path(cost("ReLU", "bfloat16", OP_ELEMENTWISE, False), DEFAULT_MATH_MODE["torch"]) == "fp16x2"
+
+
+def test_depthwise_marked_not_tensor_core_stays_on_cuda_cores():
+    assert compute_path(cost("DepthwiseConv2D", "bfloat16", OP_MATMUL, False), DEFAULT_MATH_MODE["torch"]) == "fp16x2"
+
+
+def test_missing_path_falls_back_to_one_the_profile_has():
+    assert compute_path(cost("Dense", "float16"), DEFAULT_MATH_MODE["torch"], {"fp32", "tc_bf16"}) == "tc_bf16"
+    assert compute_path(cost("ReLU", "bfloat16", OP_ELEMENTWISE, False), DEFAULT_MATH_MODE["torch"], {"fp32"}) == "fp32"
+
+
+def test_working_sets_that_fit_the_l2_are_served_from_it():
+    assert memory_level(cost(bytes_read=400, bytes_written=100), l2_usable_bytes=500) == "l2"
+    assert memory_level(cost(bytes_read=400, bytes_written=101), l2_usable_bytes=500) == "hbm"
