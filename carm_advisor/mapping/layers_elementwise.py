@@ -1,0 +1,156 @@
+"""Normalisation, activations, elementwise merges and keras.ops elementwise operations.
+
+FLOPs per output element (see registry's docstring for the whole convention):
+- BatchNormalization 2 (inference, scale and shift folded); LayerNormalization and GroupNormalization
+  5 + 1 (scale) + 1 (center); LayerNormalization(rms_scaling=True) 3 + 1; UnitNormalization 3;
+  Normalization 2 (subtract mean, divide by std); Rescaling 1, 2 with a non-zero offset;
+  ConvNeXt's LayerScale 1; InceptionResNetV2's CustomScaleLayer 2 (x + y * scale).
+- Activation(fn): ACTIVATION_FLOPS[fn]; ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU,
+  PReLU 2; ELU 4; Softmax 5.
+- Add/Subtract/Multiply/Maximum/Minimum of n inputs: n - 1; Average: n (n-1 adds, one scale);
+  keras.ops binary operations 1.
+- Dropout and other regularisers are the identity at inference: no kernel, 0 FLOPs, 0 bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_REDUCTION
+from carm_advisor.mapping.registry import (
+    ACTIVATION_FLOPS, activation_flops, activation_name, elems, make_cost, no_work_cost, register_cost,
+)
+from carm_advisor.mapping.walker import LayerCall
+
+
+def _per_output(call: LayerCall, dtype_bytes: int, flops_per_elem: int, op_class=OP_ELEMENTWISE, notes=""):
+    return make_cost(call, dtype_bytes, flops=flops_per_elem * elems(call.output_shapes[0]),
+                     op_class=op_class, notes=notes, extra={"flops_per_element": flops_per_elem})
+
+
+# ---- normalisation --------------------------------------------------------------------------------
+
+@register_cost("BatchNormalization")
+def batch_norm_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 2, notes="inference: scale and shift folded, 2 FLOPs per element")
+
+
+@register_cost("LayerNormalization")
+def layer_norm_cost(call, dtype_bytes):
+    layer = call.layer
+    if getattr(layer, "rms_scaling", False):
+        per = 3 + int(bool(layer.scale))
+    else:
+        per = 5 + int(bool(layer.scale)) + int(bool(layer.center))
+    return _per_output(call, dtype_bytes, per, op_class=OP_REDUCTION)
+
+
+@register_cost("GroupNormalization")
+def group_norm_cost(call, dtype_bytes):
+    layer = call.layer
+    return _per_output(call, dtype_bytes, 5 + int(bool(layer.scale)) + int(bool(layer.center)), OP_REDUCTION)
+
+
+@register_cost("UnitNormalization")
+def unit_norm_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 3, OP_REDUCTION)
+
+
+@register_cost("Normalization")
+def normalization_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 2, notes="(x - mean) / std with the std precomputed per feature")
+
+
+@register_cost("Rescaling")
+def rescaling_cost(call, dtype_bytes):
+    offset = np.asarray(call.layer.offset)
+    return _per_output(call, dtype_bytes, 1 + int(bool(np.any(offset != 0))))
+
+
+@register_cost("LayerScale")
+def layer_scale_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 1)
+
+
+@register_cost("CustomScaleLayer")
+def custom_scale_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 2)
+
+
+# ---- activations --------------------------------------------------------------------------------
+
+@register_cost("Activation")
+def activation_cost(call, dtype_bytes):
+    act = call.layer.activation
+    op_class = OP_REDUCTION if activation_name(act) in ("softmax", "log_softmax") else OP_ELEMENTWISE
+    notes = "" if activation_name(act) in ACTIVATION_FLOPS else f"activation {activation_name(act)!r} counted as sigmoid"
+    return _per_output(call, dtype_bytes, activation_flops(act), op_class, notes)
+
+
+@register_cost("ReLU")
+def relu_cost(call, dtype_bytes):
+    layer = call.layer
+    per = 1 + int(layer.max_value is not None) + int(bool(layer.negative_slope))
+    return _per_output(call, dtype_bytes, per)
+
+
+@register_cost("LeakyReLU", "PReLU")
+def leaky_relu_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 2)
+
+
+@register_cost("ELU")
+def elu_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["elu"])
+
+
+@register_cost("Softmax")
+def softmax_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["softmax"], OP_REDUCTION)
+
+
+_OPS_UNARY = {
+    "ops.Relu": 1, "ops.Sigmoid": 4, "ops.Tanh": 4, "ops.Silu": 5, "ops.HardSigmoid": 3,
+    "ops.HardSilu": 4, "ops.Gelu": 8, "ops.Exp": 1, "ops.Sqrt": 1, "ops.Square": 1, "ops.Negative": 1,
+}
+
+
+def _ops_unary(per: int):
+    def cost(call, dtype_bytes):
+        return _per_output(call, dtype_bytes, per)
+    return cost
+
+
+for _name, _per in _OPS_UNARY.items():
+    register_cost(_name)(_ops_unary(_per))
+
+
+@register_cost("ops.Softmax")
+def ops_softmax_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["softmax"], OP_REDUCTION)
+
+
+# ---- merges and binary operations ---------------------------------------------------------------
+
+@register_cost("Add", "Subtract", "Multiply", "Maximum", "Minimum")
+def merge_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, max(len(call.input_shapes) - 1, 0))
+
+
+@register_cost("Average")
+def average_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, len(call.input_shapes))
+
+
+@register_cost("ops.Add", "ops.Subtract", "ops.Multiply", "ops.Divide", "ops.TrueDivide",
+               "ops.Maximum", "ops.Minimum", "ops.Power")
+def ops_binary_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, 1, notes="keras.ops elementwise operation")
+
+
+# ---- identity at inference ----------------------------------------------------------------------
+
+@register_cost("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+               "GaussianDropout", "AlphaDropout", "ActivityRegularization", "Identity")
+def identity_cost(call: LayerCall, dtype_bytes):
+    return no_work_cost(call, "identity at inference: no kernel runs")
