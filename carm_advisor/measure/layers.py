@@ -1,0 +1,509 @@
+"""Measure each layer, and the whole model, as it really runs in the active Keras 3 backend.
+
+Each layer call the walker lists (carm_advisor.mapping.walker.iter_layer_calls) is run alone on
+synthetic inputs of its real shapes and dtypes, on the backend's device, the way the model calls it
+(the recorded call arguments of its graph node). Warm-up calls first, then
+carm_advisor.power.energy.measure_energy times repeated windows of back-to-back calls, with the
+backend's own device sync at the window ends, and reads NVML energy, power and SM clock when a GPU is
+given. jax runs the layer jit-compiled (a stateless call under jax.jit), so dispatch does not dominate;
+torch and tensorflow run it eagerly, as `model(x)` would. The record says which ("execution").
+
+Windows: a preset trades time against energy accuracy. NVML's energy counter moves in ~100 ms steps,
+so one window's energy is uncertain by up to about 0.1 s / window (see power/energy.py); the median of
+the windows damps it. Times are good to a few percent even with short windows.
+
+| preset     | layer windows | model windows | VGG16 b64 on an H200, ~22 layers + model      |
+| ---------- | ------------- | ------------- | --------------------------------------------- |
+| "fast"     | 2 x 0.1 s     | 2 x 0.5 s     | ~10 s; layer energy only indicative (+-50%)   |
+| "standard" | 2 x 0.25 s    | 2 x 1.0 s     | ~20-25 s; layer energy +-20% worst case, model a few % |
+| "accurate" | 3 x 1.0 s     | 3 x 2.0 s     | ~80 s; layer energy a few %                   |
+
+Explicit `min_window_s` / `repeats` override the preset's layer windows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterable
+
+import keras
+
+from carm_advisor.errors import MeasurementError, PowerError
+from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
+from carm_advisor.measure import backend as _backend
+from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
+from carm_advisor.power._base import GPU
+from carm_advisor.power.energy import EnergyMeasurement, measure_energy
+
+
+@dataclass(frozen=True)
+class Preset:
+    layer_window_s: float
+    layer_repeats: int
+    model_window_s: float
+    model_repeats: int
+    warmup: int
+
+
+PRESETS: dict[str, Preset] = {
+    "fast": Preset(layer_window_s=0.1, layer_repeats=2, model_window_s=0.5, model_repeats=2, warmup=2),
+    "standard": Preset(layer_window_s=0.25, layer_repeats=2, model_window_s=1.0, model_repeats=2, warmup=3),
+    "accurate": Preset(layer_window_s=1.0, layer_repeats=3, model_window_s=2.0, model_repeats=3, warmup=3),
+}
+
+
+def _preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise MeasurementError(f"Expected preset in {sorted(PRESETS)}, Received: preset={name!r}") from None
+
+
+# ---- synthetic inputs ------------------------------------------------------------------------
+
+
+def _is_integer_dtype(dtype: str) -> bool:
+    return "int" in dtype or dtype == "bool"
+
+
+def synthetic_tensor(shape: tuple[int, ...], dtype: str, *, int_high: int = 2, seed: int = 0):
+    """A backend tensor on the backend's default device (the GPU when there is one).
+
+    Floats are standard normal (no denormals, no zeros that could shortcut work); integers are drawn
+    from [0, int_high) so an Embedding gets valid indices.
+    """
+    dtype = str(dtype)
+    if dtype == "bool":
+        return keras.ops.cast(keras.random.randint(shape, 0, 2, seed=seed), "bool")
+    if _is_integer_dtype(dtype):
+        return keras.random.randint(shape, 0, max(int(int_high), 1), dtype=dtype, seed=seed)
+    return keras.ops.cast(keras.random.normal(shape, dtype="float32", seed=seed), dtype)
+
+
+def _int_high(layer: Any) -> int:
+    return int(getattr(layer, "input_dim", 0) or 2)
+
+
+def _model_int_high(model) -> int:
+    dims = [int(l.input_dim) for l in getattr(model, "_flatten_layers", lambda **_: [])() if hasattr(l, "input_dim")]
+    return min(dims) if dims else 2
+
+
+# ---- how a layer is called -------------------------------------------------------------------
+
+
+def _compatible(recorded_shape, concrete_shape) -> bool:
+    recorded = tuple(recorded_shape)
+    return len(recorded) == len(concrete_shape) and all(
+        r is None or r == c for r, c in zip(recorded, concrete_shape)
+    )
+
+
+def _node_for(call: LayerCall):
+    """The graph node that recorded this call (its args and kwargs), or None (subclassed models)."""
+    nodes = getattr(call.layer, "_inbound_nodes", None) or []
+    last = call.path.rsplit("/", 1)[-1]
+    index = int(last.rsplit("#", 1)[1]) if "#" in last and last.rsplit("#", 1)[1].isdigit() else 0
+    matches = [
+        node for node in nodes
+        if getattr(node, "arguments", None) is not None
+        and len(node.input_tensors) == len(call.input_shapes)
+        and all(_compatible(t.shape, s) for t, s in zip(node.input_tensors, call.input_shapes))
+    ]
+    if not matches:
+        return None
+    return matches[min(index, len(matches) - 1)]
+
+
+def _argument_builder(call: LayerCall) -> Callable[[list], tuple[tuple, dict]]:
+    """tensors (one per input, in the walker's order) -> (args, kwargs) for the layer's __call__."""
+    node = _node_for(call)
+    if node is not None:
+        refs = list(node.input_tensors)
+
+        def from_node(tensors: list) -> tuple[tuple, dict]:
+            args, kwargs = node.arguments.fill_in({id(r): t for r, t in zip(refs, tensors)})
+            return tuple(args), dict(kwargs)
+
+        return from_node
+
+    from keras.src.layers.merging.base_merge import Merge
+
+    if isinstance(call.layer, Merge):
+        return lambda tensors: ((list(tensors),), {})
+    return lambda tensors: (tuple(tensors), {})
+
+
+@dataclass
+class LayerRunner:
+    """One layer call ready to run: `fn()` runs it once on the device and returns its outputs."""
+
+    fn: Callable[[], Any]
+    execution: str  # "eager" | "jit"
+    tensors: list
+
+
+def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None = None, seed: int = 0) -> LayerRunner:
+    """Build synthetic inputs for `call` and a zero-argument function that runs the layer on them."""
+    backend = backend or _backend.active_backend()
+    layer = call.layer
+    high = _int_high(layer)
+    tensors = [
+        synthetic_tensor(shape, dtype, int_high=high, seed=seed + i)
+        for i, (shape, dtype) in enumerate(zip(call.input_shapes, call.input_dtypes))
+    ]
+    build = _argument_builder(call)
+    is_layer = isinstance(layer, keras.layers.Layer)
+
+    def arguments(ts: list) -> tuple[tuple, dict]:
+        args, kwargs = build(ts)
+        if is_layer and "training" not in kwargs:
+            kwargs["training"] = training
+        return args, kwargs
+
+    def eager() -> Any:
+        args, kwargs = arguments(tensors)
+        return layer(*args, **kwargs)
+
+    if backend == "jax":
+        jitted = _jax_layer_fn(layer, arguments, is_layer)
+        try:
+            _backend.sync(jitted(tensors), "jax")  # compile now, outside any timing
+            return LayerRunner(lambda: jitted(tensors), "jit", tensors)
+        except Exception:  # a layer jax cannot trace statelessly (seeded RNG state...): run it eagerly
+            pass
+    return LayerRunner(eager, "eager", tensors)
+
+
+def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
+    import jax
+
+    if not is_layer:  # a keras.ops operation: no state
+        return jax.jit(lambda ts: layer(*arguments(ts)[0], **arguments(ts)[1]))
+    trainable = [v.value for v in layer.trainable_variables]
+    non_trainable = [v.value for v in layer.non_trainable_variables]
+
+    def pure(tv, ntv, ts):
+        args, kwargs = arguments(ts)
+        outputs, _ = layer.stateless_call(tv, ntv, *args, **kwargs)
+        return outputs
+
+    compiled = jax.jit(pure)
+    return lambda ts: compiled(trainable, non_trainable, ts)
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+
+def _measure(fn: Callable[[], Any], gpu: GPU | None, backend: str, *, min_window_s: float, repeats: int,
+             warmup: int, inference: bool) -> EnergyMeasurement:
+    syncer = _backend.Synchronizer(backend)
+    tracked = syncer.track(fn)
+    context = _backend.inference_context(backend) if inference else contextlib.nullcontext()
+    with context:
+        return measure_energy(tracked, gpu, min_window_s=min_window_s, repeats=repeats, sync=syncer, warmup=warmup)
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]measuring[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not enabled,
+    )
+
+
+def _select(calls: list[LayerCall], only: Collection[str] | None) -> list[LayerCall]:
+    if only is None:
+        return calls
+    wanted = set(only)
+    known = {c.path for c in calls}
+    missing = sorted(wanted - known)
+    if missing:
+        raise MeasurementError(f"Expected layer names from the model, Received unknown: {missing}")
+    return [c for c in calls if c.path in wanted]
+
+
+def measure_layer_calls(
+    calls: Iterable[LayerCall],
+    *,
+    gpu: GPU | None = None,
+    min_window_s: float,
+    repeats: int,
+    warmup: int,
+    training: bool = False,
+    progress: bool = True,
+) -> list[LayerMeasurement]:
+    """Measure already-walked layer calls one by one (see measure_layers)."""
+    backend = _backend.active_backend()
+    calls = list(calls)
+    results: list[LayerMeasurement] = []
+    with _progress(progress) as bar:
+        task = bar.add_task("layers", total=len(calls))
+        for call in calls:
+            bar.update(task, description=call.path)
+            try:
+                runner = layer_runner(call, training=training, backend=backend)
+                m = _measure(runner.fn, gpu, backend, min_window_s=min_window_s, repeats=repeats,
+                             warmup=warmup, inference=not training)
+            except (MeasurementError, PowerError):
+                raise
+            except Exception as exc:  # backends raise anything; one line that names the layer
+                raise MeasurementError(
+                    f"Expected layer '{call.path}' ({type(call.layer).__name__}) to run on inputs "
+                    f"{list(call.input_shapes)} {list(call.input_dtypes)}; Received {type(exc).__name__}: {exc}"
+                ) from exc
+            results.append(LayerMeasurement(
+                name=call.path,
+                type=type(call.layer).__name__,
+                time_s=m.time_per_call_s,
+                time_spread=m.time_spread_rel,
+                repeats=m.n_windows,
+                energy_j=m.energy_per_call_j,
+                power_w=m.power_w,
+                sm_clock_mhz=m.sm_clock_mhz,
+                execution=runner.execution,
+            ))
+            del runner  # frees the synthetic inputs before the next layer allocates its own
+            bar.advance(task)
+    return results
+
+
+def measure_layers(
+    model,
+    *,
+    batch_size: int,
+    gpu: GPU | None = None,
+    preset: str = "standard",
+    min_window_s: float | None = None,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    training: bool = False,
+    progress: bool = True,
+    only: Collection[str] | None = None,
+    command: str | None = None,
+) -> RunMeasurement:
+    """Time (and with `gpu`, energy, power and SM clock of) every layer call of `model`, alone.
+
+    Layer names are the walker's paths. `only` restricts the run to these names. `gpu=None` measures
+    time only (energy, power and clock are None). The returned record has no whole-model figures; see
+    measure_run for both.
+    """
+    start_s = time.perf_counter()
+    p = _preset(preset)
+    window_s = p.layer_window_s if min_window_s is None else min_window_s
+    n = p.layer_repeats if repeats is None else repeats
+    w = p.warmup if warmup is None else warmup
+    calls = _select(list(iter_layer_calls(model, batch_size)), only)
+    layers = measure_layer_calls(calls, gpu=gpu, min_window_s=window_s, repeats=n, warmup=w,
+                                 training=training, progress=progress)
+    run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
+    run.layers = layers
+    run.settings = {"preset": preset, "layer_window_s": window_s, "layer_repeats": n, "warmup": w,
+                    "training": training}
+    run.wall_s = time.perf_counter() - start_s
+    return run
+
+
+def _model_inputs(model, batch_size: int):
+    inputs = getattr(model, "inputs", None)
+    try:
+        inputs = list(inputs) if inputs else []
+    except (AttributeError, TypeError):
+        inputs = []
+    if not inputs:
+        raise MeasurementError(
+            f"Expected model '{model.name}' to have known inputs (a Functional or built Sequential model), "
+            "Received: none; whole-model measurement needs them"
+        )
+    high = _model_int_high(model)
+    tensors = []
+    for i, tensor in enumerate(inputs):
+        shape = tuple(tensor.shape)
+        shape = ((batch_size,) + shape[1:]) if shape and shape[0] is None else shape
+        if any(d is None for d in shape):
+            raise MeasurementError(
+                f"Expected model inputs with known dimensions besides the batch, Received: {tuple(tensor.shape)}"
+            )
+        tensors.append(synthetic_tensor(shape, str(tensor.dtype), int_high=high, seed=1000 + i))
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def _inference_fn(model, x, backend: str) -> tuple[Callable[[], Any], str]:
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+        compiled = jax.jit(lambda tv, ntv, inputs: model.stateless_call(tv, ntv, inputs, training=False)[0])
+        return (lambda: compiled(trainable, non_trainable, x)), "jit"
+    return (lambda: model(x, training=False)), "eager"
+
+
+def _to_model_measurement(m: EnergyMeasurement, execution: str) -> ModelMeasurement:
+    return ModelMeasurement(
+        time_s=m.time_per_call_s,
+        time_spread=m.time_spread_rel,
+        energy_j=m.energy_per_call_j,
+        power_w=m.power_w,
+        sm_clock_mhz=m.sm_clock_mhz,
+        repeats=m.n_windows,
+        execution=execution,
+    )
+
+
+def measure_model(
+    model,
+    *,
+    batch_size: int,
+    gpu: GPU | None = None,
+    training_step: bool = True,
+    preset: str = "standard",
+    min_window_s: float | None = None,
+    repeats: int | None = None,
+    warmup: int | None = None,
+) -> tuple[ModelMeasurement, ModelMeasurement | None]:
+    """The whole model: inference `model(x, training=False)` and, optionally, one training step.
+
+    The training step is `train_on_batch` with SGD and mean squared error against random targets: a
+    portable forward + backward + update in every backend. The model is compiled for it (a user's
+    compile configuration is restored afterwards) and its weights are restored afterwards.
+    """
+    p = _preset(preset)
+    window_s = p.model_window_s if min_window_s is None else min_window_s
+    n = p.model_repeats if repeats is None else repeats
+    w = p.warmup if warmup is None else warmup
+    backend = _backend.active_backend()
+    x = _model_inputs(model, batch_size)
+    try:
+        fn, execution = _inference_fn(model, x, backend)
+        inference = _to_model_measurement(
+            _measure(fn, gpu, backend, min_window_s=window_s, repeats=n, warmup=w, inference=True), execution
+        )
+        if not training_step:
+            return inference, None
+        with _backend.inference_context(backend):
+            outputs = fn()
+        return inference, _measure_training_step(model, x, outputs, gpu, backend, window_s, n, w)
+    except (MeasurementError, PowerError):
+        raise
+    except Exception as exc:
+        raise MeasurementError(
+            f"Expected model '{model.name}' to run on batch {batch_size}; Received {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _measure_training_step(model, x, outputs, gpu, backend, window_s, repeats, warmup) -> ModelMeasurement:
+    y = keras.tree.map_structure(
+        lambda o: keras.random.normal(tuple(o.shape), dtype="float32", seed=7), outputs
+    )
+    user_config = model.get_compile_config() if getattr(model, "compiled", False) else None
+    weights = model.get_weights()
+    model.compile(optimizer="sgd", loss="mse")
+    try:
+        # train_on_batch returns host numbers, so each call already ends synchronised.
+        m = _measure(lambda: model.train_on_batch(x, y), gpu, backend, min_window_s=window_s,
+                     repeats=repeats, warmup=warmup, inference=False)
+    finally:
+        model.set_weights(weights)
+        if user_config is not None:
+            model.compile_from_config(user_config)
+    compiled = backend in ("jax", "tensorflow") or bool(getattr(model, "jit_compile", False))
+    return _to_model_measurement(m, "jit" if compiled else "eager")
+
+
+# ---- a whole run -----------------------------------------------------------------------------
+
+
+def _device_info(gpu: GPU | None, backend: str) -> dict:
+    info: dict[str, Any] = {"backend_device": _backend.device_name(backend)}
+    if gpu is None:
+        info["name"] = info["backend_device"]
+        return info
+    queries = {"name": gpu.name, "uuid": gpu.uuid, "driver": gpu.driver_version,
+               "power_limit_w": gpu.power_limit_w, "max_sm_clock_mhz": gpu.max_sm_clock_mhz}
+    for key, query in queries.items():
+        try:
+            info[key] = query()
+        except PowerError:  # a query the driver does not support leaves its key out
+            pass
+    info.setdefault("name", info["backend_device"])
+    return info
+
+
+def _run_record(model, *, batch_size: int, gpu: GPU | None, command: str | None) -> RunMeasurement:
+    backend = _backend.active_backend()
+    policy = getattr(model, "dtype_policy", None) or keras.config.dtype_policy()
+    return RunMeasurement(
+        device=_device_info(gpu, backend),
+        backend=backend,
+        backend_version=_backend.backend_version(backend),
+        keras_version=keras.__version__,
+        batch_size=batch_size,
+        precision=str(getattr(policy, "name", policy)),
+        layout=keras.config.image_data_format(),
+        math_mode=_backend.math_mode(backend),
+        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        command=command if command is not None else shlex.join(sys.argv),
+        model_name=str(getattr(model, "name", "")),
+    )
+
+
+def measure_run(
+    model,
+    *,
+    batch_size: int,
+    gpu: GPU | None = None,
+    preset: str = "standard",
+    min_window_s: float | None = None,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    model_min_window_s: float | None = None,
+    model_repeats: int | None = None,
+    training_step: bool = True,
+    counters: bool = False,
+    progress: bool = True,
+    only: Collection[str] | None = None,
+    command: str | None = None,
+) -> RunMeasurement:
+    """Every layer, then the whole model (inference and a training step), in one record.
+
+    `min_window_s` / `repeats` override the preset's layer windows, `model_min_window_s` /
+    `model_repeats` its whole-model windows.
+
+    counters=True also runs the layers under Nsight Compute (measure/counters.py) when `ncu` is on
+    PATH, and attaches per-layer FLOPs, bytes and intensities; without ncu they stay None and
+    `intensity_source` stays "analytic".
+    """
+    start_s = time.perf_counter()
+    run = measure_layers(model, batch_size=batch_size, gpu=gpu, preset=preset, min_window_s=min_window_s,
+                         repeats=repeats, warmup=warmup, progress=progress, only=only, command=command)
+    run.inference, run.training_step = measure_model(
+        model, batch_size=batch_size, gpu=gpu, training_step=training_step, preset=preset,
+        min_window_s=model_min_window_s, repeats=model_repeats, warmup=warmup,
+    )
+    p = _preset(preset)
+    run.settings.update(
+        model_window_s=p.model_window_s if model_min_window_s is None else model_min_window_s,
+        model_repeats=p.model_repeats if model_repeats is None else model_repeats,
+    )
+    if counters:
+        from carm_advisor.measure.counters import measure_counters
+
+        by_layer = measure_counters(model, batch_size=batch_size, only=only)
+        if by_layer is not None:
+            run.intensity_source = "counters"
+            for item in run.layers:
+                found = by_layer.get(item.name)
+                item.counters = found.to_dict() if found is not None else None
+    run.wall_s = time.perf_counter() - start_s
+    return run
