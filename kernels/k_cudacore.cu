@@ -1,0 +1,223 @@
+// CUDA-core FMA throughput, memory-level bandwidth, and the FP32 mixed-intensity sweep.
+#include "carm_internal.cuh"
+#include <cuda_fp16.h>
+
+#define CARM_GUARD_STORE(value)                                              \
+  do {                                                                       \
+    float v_ = (float)(value);                                               \
+    if (v_ == sentinel || threadIdx.x == 0) out[blockIdx.x] = v_;            \
+  } while (0)
+
+// ---------------------------------------------------------------- FMA chains
+// CHAINS independent dependency chains per thread give the ILP that hides the FMA latency;
+// a and b are kernel arguments so nothing can be folded at compile time.
+constexpr int FMA_CHAINS = 8, FMA_UNROLL = 8;
+
+template <typename T> __device__ __forceinline__ T carm_fma(T x, T a, T b);
+template <> __device__ __forceinline__ float carm_fma(float x, float a, float b) { return fmaf(x, a, b); }
+template <> __device__ __forceinline__ double carm_fma(double x, double a, double b) { return fma(x, a, b); }
+template <> __device__ __forceinline__ __half2 carm_fma(__half2 x, __half2 a, __half2 b) { return __hfma2(x, a, b); }
+
+template <typename T> __device__ __forceinline__ T carm_from(float f);
+template <> __device__ __forceinline__ float carm_from(float f) { return f; }
+template <> __device__ __forceinline__ double carm_from(float f) { return (double)f; }
+template <> __device__ __forceinline__ __half2 carm_from(float f) { return __floats2half2_rn(f, f); }
+__device__ __forceinline__ float carm_to_float(float x) { return x; }
+__device__ __forceinline__ float carm_to_float(double x) { return (float)x; }
+__device__ __forceinline__ float carm_to_float(__half2 x) { return __low2float(x) + __high2float(x); }
+
+template <typename T>
+__global__ void __launch_bounds__(256) fma_kernel(long long iters, float af, float bf, float* out, float sentinel) {
+  const T a = carm_from<T>(af), b = carm_from<T>(bf);
+  T x[FMA_CHAINS];
+#pragma unroll
+  for (int c = 0; c < FMA_CHAINS; ++c) x[c] = carm_from<T>((threadIdx.x + c) * 1e-3f);
+  for (long long it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int u = 0; u < FMA_UNROLL; ++u)
+#pragma unroll
+      for (int c = 0; c < FMA_CHAINS; ++c) x[c] = carm_fma(x[c], a, b);
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < FMA_CHAINS; ++c) s += carm_to_float(x[c]);
+  CARM_GUARD_STORE(s);
+}
+
+template <typename T>
+static cudaError_t launch_fma(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)fma_kernel<T>; return cudaSuccess; }
+  // a slightly below 1 and a small b keep the values bounded for any number of iterations
+  fma_kernel<T><<<l.grid, l.block, 0, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+cudaError_t carm_launch_fma_fp32(const carm_launch& l, cudaStream_t s, const void** k) { return launch_fma<float>(l, s, k); }
+cudaError_t carm_launch_fma_fp64(const carm_launch& l, cudaStream_t s, const void** k) { return launch_fma<double>(l, s, k); }
+cudaError_t carm_launch_fma_fp16x2(const carm_launch& l, cudaStream_t s, const void** k) { return launch_fma<__half2>(l, s, k); }
+
+// ---------------------------------------------------------------- shared memory
+// Each thread re-reads fixed 16-byte slots with volatile ld.shared.v4 (not hoisted, not merged);
+// a warp reads 512 contiguous bytes, so every access is conflict-free.
+constexpr int SHARED_UNROLL = 8;  // loads in flight per thread; smem per block = UNROLL * block * 16
+
+__global__ void __launch_bounds__(256) shared_read_kernel(long long iters, float* out, float sentinel) {
+  extern __shared__ uint4 smem_v[];
+  const int n = SHARED_UNROLL * blockDim.x;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) smem_v[i] = make_uint4(i, i * 3u, i * 5u, i * 7u);
+  __syncthreads();
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_v + threadIdx.x);
+  const uint32_t step = blockDim.x * 16u;
+  uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (long long it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int u = 0; u < SHARED_UNROLL; ++u) {
+      uint32_t x, y, z, w;
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(base + u * step));
+      a0 ^= x; a1 ^= y; a2 ^= z; a3 ^= w;
+    }
+  }
+  CARM_GUARD_STORE((float)((a0 ^ a1 ^ a2 ^ a3) & 0xffff));
+}
+
+cudaError_t carm_launch_shared_read(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)shared_read_kernel; return cudaSuccess; }
+  shared_read_kernel<<<l.grid, l.block, l.smem, s>>>(l.iterations, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- global-memory streams
+// MODE 0: read (ld.global.cg: L2 and HBM, bypassing L1), 1: read through L1 (ld.global.ca),
+// 2: write (st.global.cg), 3: copy. UNROLL independent 16-byte accesses per thread per step;
+// the planner rounds elems to a multiple of grid*block*UNROLL, so there is no bounds check.
+constexpr int STREAM_UNROLL = 4;
+
+template <int MODE>
+__global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                                     long long elems, long long passes, float* out, float sentinel) {
+  uint32_t acc = 0;
+  if (MODE == 1) {
+    // L1: each block re-reads its own slice, small enough that the slices of one SM stay in L1
+    const long long slice = elems / gridDim.x;
+    const uint4* p = src + slice * blockIdx.x;
+    for (long long pass = 0; pass < passes; ++pass)
+      for (long long i = threadIdx.x; i < slice; i += (long long)blockDim.x * STREAM_UNROLL) {
+        uint32_t v[STREAM_UNROLL][4];
+#pragma unroll
+        for (int u = 0; u < STREAM_UNROLL; ++u)
+          asm volatile("ld.global.ca.v4.u32 {%0,%1,%2,%3}, [%4];"
+                       : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
+                       : "l"(p + i + u * blockDim.x));
+#pragma unroll
+        for (int u = 0; u < STREAM_UNROLL; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
+      }
+  } else {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long pass = 0; pass < passes; ++pass)
+      for (long long i = tid; i < elems; i += stride * STREAM_UNROLL) {
+        uint32_t v[STREAM_UNROLL][4];
+        if (MODE == 0 || MODE == 3) {
+#pragma unroll
+          for (int u = 0; u < STREAM_UNROLL; ++u)
+            asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
+                         : "l"(src + i + u * stride));
+        }
+        if (MODE == 0) {
+#pragma unroll
+          for (int u = 0; u < STREAM_UNROLL; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
+        } else {
+#pragma unroll
+          for (int u = 0; u < STREAM_UNROLL; ++u) {
+            if (MODE == 2) { v[u][0] = (uint32_t)(i + u * stride); v[u][1] = v[u][2] = v[u][3] = (uint32_t)pass; }
+            asm volatile("st.global.cg.v4.u32 [%0], {%1,%2,%3,%4};"
+                         :: "l"(dst + i + u * stride), "r"(v[u][0]), "r"(v[u][1]), "r"(v[u][2]), "r"(v[u][3]) : "memory");
+          }
+        }
+      }
+  }
+  CARM_GUARD_STORE((float)(acc & 0xffff));
+}
+
+template <int MODE>
+static cudaError_t launch_stream(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)stream_kernel<MODE>; return cudaSuccess; }
+  stream_kernel<MODE><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, (uint4*)l.buf1, l.elems, l.iterations, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+cudaError_t carm_launch_read_cg(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<0>(l, s, k); }
+cudaError_t carm_launch_read_l1(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<1>(l, s, k); }
+cudaError_t carm_launch_write(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<2>(l, s, k); }
+cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<3>(l, s, k); }
+
+// ---------------------------------------------------------------- FP32 mixed-intensity sweep
+// Per 16-byte element loaded (a float4): C rounds of 4 FMAs = 8*C FLOPs, so AI = C/2 FLOP/byte.
+// One template, swept over C (mixbench); the memory level is chosen by the working set (global)
+// or by reading shared memory.
+template <int C>
+__device__ __forceinline__ float mix_work(uint4 r, float a, float b) {
+  float x = __uint_as_float(r.x & 0x3fffffffu), y = __uint_as_float(r.y & 0x3fffffffu);
+  float z = __uint_as_float(r.z & 0x3fffffffu), w = __uint_as_float(r.w & 0x3fffffffu);
+#pragma unroll
+  for (int c = 0; c < C; ++c) { x = fmaf(x, a, b); y = fmaf(y, a, b); z = fmaf(z, a, b); w = fmaf(w, a, b); }
+  return (x + y) + (z + w);
+}
+
+template <int C>
+__global__ void __launch_bounds__(256) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems, long long passes,
+                                                              float a, float b, float* out, float sentinel) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  float acc = 0.f;
+  for (long long pass = 0; pass < passes; ++pass)
+    for (long long i = tid; i < elems; i += stride * STREAM_UNROLL) {
+      uint4 v[STREAM_UNROLL];
+#pragma unroll
+      for (int u = 0; u < STREAM_UNROLL; ++u)
+        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + i + u * stride));
+#pragma unroll
+      for (int u = 0; u < STREAM_UNROLL; ++u) acc += mix_work<C>(v[u], a, b);
+    }
+  CARM_GUARD_STORE(acc);
+}
+
+template <int C>
+__global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
+  extern __shared__ uint4 smem_v[];
+  const int n = SHARED_UNROLL * blockDim.x;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) smem_v[i] = make_uint4(i, i * 3u, i * 5u, i * 7u);
+  __syncthreads();
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_v + threadIdx.x);
+  const uint32_t step = blockDim.x * 16u;
+  float acc = 0.f;
+  for (long long it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int u = 0; u < SHARED_UNROLL; ++u) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(base + u * step));
+      acc += mix_work<C>(v, a, b);
+    }
+  }
+  CARM_GUARD_STORE(acc);
+}
+
+template <int C>
+cudaError_t carm_launch_mix_fp32_global(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)mix_fp32_global_kernel<C>; return cudaSuccess; }
+  mix_fp32_global_kernel<C><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+template <int C>
+cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)mix_fp32_shared_kernel<C>; return cudaSuccess; }
+  mix_fp32_shared_kernel<C><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+
+#define CARM_MIX_INSTANTIATE(C)                                                                          \
+  template cudaError_t carm_launch_mix_fp32_global<C>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
+CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
+CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)
+CARM_MIX_INSTANTIATE(256)
