@@ -22,8 +22,8 @@ from carm_advisor.power._base import GPU
 
 Clock = Callable[[], float]
 
-# A guard against a clock that never moves (a broken fake), not a real limit.
-_MAX_CALLS = 10**9
+# A real clock moves within a million calls; a clock that has not is broken (or a fake left alone).
+_STILL_CLOCK_CALLS = 10**6
 
 
 @dataclass(frozen=True)
@@ -224,12 +224,8 @@ def measure_energy(
                     break
                 # Ran short (the work got faster, or noise): extend by the estimated remainder.
                 per_call_s = elapsed_s / calls if elapsed_s > 0 else 0.0
+                _check_clock_moves(calls, elapsed_s)
                 batch = _calls_for(min_window_s - elapsed_s, per_call_s, calls)
-                if calls + batch > _MAX_CALLS:
-                    raise MeasurementError(
-                        f"Expected a window to reach {min_window_s} s, Received: {elapsed_s} s "
-                        f"after {calls} calls (is the clock moving?)"
-                    )
             end_mj = gpu.total_energy_mj() if gpu is not None else None
             end_s = clock()  # energy read between the two clocks: its call time counts in the window
             energy_j = None
@@ -272,6 +268,14 @@ def measure_energy(
     )
 
 
+def _check_clock_moves(calls: int, elapsed_s: float) -> None:
+    if elapsed_s <= 0 and calls >= _STILL_CLOCK_CALLS:
+        raise MeasurementError(
+            f"Expected fn to take measurable time, Received: {elapsed_s} s for {calls} calls "
+            "(is the clock moving?)"
+        )
+
+
 def _calls_for(target_s: float, per_call_s: float, ceiling_hint: int) -> int:
     """Calls expected to fill target_s, with 5% margin; bounded when a call takes ~no time."""
     if per_call_s <= 0:
@@ -292,9 +296,5 @@ def _calibrate(
         elapsed_s = clock() - start_s
         if elapsed_s >= min_window_s / 10:
             return _calls_for(min_window_s, elapsed_s / calls, calls)
-        if calls >= _MAX_CALLS:
-            raise MeasurementError(
-                f"Expected fn to take measurable time, Received: {calls} calls in {elapsed_s} s "
-                "(is the clock moving?)"
-            )
+        _check_clock_moves(calls, elapsed_s)
         calls *= 10
