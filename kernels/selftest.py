@@ -7,7 +7,15 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+# The GPU machine has no keras: import only the two measure modules, not the package's __init__.
+import types  # noqa: E402
+
+for _name, _sub in (("carm_advisor", "carm_advisor"), ("carm_advisor.measure", "carm_advisor/measure")):
+    _m = types.ModuleType(_name)
+    _m.__path__ = [os.path.join(ROOT, _sub)]
+    sys.modules[_name] = _m
 
 from carm_advisor.measure.build import build_kernels, detect_arch  # noqa: E402
 from carm_advisor.measure.kernels import KernelLibrary  # noqa: E402
