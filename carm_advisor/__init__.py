@@ -3,19 +3,33 @@
     import keras, carm_advisor as advisor
     report = advisor.analyze(keras.applications.VGG16(weights=None), batch_size=64)
     report.print(); report.plot("vgg16-carm.png"); report.to_json("vgg16.json")
+
+Names are imported on first use, so `import carm_advisor` (and the CLI's start) stays fast and does
+not pull in Keras or a backend before it is needed.
 """
 
-from carm_advisor.analysis import analyze
-from carm_advisor.carm.power import PowerModel
-from carm_advisor.carm.roofline import CARM
-from carm_advisor.errors import CarmError
-from carm_advisor.profiles.profile import Profile, load_profile
-from carm_advisor.report.model import Report
+from importlib import import_module
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "analyze": "carm_advisor.analysis",
+    "load_profile": "carm_advisor.profiles.profile",
+    "Profile": "carm_advisor.profiles.profile",
+    "Report": "carm_advisor.report.model",
+    "CARM": "carm_advisor.carm.roofline",
+    "PowerModel": "carm_advisor.carm.power",
+    "CarmError": "carm_advisor.errors",
+}
 
-def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True) -> Profile:
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'carm_advisor' has no attribute {name!r}")
+
+
+def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True):
     """Measure every CARM roof of GPU `device` with its power; returns (and caches) a measured Profile."""
     from carm_advisor.measure.ceilings import measure_ceilings as _measure
 

@@ -280,15 +280,18 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         return run
     if measure is False or measure is None:
         return None
-    from carm_advisor.measure.layers import gpu_available, measure_run
+    from carm_advisor.measure.backend import has_gpu
+    from carm_advisor.measure.layers import measure_run
+    from carm_advisor.power.nvml import gpu_count, open_gpu
 
-    if not gpu_available():
+    if gpu_count() == 0 or not has_gpu():
         if measure is True:
             from carm_advisor.errors import GPUUnavailableError
 
-            raise GPUUnavailableError("measure=True but no NVIDIA GPU is usable here (NVML or the backend sees none)")
+            raise GPUUnavailableError("measure=True but no NVIDIA GPU is usable here (NVML or the Keras backend sees none)")
         return None
-    return measure_run(model, batch_size=batch_size, counters=counters, progress=progress, **options)
+    gpu = options.pop("gpu", None) or open_gpu(0)
+    return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 
 
 Predictor = Callable[..., list[LayerRow]]

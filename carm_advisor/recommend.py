@@ -200,7 +200,7 @@ def _tensor_core_alignment(report, rows) -> Recommendation | None:
         title="Pad channel counts to Tensor Core multiples",
         detail=f"{len(misaligned)} Tensor Core layers ({share:.0%} of the predicted time) have channel counts that leave "
         f"Tensor Core tiles partly empty: {names}. Pad channels (or accept it for a 3-channel image input).",
-        expected_gain=f"up to {share:.0%} of the time of those layers (not modelled)", layers=[r.name for r, _, _ in misaligned],
+        expected_gain=f"at most {share:.0%} of the model's time (not modelled)", layers=[r.name for r, _, _ in misaligned],
         basis="Tensor Core tile shapes",
     )
 

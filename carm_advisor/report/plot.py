@@ -11,31 +11,38 @@ _ALWAYS_SHOWN = ("fp32", "tc_tf32", "tc_bf16", "tc_fp8_e4m3")
 _LEVEL_STYLE = {"shared": ":", "l1": ":", "l2": "-.", "hbm": "--"}
 
 
-def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
+def _axes():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    profile = report.profile
-    if profile is None:
-        raise CarmError("this report carries no profile to draw roofs from")
-    carm = profile.carm()
-    rows = [r for r in report.known_layers if r.flops and r.ai]
-    used_paths = {r.path for r in rows}
-    paths = [p for p in COMPUTE_PATHS if p in carm.peak_flops_per_s and (p in used_paths or p in _ALWAYS_SHOWN)]
+    fig, ax = plt.subplots(figsize=(11, 7), dpi=110)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte requested by the SMs)")
+    ax.set_ylabel("performance (FLOP/s, 1 multiply-add = 2 FLOPs)")
+    ax.grid(True, which="major", alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def draw_roofs(ax, carm, paths, ai_range: tuple[float, float]) -> float:
+    """Draw the memory slopes and the chosen compute roofs; returns the highest roof drawn."""
     levels = [m for m in MEMORY_LEVELS if m in carm.bandwidth_bytes_per_s]
     peaks = {p: carm.peak_flops_per_s[p] for p in paths}
     top = max(peaks.values())
     bw_max = max(carm.bandwidth_bytes_per_s[m] for m in levels)
-
-    ais = [r.ai for r in rows] or [1.0]
-    x_min = min(min(ais) / 3, 0.05)
-    x_max = max(max(ais) * 3, 4 * top / min(carm.bandwidth_bytes_per_s[m] for m in levels))
-    fig, ax = plt.subplots(figsize=(11, 7), dpi=110)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-
+    x_min, x_max = ai_range
     for m in levels:
         b = carm.bandwidth_bytes_per_s[m]
         x_end = top / b
@@ -47,6 +54,27 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
         ax.plot([f / bw_max, x_max], [f, f], "-", color="tab:blue" if p.startswith("tc_") else "tab:gray", lw=1.6)
         ax.annotate(f"{COMPUTE_PATHS[p]} {f / 1e12:.4g} TFLOP/s", (x_max, f), ha="right", va="bottom", fontsize=8,
                     color="tab:blue" if p.startswith("tc_") else "0.3")
+    ax.set_xlim(x_min, x_max)
+    return top
+
+
+def _ai_range(carm, paths, ais) -> tuple[float, float]:
+    top = max(carm.peak_flops_per_s[p] for p in paths)
+    slowest = min(carm.bandwidth_bytes_per_s.values())
+    ais = ais or [1.0]
+    return min(min(ais) / 3, 0.05), max(max(ais) * 3, 4 * top / slowest)
+
+
+def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
+    profile = report.profile
+    if profile is None:
+        raise CarmError("this report carries no profile to draw roofs from")
+    carm = profile.carm()
+    rows = [r for r in report.known_layers if r.flops and r.ai]
+    used_paths = {r.path for r in rows}
+    paths = [p for p in COMPUTE_PATHS if p in carm.peak_flops_per_s and (p in used_paths or p in _ALWAYS_SHOWN)]
+    fig, ax = _axes()
+    top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [r.ai for r in rows]))
 
     shares = report.time_shares()
     scale = 1800
@@ -66,24 +94,33 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
             ax.scatter(xs, ys, s=sizes, facecolors="none", edgecolors=cs, linewidths=1.4, zorder=2,
                        label="predicted layer (on its roof)")
     heaviest = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:labelled]
-    for r in heaviest:
+    for i, r in enumerate(heaviest):
         y = r.achieved_flops_per_s if r.measured else r.flops / r.predicted_time_s
-        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (r.ai, y), fontsize=8, xytext=(6, -10),
-                    textcoords="offset points")
+        # Alternate above/below so neighbouring heavy layers do not print over each other.
+        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (r.ai, y), fontsize=8, xytext=(4, -14 if i % 2 else 9),
+                    textcoords="offset points", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
     m, d = report.model, report.device
     what = "measured" if d["source"] == "measured" else f"PREDICTED from the {d.get('profile_source')} profile"
     ax.set_title(f"CARM: {m['name']} (batch {m['batch_size']}, {m['precision']}, {m['backend']}) on {d.get('profile')} - {what}",
                  fontsize=10)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte requested by the SMs)")
-    ax.set_ylabel("performance (FLOP/s, 1 multiply-add = 2 FLOPs)")
-    ax.set_xlim(x_min, x_max)
     ys_all = [r.flops / r.predicted_time_s for r in rows if r.predicted_time_s] + [top]
     ax.set_ylim(max(min(ys_all) / 5, 1e9), top * 3)
-    ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def plot_profile(profile, path: str | Path) -> Path:
+    """The roofs of a profile alone, with the mixed-intensity sweep points when it has them."""
+    carm = profile.carm()
+    paths = [p for p in COMPUTE_PATHS if p in carm.peak_flops_per_s]
+    points = (profile.extra.get("sweep") or {}).get("points") or []
+    fig, ax = _axes()
+    top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [p["ai"] for p in points]))
+    if points:
+        ax.scatter([p["ai"] for p in points], [p["flops_per_s"] for p in points], s=25, c="tab:red", zorder=3,
+                   label="mixed-intensity sweep (measured)")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_ylim(top / 1e4, top * 3)
+    ax.set_title(f"CARM roofs of {profile.name} ({profile.source} profile)", fontsize=10)
+    return _save(fig, path)

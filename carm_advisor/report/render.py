@@ -101,6 +101,21 @@ def recommendations_table(report) -> Table:
     return table
 
 
+def ceilings_table(profile) -> Table:
+    """The roofs of a profile with the clock and power each was sustained at."""
+    table = Table(title=f"CARM ceilings of {profile.name} ({profile.source} profile)", header_style="bold")
+    for col, just in (("roof", "left"), ("key", "left"), ("value", "right"), ("SM clock", "right"),
+                      ("power", "right"), ("repeats", "right"), ("spread", "right"), ("source", "left")):
+        table.add_column(col, justify=just)
+    for key, c in sorted(profile.ceilings.items(), key=lambda kv: (kv[1].kind, -kv[1].value)):
+        table.add_row(
+            c.label, key, si(c.value, c.unit), "-" if c.sm_clock_mhz is None else f"{c.sm_clock_mhz:.0f} MHz",
+            "-" if c.power_w is None else f"{c.power_w:.0f} W", "-" if c.repeats is None else str(c.repeats),
+            "-" if c.spread is None else f"{c.spread:.1%}", str(c.provenance.get("source")),
+        )
+    return table
+
+
 def renderables(report, top: int | None = None):
     yield header(report)
     yield layer_table(report, top)

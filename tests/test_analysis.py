@@ -1,0 +1,131 @@
+import io
+import json
+
+import keras
+import pytest
+from rich.console import Console
+
+import carm_advisor as advisor
+from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
+
+DESIGN_LAYER_KEYS = {"name", "type", "flops", "bytes", "ai", "bound", "attainable_flops_per_s", "time_s", "energy_j", "measured"}
+
+
+def round_profile(power=False):
+    d = {
+        "schema": SCHEMA,
+        "device": {"name": "Round GPU", "l2_usable_bytes": 1000},
+        "provenance": {"source": "recorded"},
+        "ceilings": {
+            "fp32": {"kind": "compute", "value": 1e12, "provenance": {"source": "datasheet"}},
+            "tc_tf32": {"kind": "compute", "value": 1e13, "provenance": {"source": "datasheet"}},
+            "tc_bf16": {"kind": "compute", "value": 2e13, "provenance": {"source": "datasheet"}},
+            "l2": {"kind": "memory", "value": 1e12, "provenance": {"source": "datasheet"}},
+            "hbm": {"kind": "memory", "value": 1e11, "provenance": {"source": "datasheet"}},
+        },
+    }
+    if power:
+        d["power_model"] = {"constant_w": 100, "power_limit_w": None,
+                            "joules_per_flop": {"fp32": 1e-11, "tc_tf32": 1e-12, "tc_bf16": 5e-13},
+                            "joules_per_byte": {"l2": 1e-11, "hbm": 1e-10}}
+    return profile_from_dict(d)
+
+
+def dense_model(dtype=None):
+    inputs = keras.Input(shape=(1024,))
+    outputs = keras.layers.Dense(1024, use_bias=False, name="fc", dtype=dtype)(inputs)
+    return keras.Model(inputs, outputs, name="one_dense")
+
+
+def test_dense_layer_lands_on_the_tf32_roof_by_hand_calculation():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("math mode differs per backend; this hand calculation assumes TensorFlow's TF32 default")
+    report = advisor.analyze(dense_model(), batch_size=1024, profile=round_profile(), measure=False)
+    (row,) = report.layers
+    flops = 2 * 1024 * 1024 * 1024                 # 1024 samples x 1024x1024 multiply-adds
+    bytes_ = 3 * 1024 * 1024 * 4                   # input, kernel and output, float32
+    assert row.flops == flops and row.bytes == bytes_
+    assert row.path == "tc_tf32" and row.level == "hbm"      # 12.6 MB > 1000 B of L2
+    assert row.bound == "compute:tc_tf32"                    # AI 170.7 > ridge 1e13/1e11 = 100
+    assert row.predicted_time_s == pytest.approx(flops / 1e13)
+    assert report.totals()["flops_per_sample"] == pytest.approx(flops / 1024)
+
+
+def test_energy_prediction_uses_the_power_model():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("assumes TensorFlow's TF32 default")
+    report = advisor.analyze(dense_model(), batch_size=1024, profile=round_profile(power=True), measure=False)
+    (row,) = report.layers
+    t = 2 * 1024**3 / 1e13
+    expected = 100 * t + 1e-12 * 2 * 1024**3 + 1e-10 * 3 * 1024 * 1024 * 4
+    assert row.predicted_energy_j == pytest.approx(expected)
+
+
+def test_mixed_precision_is_recommended_with_the_predicted_gain_of_the_bf16_roof():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("assumes TensorFlow's TF32 default")
+    report = advisor.analyze(dense_model(), batch_size=1024, profile=round_profile(), measure=False)
+    rec = next(r for r in report.recommendations if "bfloat16" in r.title)
+    # bf16: 2^31 FLOPs at 2e13 -> 1.074e-4 s; 6.29 MB at 1e11 B/s -> 6.29e-5 s: compute-bound, 2x faster.
+    assert rec.speedup == pytest.approx(2.0)
+
+
+def test_precision_override_analyses_as_bfloat16():
+    report = advisor.analyze(dense_model(), batch_size=1024, profile=round_profile(), precision="mixed_bfloat16", measure=False)
+    (row,) = report.layers
+    assert row.path == "tc_bf16" and row.bytes == 3 * 1024 * 1024 * 2
+
+
+def test_report_json_has_the_design_keys(tmp_path):
+    report = advisor.analyze(dense_model(), batch_size=8, profile=round_profile(), measure=False)
+    path = tmp_path / "r.json"
+    report.to_json(path)
+    d = json.loads(path.read_text())
+    assert d["schema"] == "carm-advisor/report/1"
+    assert set(d["model"]) >= {"name", "batch_size", "precision", "layout", "backend"}
+    assert d["device"]["source"] == "profile"
+    assert set(d["layers"][0]) >= DESIGN_LAYER_KEYS
+    assert d["layers"][0]["time_s"] is None and d["layers"][0]["measured"] is False
+    assert set(d["totals"]) >= {"flops_per_sample", "flops", "bytes", "time_s", "energy_j"}
+    assert all(set(r) >= {"title", "detail", "expected_gain"} for r in d["recommendations"])
+
+
+def test_rendering_says_the_figures_are_predictions():
+    report = advisor.analyze(dense_model(), batch_size=8, profile=round_profile(), measure=False)
+    buf = io.StringIO()
+    report.print(Console(file=buf, width=140))
+    text = buf.getvalue()
+    assert "PREDICTED" in text and "fc" in text and "Round GPU" in text
+
+
+def test_plot_writes_a_png(tmp_path):
+    report = advisor.analyze(dense_model(), batch_size=8, profile=round_profile(), measure=False)
+    path = report.plot(tmp_path / "carm.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_layers_are_reported_not_counted_as_zero():
+    class Mystery(keras.layers.Layer):
+        def call(self, x):
+            return x * 2
+
+    inputs = keras.Input(shape=(16,))
+    model = keras.Model(inputs, Mystery(name="mystery")(keras.layers.Dense(16, name="d")(inputs)))
+    report = advisor.analyze(model, batch_size=4, profile=round_profile(), measure=False)
+    assert [r.name for r in report.unknown_layers] == ["mystery"]
+    assert report.totals()["unknown_layers"] == 1
+    assert any("mystery" in w for w in report.warnings)
+    with pytest.raises(advisor.CarmError, match="mystery"):
+        advisor.analyze(model, batch_size=4, profile=round_profile(), measure=False, strict=True)
+
+
+def test_measure_true_without_a_gpu_is_a_clear_error():
+    from carm_advisor.errors import GPUUnavailableError
+
+    with pytest.raises(GPUUnavailableError):
+        advisor.analyze(dense_model(), batch_size=2, profile=round_profile(), measure=True)
+
+
+def test_bad_batch_size_is_rejected():
+    with pytest.raises(ValueError, match="batch_size"):
+        advisor.analyze(dense_model(), batch_size=0, profile=round_profile(), measure=False)

@@ -1,0 +1,114 @@
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+
+import keras
+import pytest
+
+from carm_advisor.cli import main
+
+VGG16_TF_PROFILER_FLOPS = 30_960_211_824   # TensorFlow profiler, VGG16 at 224x224, per sample
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own exits
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, fragment):
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("carm-advise: error:")
+    assert fragment in lines[0]
+    assert "Traceback" not in err
+
+
+def test_vgg16_end_to_end_on_the_recorded_profile(tmp_path):
+    """The README's main job: a fresh process, JSON and plot, on a CPU-only machine."""
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "carm_advisor.cli", "analyze", "vgg16", "--json", str(out_json), "--plot", str(out_png)],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"}, timeout=300,
+    )
+    wall_s = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(out_json.read_text())
+    assert d["device"]["source"] == "profile"
+    assert d["totals"]["flops_per_sample"] == pytest.approx(VGG16_TF_PROFILER_FLOPS, rel=0.01)
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+    assert "PREDICTED" in proc.stdout
+    assert wall_s < 60, f"analyze vgg16 took {wall_s:.1f} s"   # target 20 s on a developer machine
+
+
+def test_unknown_model_name(capsys):
+    code, _, err = run_cli(capsys, "analyze", "vgg17")
+    assert_one_line_error(code, err, "vgg17")
+
+
+def test_missing_model_file(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "missing.keras"))
+    assert_one_line_error(code, err, "not found")
+
+
+def test_corrupt_model_file(capsys, tmp_path):
+    path = tmp_path / "corrupt.keras"
+    path.write_bytes(b"\x00garbage" * 10)
+    code, _, err = run_cli(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, "not a valid .keras file")
+
+
+def test_zip_that_is_not_a_model(capsys, tmp_path):
+    path = tmp_path / "notamodel.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("hello.txt", "not a model")
+    code, _, err = run_cli(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, "could not load")
+
+
+def test_saved_keras_model_is_analysed(capsys, tmp_path):
+    inputs = keras.Input(shape=(32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, name="conv")(inputs)
+    model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="gap")(x))
+    path = tmp_path / "small.keras"
+    model.save(path)
+    code, out, err = run_cli(capsys, "analyze", str(path), "--batch-size", "4", "--json", str(tmp_path / "s.json"))
+    assert code == 0, err
+    d = json.loads((tmp_path / "s.json").read_text())
+    conv = d["layers"][0]
+    assert conv["name"] == "conv"
+    # 4 x 30x30x16 outputs, each 3x3x3 multiply-adds (2 FLOPs) + 1 bias add
+    assert conv["flops"] == 4 * 30 * 30 * 16 * (2 * 27 + 1)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["analyze", "vgg16", "--batch-size", "0"], "positive integer"),
+    (["analyze", "vgg16", "--batch-size", "many"], "positive integer"),
+    (["analyze", "vgg16", "--precision", "float13"], "invalid choice"),
+    (["analyze", "vgg16", "--input-shape", "a,b"], "input shape"),
+    (["analyze"], "model"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_options(capsys, argv, fragment):
+    code, _, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, fragment)
+
+
+def test_malformed_profile(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"schema": "carm-advisor/profile/1", "device": {}}))
+    code, _, err = run_cli(capsys, "analyze", "vgg16", "--profile", str(path))
+    assert_one_line_error(code, err, "ceilings")
+
+
+def test_output_directory_must_exist(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "analyze", "vgg16", "--json", str(tmp_path / "no" / "such" / "r.json"))
+    assert_one_line_error(code, err, "does not exist")
