@@ -1,0 +1,195 @@
+"""Per-layer and whole-model measurement on the CPU (tensorflow backend) with a FakeGPU on real time.
+
+The FakeGPU draws a constant power P on the real clock, so every window's energy is P x its duration
+(less the microseconds between the clock and counter reads, and < 1 mJ counter truncation): a layer's
+energy per call must be P x its time per call, and its power P.
+"""
+
+from __future__ import annotations
+
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from carm_advisor.errors import MeasurementError
+from carm_advisor.mapping.walker import iter_layer_calls
+from carm_advisor.measure import backend
+from carm_advisor.measure.layers import PRESETS, layer_runner, measure_layers, measure_model, measure_run
+from carm_advisor.measure.records import RunMeasurement
+from carm_advisor.power.fake import FakeGPU
+
+FAKE_POWER_W = 250.0
+FAKE_SM_CLOCK_MHZ = 1755.0
+FAST = dict(min_window_s=0.02, repeats=2, warmup=1, progress=False)
+
+
+def tiny_model() -> keras.Model:
+    """Conv2D + 1x1 skip + Add + Flatten + Dense, and a Dense shared by two calls (walker names head#1)."""
+    inp = keras.Input((8, 8, 3))
+    conv = keras.layers.Conv2D(4, 3, padding="same", name="conv")(inp)
+    skip = keras.layers.Conv2D(4, 1, name="skip")(inp)
+    added = keras.layers.Add(name="add")([conv, skip])
+    hidden = keras.layers.Dense(6, name="dense")(keras.layers.Flatten(name="flat")(added))
+    head = keras.layers.Dense(6, name="head")
+    return keras.Model(inp, head(head(hidden)), name="tiny")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def run(model):
+    gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
+    return measure_run(model, batch_size=2, gpu=gpu, model_min_window_s=0.05, model_repeats=2, command="test", **FAST)
+
+
+def test_layer_names_are_the_walker_paths_in_order(model, run):
+    expected = [c.path for c in iter_layer_calls(model, 2)]
+    assert expected == ["conv", "skip", "add", "flat", "dense", "head", "head#1"]
+    assert [m.name for m in run.layers] == expected
+    assert [m.type for m in run.layers] == ["Conv2D", "Conv2D", "Add", "Flatten", "Dense", "Dense", "Dense"]
+
+
+def test_every_layer_is_measured_with_positive_time_and_the_asked_repeats(run):
+    for m in run.layers:
+        assert m.time_s > 0 and m.repeats == 2 and m.execution == "eager"
+
+
+def test_layer_energy_is_fake_power_times_time(run):
+    for m in run.layers:
+        assert m.energy_j == pytest.approx(FAKE_POWER_W * m.time_s, rel=0.03), m.name
+        assert m.power_w == pytest.approx(FAKE_POWER_W, rel=0.02), m.name
+        assert m.sm_clock_mhz == FAKE_SM_CLOCK_MHZ
+
+
+def test_whole_model_inference_and_training_step_have_energy_from_fake_power(run):
+    for m in (run.inference, run.training_step):
+        assert m is not None and m.time_s > 0
+        assert m.energy_j == pytest.approx(FAKE_POWER_W * m.time_s, rel=0.03)
+        assert m.power_w == pytest.approx(FAKE_POWER_W, rel=0.02)
+
+
+def test_run_record_describes_backend_device_and_precision(run):
+    assert run.backend == "tensorflow"
+    assert run.device["name"] == "NVIDIA H200 (fake)" and run.device["backend_device"] == "cpu"
+    assert run.batch_size == 2 and run.precision == "float32" and run.layout == "channels_last"
+    assert run.math_mode["conv"] in ("tf32", "fp32")
+    assert run.command == "test" and run.model_name == "tiny" and run.wall_s > 0
+    assert run.intensity_source == "analytic"
+
+
+def test_record_round_trips_through_json(run, tmp_path):
+    path = run.to_json(tmp_path / "run.json")
+    assert RunMeasurement.from_json(path) == run
+
+
+def test_malformed_record_file_raises_one_line_error(run, tmp_path):
+    data = run.to_dict()
+    del data["layers"][0]["time_s"]
+    path = tmp_path / "bad.json"
+    import json
+
+    path.write_text(json.dumps(data))
+    with pytest.raises(MeasurementError) as err:
+        RunMeasurement.from_json(path)
+    assert "time_s" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_without_gpu_energy_power_and_clock_are_none(model):
+    result = measure_layers(model, batch_size=2, gpu=None, only=["conv", "add"], **FAST)
+    assert [m.name for m in result.layers] == ["conv", "add"]
+    for m in result.layers:
+        assert m.time_s > 0 and m.energy_j is None and m.power_w is None and m.sm_clock_mhz is None
+    assert result.inference is None and result.device["name"] == "cpu"
+
+
+def test_unknown_layer_name_in_only_raises(model):
+    with pytest.raises(MeasurementError, match="nope"):
+        measure_layers(model, batch_size=2, only=["nope"], **FAST)
+
+
+def test_unknown_preset_raises(model):
+    with pytest.raises(MeasurementError, match="preset"):
+        measure_layers(model, batch_size=2, preset="turbo", progress=False)
+
+
+def test_runner_calls_each_layer_as_the_graph_does_and_gets_the_walker_output_shape(model):
+    """Add gets a list, a shared layer its second call's input; outputs match the symbolic shapes."""
+    for call in iter_layer_calls(model, 3):
+        out = layer_runner(call).fn()
+        assert tuple(out.shape) == call.output_shapes[0], call.path
+
+
+def test_embedding_gets_indices_inside_its_vocabulary():
+    inp = keras.Input((5,), dtype="int32")
+    emb = keras.layers.Embedding(7, 4, name="emb")(inp)
+    model = keras.Model(inp, keras.layers.Dense(2, name="out")(keras.layers.Flatten()(emb)))
+    call = next(c for c in iter_layer_calls(model, 64) if c.path == "emb")
+    runner = layer_runner(call)
+    indices = np.asarray(runner.tensors[0])
+    assert indices.dtype == np.int32 and indices.min() >= 0 and indices.max() < 7
+    # tensorflow on CPU raises on an out-of-range index, so measuring proves the indices valid too
+    assert measure_layers(model, batch_size=4, **FAST).layers[0].name == "emb"
+
+
+def test_training_step_leaves_weights_and_user_compile_config_unchanged():
+    model = tiny_model()
+    model.compile(optimizer="adam", loss="mae")
+    before = [w.copy() for w in model.get_weights()]
+    inference, step = measure_model(model, batch_size=2, min_window_s=0.02, repeats=1, warmup=1)
+    assert inference.time_s > 0 and step is not None and step.time_s > 0
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert model.get_compile_config()["loss"] == "mae"
+
+
+def test_model_without_training_step_returns_none_for_it(model):
+    inference, step = measure_model(model, batch_size=2, training_step=False, min_window_s=0.02, repeats=1)
+    assert inference.energy_j is None and step is None
+
+
+def test_presets_trade_window_length_for_time():
+    assert PRESETS["fast"].layer_window_s < PRESETS["standard"].layer_window_s < PRESETS["accurate"].layer_window_s
+    # VGG16 has 22 layer calls: the standard preset's windows alone must leave room in a 30 s budget.
+    standard = PRESETS["standard"]
+    assert 22 * standard.layer_window_s * standard.layer_repeats + 2 * standard.model_window_s * standard.model_repeats <= 20
+
+
+# ---- backend seam ------------------------------------------------------------------------------
+
+
+def test_math_mode_reads_tensorflow_tf32_flag():
+    import tensorflow as tf
+
+    was = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        on = backend.math_mode("tensorflow")
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        off = backend.math_mode("tensorflow")
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(was)
+    assert (on["conv"], on["matmul"]) == ("tf32", "tf32")
+    assert (off["conv"], off["matmul"]) == ("fp32", "fp32")
+    assert off["flags"] == {"tf.config.experimental.tensor_float_32_execution_enabled()": False}
+    assert on["gpu"] is False  # this machine has no GPU
+
+
+def test_backend_queries_on_a_cpu_machine():
+    assert backend.active_backend() == "tensorflow"
+    assert backend.has_gpu() is False and backend.device_name() == "cpu"
+    assert backend.math_mode("numpy")["conv"] == "fp32"
+    with pytest.raises(MeasurementError, match="backend"):
+        backend.math_mode("mxnet")
+
+
+def test_synchronizer_keeps_the_last_outputs_for_the_sync():
+    syncer = backend.Synchronizer("tensorflow")
+    tracked = syncer.track(lambda: keras.ops.ones((2,)))
+    out = tracked()
+    assert syncer.last_outputs is out
+    syncer()  # pulls the outputs to the host on a CPU: must not raise
