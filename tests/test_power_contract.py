@@ -318,7 +318,8 @@ def test_nvml_errors_become_one_line_carm_errors(stub_nvml, nvml_error, expected
 
 def test_nvml_gpu_index_out_of_range_says_expected_and_received(stub_nvml):
     stub_nvml(device_count=1)
-    with pytest.raises(GPUUnavailableError, match=r"Expected a GPU index in \[0, 1\), Received: index=3"):
+    expected = r"Expected a GPU index in \[0, 1\), Received: index=3"
+    with pytest.raises(GPUUnavailableError, match=expected):
         NvmlGPU(3)
 
 
@@ -346,7 +347,9 @@ def test_opening_nvml_without_a_driver_raises_a_one_line_carm_error(monkeypatch)
         open_gpu(0)
     err = info.value
     assert isinstance(err, GPUUnavailableError) and isinstance(err, PowerError)
-    assert str(err) == "NVML is not available (libnvidia-ml.so not found): no NVIDIA driver on this machine"
+    assert str(err) == (
+        "NVML is not available (libnvidia-ml.so not found): no NVIDIA driver on this machine"
+    )
     assert gpu_count() == 0
 
 

@@ -4,7 +4,11 @@ Importing this package never imports pynvml; `open_gpu()` / `NvmlGPU` do, on fir
 """
 
 from carm_advisor.power._base import GPU
-from carm_advisor.power.clocks import ENV_NO_CLOCK_CONTROL, ClockController, clock_control_disabled_by_env
+from carm_advisor.power.clocks import (
+    ENV_NO_CLOCK_CONTROL,
+    ClockController,
+    clock_control_disabled_by_env,
+)
 from carm_advisor.power.energy import (
     EnergyMeasurement,
     EnergyWindow,

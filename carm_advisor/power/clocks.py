@@ -202,7 +202,9 @@ class ClockController:
         atexit.register(self.restore)
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for signum in _HANDLED_SIGNALS:
-                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+                # An ignored signal will not end the process: leave it ignored.
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _disarm(self, keep_atexit: bool) -> dict[int, Any]:
         previous = dict(self._previous_handlers)

@@ -79,7 +79,9 @@ class PowerSampler:
 
     def start(self) -> "PowerSampler":
         if self._thread is not None:
-            raise MeasurementError("Expected a PowerSampler that is not running, Received: a running one")
+            raise MeasurementError(
+                "Expected a PowerSampler that is not running, Received: a running one"
+            )
         self._stop.clear()
         self._sample()
         self._thread = threading.Thread(target=self._run, name="carm-power-sampler", daemon=True)

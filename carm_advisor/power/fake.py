@@ -140,7 +140,9 @@ class FakeGPU(GPU):
         if not rows:
             raise MeasurementError("Expected at least one trace sample, Received: none")
         if "clock" in kwargs:
-            raise MeasurementError("Expected a replayed trace to run on virtual time, Received: clock=")
+            raise MeasurementError(
+                "Expected a replayed trace to run on virtual time, Received: clock="
+            )
         first = rows[0]
         gpu = cls(power_w=first.power_w, sm_clock_mhz=first.sm_clock_mhz, **kwargs)
         for row in rows[1:]:
@@ -173,7 +175,9 @@ class FakeGPU(GPU):
     def advance(self, seconds: float) -> None:
         """Move virtual time forward (the GPU 'runs' for `seconds`)."""
         if self._clock is not None:
-            raise PowerError("Expected a FakeGPU on virtual time for advance(), Received: a real clock")
+            raise PowerError(
+                "Expected a FakeGPU on virtual time for advance(), Received: a real clock"
+            )
         if not seconds >= 0:
             raise PowerError(f"Expected seconds >= 0, Received: seconds={seconds}")
         with self._lock:
@@ -276,7 +280,9 @@ class FakeGPU(GPU):
             self._check_permission("set_power_limit_w", (watts,))
             low, high = self._power_limit_range_w
             if not low <= watts <= high:
-                raise PowerError(f"Expected a power limit in [{low:g}, {high:g}] W, Received: watts={watts}")
+                raise PowerError(
+                    f"Expected a power limit in [{low:g}, {high:g}] W, Received: watts={watts}"
+                )
             self._power_limit_w = float(watts)
             self.calls.append(("set_power_limit_w", (watts,)))
 

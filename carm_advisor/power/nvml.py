@@ -167,7 +167,8 @@ class NvmlGPU(GPU):
 
     @_nvml_errors
     def power_w(self) -> float:
-        # NVML reports milliwatts.
+        # NVML reports milliwatts. On recent GPUs this reading is averaged over a short period by
+        # the driver: use total_energy_mj over a window for energy, this for monitoring.
         return self._nvml().nvmlDeviceGetPowerUsage(self._handle) / 1000.0
 
     @_nvml_errors
