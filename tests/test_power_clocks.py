@@ -317,3 +317,16 @@ def test_a_failed_restore_is_reported_and_retried_later(gpu):
     ctl.restore()
     assert_untouched(gpu)
     assert not ctl.changed
+
+
+def test_restore_puts_back_the_management_limit_not_the_enforced_one():
+    # Enforced 600 W (another cap binds) under a 700 W management limit: restoring 600 would
+    # silently lower the user's limit.
+    class OtherCapBinds(FakeGPU):
+        def power_limit_w(self) -> float:
+            return min(600.0, super().power_limit_w())
+
+    gpu = OtherCapBinds(power_limit_w=700.0)
+    with ClockController(gpu, allow_changes=True, power_limit_w=500):
+        pass
+    assert gpu.calls == [("set_power_limit_w", (500,)), ("set_power_limit_w", (700.0,))]

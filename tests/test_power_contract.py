@@ -113,6 +113,10 @@ def make_stub_pynvml(*, permission: bool = False, device_count: int = 1) -> type
         return 700_000  # mW
 
     @api
+    def nvmlDeviceGetPowerManagementLimit(handle):
+        return 650_000  # mW: an example where another cap does not bind but the value differs
+
+    @api
     def nvmlDeviceGetPowerManagementLimitConstraints(handle):
         return [200_000, 700_000]  # mW
 
@@ -210,6 +214,7 @@ def test_power_is_watts_within_the_power_limit_range(backend):
     low_w, high_w = gpu.power_limit_range_w()
     assert 0 < low_w <= high_w < 5000  # watts, not milliwatts
     assert low_w <= gpu.power_limit_w() <= high_w
+    assert low_w <= gpu.power_management_limit_w() <= high_w
     # Readings may overshoot the cap briefly; 1.5x the top of the range is never a W figure.
     assert 0 < gpu.power_w() <= 1.5 * high_w
 
@@ -252,6 +257,7 @@ def test_nvml_converts_milliwatts_to_watts(stub_nvml):
     assert gpu.power_w() == 350.0
     assert gpu.power_limit_w() == 700.0
     assert gpu.power_limit_range_w() == (200.0, 700.0)
+    assert gpu.power_management_limit_w() == 650.0
 
 
 def test_nvml_passes_energy_through_as_millijoules(stub_nvml):

@@ -54,6 +54,11 @@ class GPU(ABC):
     def power_limit_w(self) -> float:
         """Enforced board power limit. Units: W."""
 
+    def power_management_limit_w(self) -> float:
+        """The settable power limit (what set_power_limit_w writes), which the enforced limit may
+        undercut when another cap is lower; what a restore must put back. Units: W."""
+        return self.power_limit_w()
+
     @abstractmethod
     def power_limit_range_w(self) -> tuple[float, float]:
         """(min, max) settable power limit. Units: W."""

@@ -5,8 +5,8 @@ Off by default: a shared or lent GPU's settings must never change, so a change n
 Whatever was changed is restored on every way out of the `with` block: normal exit, exception,
 SIGINT, SIGTERM (handlers restore, then hand the signal to whoever had it before) and, as a last
 resort, atexit. NVML cannot read back a clock lock, so "restore" means: reset locked clocks (which
-also drops a lock someone else set before) and set the power limit back to the value read before
-the first change.
+also drops a lock someone else set before) and set the power-management limit back to the value
+read before the first change (not the enforced limit, which another, lower cap may undercut).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class ClockController:
         self._arm()
         first_change = self._saved_power_limit_w is None
         if first_change:
-            self._saved_power_limit_w = self.gpu.power_limit_w()
+            self._saved_power_limit_w = self.gpu.power_management_limit_w()
         try:
             self.gpu.set_power_limit_w(watts)
         except PowerError as err:

@@ -246,6 +246,9 @@ class FakeGPU(GPU):
     def power_limit_w(self) -> float:
         return self._power_limit_w
 
+    def power_management_limit_w(self) -> float:
+        return self._power_limit_w
+
     def power_limit_range_w(self) -> tuple[float, float]:
         return self._power_limit_range_w
 

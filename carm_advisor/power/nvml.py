@@ -202,6 +202,10 @@ class NvmlGPU(GPU):
         return self._nvml().nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
 
     @_nvml_errors
+    def power_management_limit_w(self) -> float:
+        return self._nvml().nvmlDeviceGetPowerManagementLimit(self._handle) / 1000.0
+
+    @_nvml_errors
     def power_limit_range_w(self) -> tuple[float, float]:
         min_mw, max_mw = self._nvml().nvmlDeviceGetPowerManagementLimitConstraints(self._handle)
         return (min_mw / 1000.0, max_mw / 1000.0)
