@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("model", help="a keras.applications name in lower case (vgg16, resnet50, mobilenetv2, ...) or a .keras file")
     a.add_argument("--batch-size", type=_positive_int, default=1, help="samples per call (default 1)")
     a.add_argument("--precision", choices=KERAS_POLICIES, help="Keras dtype policy to build/analyse the model with")
+    a.add_argument("--layout", choices=("channels_last", "channels_first"),
+                   help="image data format to build an application model with (default: Keras' setting)")
     a.add_argument("--input-shape", type=_shape, help="input shape of an application model, e.g. 160,160,3")
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
@@ -115,6 +117,10 @@ def _analyze(args) -> int:
         if out and not Path(out).resolve().parent.is_dir():
             raise OSError(f"output directory does not exist: {Path(out).parent}")
     console = Console(stderr=False)
+    if args.layout:
+        import keras
+
+        keras.config.set_image_data_format(args.layout)
     with console.status(f"loading {args.model}"):
         model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape)
     is_file = Path(args.model).suffix in (".keras", ".h5") or Path(args.model).exists()

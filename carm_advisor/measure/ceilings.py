@@ -140,7 +140,11 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
 
     settings = Settings.for_mode(quick)
     started = time.perf_counter()
-    lib = library or KernelLibrary.load()
+    if library is None:
+        from carm_advisor.measure.build import detect_arch
+
+        library = KernelLibrary.load(arch=detect_arch())   # only the visible GPU's arch: a faster build
+    lib = library
     dev = lib.device_info(device)
     arch = 10 * dev.cc_major + dev.cc_minor
     gpu = gpu if gpu is not None else open_gpu(device)

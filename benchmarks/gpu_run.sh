@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One full GPU session: build the kernels, measure the ceilings beside the references, measure VGG16
+# layer by layer (float32 and mixed_bfloat16, torch backend, channels_first; counters on bf16), time
+# the CLI's whole analysis. Everything lands under $OUT/results (packed as $OUT/results.tgz).
+# Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
+set -u
+export PYTHONUNBUFFERED=1 KERAS_BACKEND=${KERAS_BACKEND:-torch} CARM_ADVISOR_NO_CLOCK_CONTROL=1
+export CARM_ADVISOR_CACHE=${CARM_ADVISOR_CACHE:-/tmp/carm_cache} MPLBACKEND=Agg
+OUT=${OUT:-/tmp/out}
+R=$OUT/results
+mkdir -p "$R"
+step() { echo "=== $(date -u +%H:%M:%S) $*"; }
+step nvidia-smi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
+step build-kernels
+/usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
+step ceilings-vs-reference
+timeout 300 python3 benchmarks/ceilings_vs_reference.py --out "$R" --profile-out "$R/measured_profile.json"
+step vgg16-float32
+timeout 180 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first --out "$R" \
+    --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
+step vgg16-bf16-counters
+timeout 300 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first --counters --out "$R" \
+    --record "$R/record-vgg16-mixed_bfloat16.json" --plot "$R/vgg16-mixed_bfloat16.png"
+step cli-analyze-timed
+/usr/bin/time -f "cli analyze wall %e s" timeout 120 python3 -m carm_advisor.cli analyze vgg16 --batch-size 64 \
+    --precision mixed_bfloat16 --layout channels_first --json "$R/cli-vgg16-bf16.json" --top 5
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv > "$R/nvidia-smi-after.csv"
+step pack
+tar czf "$OUT/results.tgz" -C "$OUT" results && rm -rf "$R"
+ls -la "$OUT"
