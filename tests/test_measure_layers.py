@@ -193,3 +193,25 @@ def test_synchronizer_keeps_the_last_outputs_for_the_sync():
     out = tracked()
     assert syncer.last_outputs is out
     syncer()  # pulls the outputs to the host on a CPU: must not raise
+
+
+def test_counters_without_ncu_leave_intensity_analytic(model, monkeypatch):
+    from carm_advisor.measure import counters
+
+    monkeypatch.setattr(counters, "ncu_path", lambda: None)
+    result = measure_run(model, batch_size=2, counters=True, training_step=False, only=["conv"],
+                         model_min_window_s=0.02, model_repeats=1, **FAST)
+    assert result.intensity_source == "analytic" and result.layers[0].counters is None
+
+
+def test_counters_from_ncu_are_attached_to_their_layer_by_name(model, monkeypatch):
+    from carm_advisor.measure import counters
+
+    measured = {"conv": counters.LayerCounters(name="conv", kernels=1, flops_by_path={"tensor_tf32": 800.0},
+                                               sm_bytes_by_space={"global": 100.0})}
+    monkeypatch.setattr(counters, "measure_counters", lambda m, batch_size, only=None: measured)
+    result = measure_run(model, batch_size=2, counters=True, training_step=False, only=["conv", "add"],
+                         model_min_window_s=0.02, model_repeats=1, **FAST)
+    assert result.intensity_source == "counters"
+    assert result.layer("conv").counters["flops"] == 800.0 and result.layer("conv").counters["ai"] == 8.0
+    assert result.layer("add").counters is None

@@ -28,6 +28,7 @@ import datetime as _dt
 import shlex
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable
 
@@ -159,10 +160,12 @@ def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None
     ]
     build = _argument_builder(call)
     is_layer = isinstance(layer, keras.layers.Layer)
+    # stateless_call hands kwargs straight to call(): only layers whose call() takes `training` get it.
+    takes_training = is_layer and bool(getattr(layer, "_call_has_training_arg", False))
 
     def arguments(ts: list) -> tuple[tuple, dict]:
         args, kwargs = build(ts)
-        if is_layer and "training" not in kwargs:
+        if takes_training and "training" not in kwargs:
             kwargs["training"] = training
         return args, kwargs
 
@@ -175,8 +178,13 @@ def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None
         try:
             _backend.sync(jitted(tensors), "jax")  # compile now, outside any timing
             return LayerRunner(lambda: jitted(tensors), "jit", tensors)
-        except Exception:  # a layer jax cannot trace statelessly (seeded RNG state...): run it eagerly
-            pass
+        except Exception as exc:  # a layer jax cannot trace statelessly (seeded RNG state...): run it eagerly
+            warnings.warn(
+                f"carm_advisor: layer '{call.path}' ({type(layer).__name__}) could not be jit-compiled "
+                f"({type(exc).__name__}: {str(exc)[:200]}); measuring it eagerly",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return LayerRunner(eager, "eager", tensors)
 
 
