@@ -137,7 +137,7 @@ std::vector<entry> build_table() {
     }
   // memory levels: one item = one 16-byte access per thread
   add({"shared_read", "memory", "shared", "shared", "read", "LDS.128", "one 16-byte shared load", 80, 0, 0, 16, 0, carm_launch_shared_read, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, 20000, 1});
-  add({"l1_read", "memory", "l1", "l1", "read", "LDG.E.128 (ca)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_l1, SHAPE_STREAM, 0, 256, 0, WS_L1, 1, 0, 2000, 4});
+  add({"l1_read", "memory", "l1", "l1", "read", "LDG.E.128 (L1)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_l1, SHAPE_STREAM, 0, 256, 0, WS_L1, 1, 0, 2000, 4});
   add({"l2_read_partition", "memory", "l2", "l2", "partition", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 4});
   add({"l2_read_full", "memory", "l2", "l2", "full", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 4});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});

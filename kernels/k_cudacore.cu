@@ -86,7 +86,8 @@ cudaError_t carm_launch_shared_read(const carm_launch& l, cudaStream_t s, const 
 }
 
 // ---------------------------------------------------------------- global-memory streams
-// MODE 0: read (ld.global.cg: L2 and HBM, bypassing L1), 1: read through L1 (ld.global.ca),
+// MODE 0: read (ld.global.cg: L2 and HBM, bypassing L1), 1: read through L1 (plain weak ld.global,
+// LDG.E.128, L1-cached by default; .ca assembles to a strong SM-scope load instead),
 // 2: write (st.global.cg), 3: copy. UNROLL independent 16-byte accesses per thread per step;
 // the planner rounds elems to a multiple of grid*block*UNROLL, so there is no bounds check.
 constexpr int STREAM_UNROLL = 4;
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ s
         uint32_t v[STREAM_UNROLL][4];
 #pragma unroll
         for (int u = 0; u < STREAM_UNROLL; ++u)
-          asm volatile("ld.global.ca.v4.u32 {%0,%1,%2,%3}, [%4];"
+          asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
                        : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
                        : "l"(p + i + u * blockDim.x));
 #pragma unroll
