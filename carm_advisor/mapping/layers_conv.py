@@ -24,7 +24,11 @@ def _channel_axis(layer) -> int:
 
 def _epilogue_flops(layer, out_elems: int) -> int:
     bias = out_elems if getattr(layer, "use_bias", False) else 0
-    return bias + activation_flops(getattr(layer, "activation", None)) * out_elems
+    return bias + _activation_flops(layer, out_elems)
+
+
+def _activation_flops(layer, out_elems: int) -> int:
+    return activation_flops(getattr(layer, "activation", None)) * out_elems
 
 
 @register_cost("Conv1D", "Conv2D", "Conv3D", "BaseConv")
@@ -45,7 +49,7 @@ def conv_cost(call: LayerCall, dtype_bytes: int):
         op_class=OP_MATMUL,
         tensor_core=not one_channel_groups,
         notes=notes,
-        extra={"macs": macs},
+        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -59,7 +63,7 @@ def conv_transpose_cost(call: LayerCall, dtype_bytes: int):
         flops=2 * macs + _epilogue_flops(layer, out_elems),
         op_class=OP_MATMUL,
         tensor_core=True,
-        extra={"macs": macs},
+        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -74,7 +78,7 @@ def depthwise_cost(call: LayerCall, dtype_bytes: int):
         op_class=OP_MATMUL,
         tensor_core=False,
         notes="depthwise: cuDNN runs it on CUDA cores, not Tensor Cores",
-        extra={"macs": macs},
+        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -113,7 +117,7 @@ def separable_cost(call: LayerCall, dtype_bytes: int):
         weights=pw_weights,
         read_elems=mid_elems,
         notes="pointwise (1x1) half of a separable conv",
-        extra={"macs": pw_macs, "part": "pointwise", "intermediate_shape": tuple(mid_shape)},
+        extra={"macs": pw_macs, "part": "pointwise", "activation_flops": _activation_flops(layer, out_elems), "intermediate_shape": tuple(mid_shape)},
     )
     mid = (tuple(mid_shape),)
     return [dataclasses.replace(depthwise, output_shapes=mid), dataclasses.replace(pointwise, input_shapes=mid)]

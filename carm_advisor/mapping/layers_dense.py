@@ -38,8 +38,9 @@ def dense_cost(call: LayerCall, dtype_bytes: int):
     in_shape = call.input_shapes[0]
     out_elems = elems(call.output_shapes[0])
     macs = elems(in_shape[:-1]) * in_shape[-1] * layer.units
+    act = activation_flops(layer.activation) * out_elems
     return make_cost(call, dtype_bytes, flops=2 * macs + _bias_act(layer, out_elems),
-                     op_class=OP_MATMUL, tensor_core=True, extra={"macs": macs})
+                     op_class=OP_MATMUL, tensor_core=True, extra={"macs": macs, "activation_flops": act})
 
 
 def _contracted_size(subscripts: str, shapes) -> int:
@@ -67,7 +68,7 @@ def einsum_dense_cost(call: LayerCall, dtype_bytes: int):
     bias = out_elems if getattr(layer, "bias", None) is not None else 0
     act = activation_flops(getattr(layer, "activation", None)) * out_elems
     return make_cost(call, dtype_bytes, flops=2 * macs + bias + act, op_class=OP_MATMUL,
-                     tensor_core=True, extra={"macs": macs, "equation": layer.equation})
+                     tensor_core=True, extra={"macs": macs, "equation": layer.equation, "activation_flops": act})
 
 
 @register_cost("ops.Einsum")
