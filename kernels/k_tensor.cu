@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(WGS * 128, 1) wgmma_kernel(long long iters, ui
   uint8_t* tiles = smem_raw + (base - raw);
   const int words = (WGS * WG_A_BYTES + WG_B_BYTES) / 4;
   for (int i = threadIdx.x; i < words; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(tiles)[i] = carm_rand_word(T::dt, seed + blockIdx.x, i);
+    reinterpret_cast<uint32_t*>(tiles)[i] = carm_rand_word(T::dt, seed ? seed + blockIdx.x : 0u, i);  // seed 0: zero data
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes -> tensor core reads
   __syncthreads();
   const int wg = threadIdx.x / 128;
