@@ -6,7 +6,7 @@ import logging
 from typing import Any, Callable
 
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
-from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
+from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 from carm_advisor.profiles.profile import Profile, load_profile
@@ -96,7 +96,9 @@ def merge_measurements(rows: list[LayerRow], run, profile: Profile) -> list[str]
         if not row.known or not flops or not row.ai:
             continue
         achieved = flops / m.time_s
-        roof = carm.nearest_roof_above(row.ai, achieved / ABOVE_ROOF_TOLERANCE)
+        # The roofs that can bound this layer: its own compute path and every memory slope.
+        own = CARM({row.path: carm.peak_flops_per_s[row.path]}, carm.bandwidth_bytes_per_s)
+        roof = own.nearest_roof_above(row.ai, achieved / ABOVE_ROOF_TOLERANCE)
         if roof is None:
             row.bound = "above-roof"
             warnings.append(

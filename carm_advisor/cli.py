@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
     a.add_argument("--from-measurements", help="replay per-layer measurements recorded on a GPU (JSON)")
     a.add_argument("--no-measure", action="store_true", help="predict only, even on a GPU")
+    a.add_argument("--training-step", action="store_true", help="on a GPU, also measure a whole training step")
     a.add_argument("--counters", action="store_true", help="also read hardware counters with Nsight Compute (ncu)")
     a.add_argument("--top", type=_positive_int, help="show only the N layers with the largest share of time")
     a.add_argument("--strict", action="store_true", help="fail on layers without a cost model")
@@ -134,6 +135,7 @@ def _analyze(args) -> int:
         from_measurements=args.from_measurements,
         counters=args.counters,
         strict=args.strict,
+        measure_options={"training_step": args.training_step},
         name=name,
     )
     from carm_advisor.report.render import print_report

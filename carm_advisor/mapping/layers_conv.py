@@ -49,7 +49,7 @@ def conv_cost(call: LayerCall, dtype_bytes: int):
         op_class=OP_MATMUL,
         tensor_core=not one_channel_groups,
         notes=notes,
-        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
+        extra={"data_format": getattr(layer, "data_format", None), "macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -63,7 +63,7 @@ def conv_transpose_cost(call: LayerCall, dtype_bytes: int):
         flops=2 * macs + _epilogue_flops(layer, out_elems),
         op_class=OP_MATMUL,
         tensor_core=True,
-        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
+        extra={"data_format": getattr(layer, "data_format", None), "macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -78,7 +78,7 @@ def depthwise_cost(call: LayerCall, dtype_bytes: int):
         op_class=OP_MATMUL,
         tensor_core=False,
         notes="depthwise: cuDNN runs it on CUDA cores, not Tensor Cores",
-        extra={"macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
+        extra={"data_format": getattr(layer, "data_format", None), "macs": macs, "activation_flops": _activation_flops(layer, out_elems)},
     )
 
 
@@ -106,7 +106,7 @@ def separable_cost(call: LayerCall, dtype_bytes: int):
         weights=elems(layer.depthwise_kernel.shape),
         written_elems=mid_elems,
         notes="depthwise half of a separable conv: CUDA cores in cuDNN",
-        extra={"macs": dw_macs, "part": "depthwise", "intermediate_shape": tuple(mid_shape)},
+        extra={"data_format": getattr(layer, "data_format", None), "macs": dw_macs, "part": "depthwise", "intermediate_shape": tuple(mid_shape)},
     )
     pointwise = make_cost(
         call, dtype_bytes,
@@ -117,7 +117,7 @@ def separable_cost(call: LayerCall, dtype_bytes: int):
         weights=pw_weights,
         read_elems=mid_elems,
         notes="pointwise (1x1) half of a separable conv",
-        extra={"macs": pw_macs, "part": "pointwise", "activation_flops": _activation_flops(layer, out_elems), "intermediate_shape": tuple(mid_shape)},
+        extra={"data_format": getattr(layer, "data_format", None), "macs": pw_macs, "part": "pointwise", "activation_flops": _activation_flops(layer, out_elems), "intermediate_shape": tuple(mid_shape)},
     )
     mid = (tuple(mid_shape),)
     return [dataclasses.replace(depthwise, output_shapes=mid), dataclasses.replace(pointwise, input_shapes=mid)]

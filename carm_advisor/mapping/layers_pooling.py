@@ -38,6 +38,9 @@ def global_pooling_cost(call: LayerCall, dtype_bytes: int):
 
 @register_cost("Reshape", "Flatten", "ops.Reshape")
 def view_cost(call: LayerCall, dtype_bytes: int):
+    if getattr(call.layer, "data_format", None) == "channels_first" and len(call.input_shapes[0]) > 2:
+        # Keras' Flatten moves channels last before flattening (weights stay layout-independent): a copy.
+        return make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, notes="channels_first Flatten transposes: a copy")
     return no_work_cost(call, "a view of its input: no data moves")
 
 

@@ -12,6 +12,7 @@ e_byte[level] = (P - idle) / byte rate.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ PER_CLOCK_TOLERANCE = 1.01
 class Settings:
     call_s: float = 0.1          # each benchmark call runs at least this long (CUDA events)
     window_s: float = 1.0        # NVML energy window
-    windows: int = 2
+    windows: int = 1
     sweep_points: int = 9
     sweep_call_s: float = 0.05
     quick: bool = False
@@ -50,7 +51,7 @@ class Settings:
     @classmethod
     def for_mode(cls, quick: bool) -> "Settings":
         if quick:
-            return cls(call_s=0.03, window_s=0.3, windows=1, sweep_points=5, sweep_call_s=0.02, quick=True)
+            return cls(call_s=0.02, window_s=0.2, windows=1, sweep_points=5, sweep_call_s=0.01, quick=True)
         return cls()
 
 
@@ -97,31 +98,43 @@ def _calibrate(lib, name: str, device: int, target_s: float, size: float | None)
     return iterations, result
 
 
-def run_benchmark(lib, info, device: int, gpu, settings: Settings, size: float | None = None) -> BenchmarkRun:
-    from carm_advisor.power.energy import measure_energy, relative_spread
+def run_benchmark(lib, info, device: int, gpu, settings: Settings, size: float | None = None,
+                  clock=time.perf_counter) -> BenchmarkRun:
+    """Calibrated calls of >= settings.call_s, grouped into NVML energy windows of >= settings.window_s."""
+    from carm_advisor.power.energy import PowerSampler, relative_spread
 
-    iterations, _ = _calibrate(lib, info.name, device, settings.call_s, size)
-    results = []
-
-    def call():
-        results.append(lib.run(info.name, device=device, size=size or 0, iterations=iterations, launches=1, warmup=0))
-
-    energy = measure_energy(call, gpu, min_window_s=settings.window_s, repeats=settings.windows, warmup=1)
-    results = results[1:] or results
+    iterations, first = _calibrate(lib, info.name, device, settings.call_s, size)
+    calls_per_window = max(1, math.ceil(settings.window_s / max(first.seconds, 1e-6)))
+    results, windows = [], []
+    sampler = PowerSampler(gpu, 0.1, clock) if gpu is not None else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        for _ in range(settings.windows):
+            e0, t0 = (gpu.total_energy_mj() if gpu is not None else None), clock()
+            for _ in range(calls_per_window):   # each call ends on a CUDA event sync: nothing queued across windows
+                results.append(lib.run(info.name, device=device, size=size or 0, iterations=iterations, launches=1, warmup=0))
+            e1, t1 = (gpu.total_energy_mj() if gpu is not None else None), clock()
+            windows.append(((e1 - e0) / 1000.0 if e0 is not None else None, t1 - t0))
+    finally:
+        if sampler is not None:
+            sampler.stop()
     flops_rates = [r.flops / r.seconds for r in results if r.seconds > 0]
     bytes_rates = [r.bytes / r.seconds for r in results if r.seconds > 0]
     if not flops_rates:
         raise MeasurementError(f"benchmark {info.name} returned no timed result")
-    is_memory = info.kind == "memory"
-    rates = bytes_rates if is_memory else flops_rates
+    rates = bytes_rates if info.kind == "memory" else flops_rates
     fl, by = statistics.median(flops_rates), statistics.median(bytes_rates)
+    energy_j = sum(e for e, _ in windows if e is not None) if gpu is not None else None
+    power_w = energy_j / sum(t for _, t in windows) if energy_j is not None else None
     return BenchmarkRun(
         name=info.name, kind=info.kind, key=info.carm_key, memory_key=info.memory_key, variant=info.variant,
         rate=statistics.median(rates), spread=relative_spread(rates), repeats=len(rates),
-        power_w=energy.power_w, sm_clock_mhz=energy.sm_clock_mhz,
+        power_w=power_w, sm_clock_mhz=sampler.mean_sm_clock_mhz() if sampler is not None else None,
         seconds_per_call=statistics.median(r.seconds for r in results), flops_per_s=fl, bytes_per_s=by,
         intensity=(fl / by if by else None) if info.kind == "mixed" else None,
-        extra={"iterations": iterations, "size_bytes": results[-1].size_bytes, "checksum": results[-1].checksum},
+        extra={"iterations": iterations, "size_bytes": results[-1].size_bytes, "checksum": results[-1].checksum,
+               "window_s": [t for _, t in windows]},
     )
 
 
@@ -130,7 +143,7 @@ def _runnable(info, arch: int) -> bool:
 
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
-                     command: str | None = None) -> "Profile":
+                     command: str | None = None, clock=time.perf_counter) -> "Profile":
     """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -158,12 +171,12 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         task = bar.add_task("ceilings", total=len(roofs) + len(mixed))
         for info in roofs:
             bar.update(task, description=f"ceilings: {info.name}")
-            runs.append(run_benchmark(lib, info, device, gpu, settings))
+            runs.append(run_benchmark(lib, info, device, gpu, settings, clock=clock))
             bar.advance(task)
         sweep_settings = Settings(call_s=settings.sweep_call_s, window_s=settings.sweep_call_s, windows=1)
         for info in mixed:
             bar.update(task, description=f"sweep: {info.name}")
-            runs.append(run_benchmark(lib, info, device, None, sweep_settings))
+            runs.append(run_benchmark(lib, info, device, None, sweep_settings, clock=clock))
             bar.advance(task)
     for r in runs:
         r.per_clock_max = per_clock_max(r.key if r.kind != "memory" else r.key, arch, dev.sm_count, r.sm_clock_mhz)

@@ -1,0 +1,114 @@
+"""The ceilings runner on a fake kernel library and a fake GPU: rates, best-of variants, per-clock
+flags, the fitted power model and the sweep fitness, all against hand calculations."""
+
+import pytest
+
+from carm_advisor.measure import ceilings as C
+from carm_advisor.measure.kernels import BenchmarkInfo, DeviceInfo, RunResult
+from carm_advisor.power.fake import FakeGPU
+
+
+def info(i, name, kind, key, variant, flops_item, bytes_item, memory_key=""):
+    return BenchmarkInfo(index=i, name=name, kind=kind, carm_key=key, memory_key=memory_key, variant=variant,
+                         instruction="x", item="x", min_arch=80, max_arch=0, flops_per_item=flops_item,
+                         bytes_per_item=bytes_item, intensity_param=0, size_is_bytes=kind != "compute")
+
+
+class FakeLibrary:
+    """Each benchmark does `rate` units per second of simulated GPU time."""
+
+    source_hash = "fakehash"
+
+    def __init__(self, gpu=None):
+        self.gpu = gpu   # a FakeGPU on virtual time: each call advances it by the simulated seconds
+        self.table = [
+            (info(0, "tc_bf16_rand", "compute", "tc_bf16", "rand", 1e6, 0), 600e12),
+            (info(1, "tc_bf16_zero", "compute", "tc_bf16", "zero", 1e6, 0), 800e12),
+            (info(2, "fp32_fma", "compute", "fp32", "chains", 1e6, 0), 60e12),
+            (info(3, "hbm_read", "memory", "hbm", "read", 0, 1e6, "hbm"), 4e12),
+            (info(4, "hbm_copy", "memory", "hbm", "copy", 0, 1e6, "hbm"), 3.5e12),
+            (info(5, "mix_fp32_hbm_c8", "mixed", "fp32", "c8", 4e6, 1e6, "hbm"), 14e12),   # AI 4: bound 16e12
+        ]
+        self.calls = 0
+
+    def benchmarks(self):
+        return [b for b, _ in self.table]
+
+    def device_info(self, device=0):
+        return DeviceInfo("Fake H", 9, 0, 100, 1980.0, 3201.0, 5120, 50 * 2**20, 228 * 1024, 227 * 1024, 80 * 2**30, 2048, 65536, 90)
+
+    def run(self, name, *, device=0, size=0, iterations=0, launches=1, warmup=1, config=0):
+        self.calls += 1
+        b, rate = next((b, r) for b, r in self.table if b.name == name)
+        iterations = iterations or 10
+        work = 1e6 * iterations                     # units of work per call
+        seconds = work / rate
+        items = work / 1e6
+        if self.gpu is not None:
+            self.gpu.advance(seconds * (1 + warmup))
+        return RunResult(name, items * b.flops_per_item, items * b.bytes_per_item, seconds, items, 1.0, size,
+                         iterations, launches, 1, 1, 0)
+
+
+def test_measured_profile_has_best_variant_rates_and_fake_power():
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1500.0)
+    lib = FakeLibrary(gpu)
+    settings = C.Settings(call_s=0.1, window_s=1.0, windows=2, sweep_call_s=0.001)
+    b = lib.benchmarks()[1]
+    run = C.run_benchmark(lib, b, 0, gpu, settings, clock=gpu.now_s)
+    assert run.rate == pytest.approx(800e12)            # 1e6 FLOP items at the fake's 800e12 FLOP/s
+    assert run.power_w == pytest.approx(300.0, rel=0.05)
+    assert run.repeats >= 1 and run.spread == pytest.approx(0.0)
+
+
+def test_best_runs_keep_the_highest_variant_as_the_roof():
+    runs = [C.BenchmarkRun("a", "compute", "tc_bf16", "", "rand", 600e12, 0, 3, None, None, 0.1),
+            C.BenchmarkRun("b", "compute", "tc_bf16", "", "zero", 800e12, 0, 3, None, None, 0.1),
+            C.BenchmarkRun("c", "memory", "hbm", "hbm", "copy", 3.5e12, 0, 3, None, None, 0.1)]
+    best = C.best_runs(runs)
+    assert best["tc_bf16"].name == "b" and best["hbm"].name == "c"
+
+
+def test_per_clock_maximum_of_hopper_fp32():
+    # 132 SMs x 256 FLOP/clk x 1980 MHz = 66.9 TFLOP/s (the H100/H200 datasheet's 67)
+    assert C.per_clock_max("fp32", 90, 132, 1980) == pytest.approx(132 * 256 * 1980e6)
+    assert C.per_clock_max("fp32", 75, 132, 1980) is None
+
+
+def test_power_model_fit_is_dynamic_power_over_rate():
+    runs = [C.BenchmarkRun("r", "compute", "tc_bf16", "", "rand", 600e12, 0, 3, 700.0, 1500, 0.1, flops_per_s=600e12),
+            C.BenchmarkRun("z", "compute", "tc_bf16", "", "zero", 800e12, 0, 3, 500.0, 1900, 0.1, flops_per_s=800e12),
+            C.BenchmarkRun("h", "memory", "hbm", "hbm", "read", 4e12, 0, 3, 500.0, 1980, 0.1, bytes_per_s=4e12)]
+    pm = C.fit_power_model(runs, idle_w=100.0, power_limit_w=700.0)
+    assert pm["joules_per_flop"] == {"tc_bf16": pytest.approx(600 / 600e12)}   # zero-data run ignored
+    assert pm["joules_per_byte"]["hbm"] == pytest.approx(400 / 4e12)
+    assert pm["constant_w"] == 100.0
+
+
+def test_sweep_fitness_counts_points_within_ten_percent_of_min_roofs():
+    runs = [C.BenchmarkRun("m1", "mixed", "fp32", "hbm", "c8", 0, 0, 1, None, None, 0.1, flops_per_s=14.5e12, intensity=4.0),
+            C.BenchmarkRun("m2", "mixed", "fp32", "hbm", "c64", 0, 0, 1, None, None, 0.1, flops_per_s=40e12, intensity=64.0)]
+    fit = C.sweep_fitness(runs, {"fp32": 60e12}, {"hbm": 4e12})
+    # m1: min(60, 4*4=16) -> 14.5/16 = 0.906 (within); m2: min(60, 256) = 60 -> 0.667 (outside)
+    assert fit["fitness"] == pytest.approx(0.5)
+    assert [round(p["ratio"], 3) for p in fit["points"]] == [0.906, 0.667]
+
+
+def test_measure_ceilings_end_to_end_flags_a_roof_above_its_per_clock_maximum(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "Settings", type("S", (C.Settings,), {"for_mode": classmethod(
+        lambda cls, quick: cls(call_s=0.1, window_s=1.0, windows=1, sweep_call_s=0.05))}))
+    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1000.0)
+    lib = FakeLibrary(gpu)
+    profile = C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s)
+    assert profile.source == "measured"
+    assert profile.ceilings["tc_bf16"].value == pytest.approx(800e12)
+    assert profile.ceilings["hbm"].value == pytest.approx(4e12)
+    # fp32 at 60e12 on 100 SMs at 1000 MHz: per-clock max 100*256*1e9 = 25.6e12 -> flagged
+    assert any(f.startswith("fp32_fma") for f in profile.provenance["flags"])
+    assert profile.extra["sweep"]["fitness"] == pytest.approx(0.0)   # 14/16 = 0.875: outside 10%
+    from carm_advisor.profiles.cache import cached_profile_for
+
+    cached = cached_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
+    assert cached is not None and cached.ceilings["tc_bf16"].value == pytest.approx(800e12)
