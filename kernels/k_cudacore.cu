@@ -58,6 +58,7 @@ cudaError_t carm_launch_fma_fp16x2(const carm_launch& l, cudaStream_t s, const v
 // ---------------------------------------------------------------- shared memory
 // Each thread re-reads fixed 16-byte slots with volatile ld.shared.v4 (not hoisted, not merged);
 // a warp reads 512 contiguous bytes, so every access is conflict-free.
+// ld.volatile: ptxas would otherwise merge the loop-invariant loads (seen: 3.8x the per-clock maximum).
 constexpr int SHARED_UNROLL = 8;  // loads in flight per thread; smem per block = UNROLL * block * 16
 
 __global__ void __launch_bounds__(256) shared_read_kernel(long long iters, float* out, float sentinel) {
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(256) shared_read_kernel(long long iters, float
 #pragma unroll
     for (int u = 0; u < SHARED_UNROLL; ++u) {
       uint32_t x, y, z, w;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(base + u * step));
+      asm volatile("ld.volatile.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(x), "=r"(y), "=r"(z), "=r"(w) : "r"(base + u * step));
       a0 ^= x; a1 ^= y; a2 ^= z; a3 ^= w;
     }
   }
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, f
 #pragma unroll
     for (int u = 0; u < SHARED_UNROLL; ++u) {
       uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(base + u * step));
+      asm volatile("ld.volatile.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(base + u * step));
       acc += mix_work<C>(v, a, b);
     }
   }
