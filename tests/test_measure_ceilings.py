@@ -112,3 +112,10 @@ def test_measure_ceilings_end_to_end_flags_a_roof_above_its_per_clock_maximum(tm
 
     cached = cached_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
     assert cached is not None and cached.ceilings["tc_bf16"].value == pytest.approx(800e12)
+
+
+def test_mma_sync_rows_are_skipped_on_hopper_unless_asked():
+    mma = BenchmarkInfo(0, "tc_bf16_mma_rand", "compute", "tc_bf16", "", "rand", "mma.m16n8k16.f32.bf16", "x", 80, 0, 1, 0, 0, False)
+    wg = BenchmarkInfo(1, "tc_bf16_wgmma_rand", "compute", "tc_bf16", "", "rand", "wgmma.m64n256k16", "x", 90, 90, 1, 0, 0, False)
+    assert not C._runnable(mma, 90) and C._runnable(mma, 90, everything=True)
+    assert C._runnable(mma, 80) and not C._runnable(wg, 80) and C._runnable(wg, 90)

@@ -138,12 +138,16 @@ def run_benchmark(lib, info, device: int, gpu, settings: Settings, size: float |
     )
 
 
-def _runnable(info, arch: int) -> bool:
-    return info.min_arch <= arch and (not info.max_arch or arch <= info.max_arch)
+def _runnable(info, arch: int, everything: bool = False) -> bool:
+    if not (info.min_arch <= arch and (not info.max_arch or arch <= info.max_arch)):
+        return False
+    # On Hopper the wgmma rows measure the Tensor Core roofs; mma.sync reaches only ~85% there, so its
+    # rows add time and no roof (everything=True still runs them, to compare the two instructions).
+    return everything or not (arch >= 90 and info.kind == "compute" and info.instruction.startswith("mma."))
 
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
-                     command: str | None = None, clock=time.perf_counter) -> "Profile":
+                     command: str | None = None, clock=time.perf_counter, everything: bool = False) -> "Profile":
     """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -162,7 +166,7 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     arch = 10 * dev.cc_major + dev.cc_minor
     gpu = gpu if gpu is not None else open_gpu(device)
     idle_w = _idle_power_w(gpu)
-    benches = [b for b in lib.benchmarks() if _runnable(b, arch)]
+    benches = [b for b in lib.benchmarks() if _runnable(b, arch, everything)]
     roofs = [b for b in benches if b.kind in ("compute", "memory")]
     mixed = [b for b in benches if b.kind == "mixed"]
     runs: list[BenchmarkRun] = []
@@ -321,7 +325,8 @@ def ceilings_command(args) -> int:
     else:
         import sys
 
-        profile = measure_ceilings(device=args.device, quick=args.quick, command=" ".join(["carm-advise"] + sys.argv[1:]))
+        profile = measure_ceilings(device=args.device, quick=args.quick, everything=getattr(args, "everything", False),
+                                   command=" ".join(["carm-advise"] + sys.argv[1:]))
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:
         console.print(f"[bold red]flag:[/] {flag}")
