@@ -36,7 +36,7 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
             name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
             ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
             predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
-            notes=c.notes, channels=_channels(c),
+            notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
         )
         if c.known and (c.flops or c.bytes):
             roof_time = carm.time_s(c.flops, c.bytes, path, level)
@@ -57,6 +57,7 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
                 row.notes = (row.notes + "; " if row.notes else "") + "slowed by the power limit (predicted)"
         elif c.known:
             row.bound = "none"
+        row.predicted_bound = row.bound
         rows.append(row)
     return rows
 

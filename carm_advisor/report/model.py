@@ -35,6 +35,8 @@ class LayerRow:
     measured: bool = False
     notes: str = ""
     channels: tuple[int, ...] = ()    # (input, output) channels of matmul-class layers; () where n/a
+    analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
+    predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
 
     @property
     def achieved_flops_per_s(self) -> float | None:

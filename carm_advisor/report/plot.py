@@ -74,37 +74,45 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
     used_paths = {r.path for r in rows}
     paths = [p for p in COMPUTE_PATHS if p in carm.peak_flops_per_s and (p in used_paths or p in _ALWAYS_SHOWN)]
     fig, ax = _axes()
-    top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [r.ai for r in rows]))
+    top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [r.ai for r in rows] + [r.analytic_ai for r in rows if r.analytic_ai]))
 
     shares = report.time_shares()
     scale = 1800
     color = {"compute": "tab:green", "memory": "tab:orange"}
-    for measured in (False, True):
-        pts = [r for r in rows if (r.measured if measured else True)]
-        if not pts:
-            continue
-        xs = [r.ai for r in pts]
-        ys = [(r.achieved_flops_per_s if measured else r.flops / r.predicted_time_s) for r in pts]
-        sizes = [max(12, scale * shares.get(r.name, 0)) for r in pts]
-        cs = [color.get(r.bound.partition(":")[0], "tab:red") for r in pts]
-        if measured:
-            ax.scatter(xs, ys, s=sizes, c=cs, alpha=0.85, edgecolors="black", linewidths=0.6, zorder=3,
-                       label="measured layer (size = share of time)")
-        else:
-            ax.scatter(xs, ys, s=sizes, facecolors="none", edgecolors=cs, linewidths=1.4, zorder=2,
-                       label="predicted layer (on its roof)")
+
+    def predicted_xy(r):
+        return (r.analytic_ai or r.ai), r.flops / r.predicted_time_s
+
+    predicted = [r for r in rows if r.predicted_time_s]
+    measured = [r for r in rows if r.measured and r.achieved_flops_per_s]
+    if predicted:
+        xy = [predicted_xy(r) for r in predicted]
+        ax.scatter([x for x, _ in xy], [y for _, y in xy], s=[max(12, scale * shares.get(r.name, 0)) for r in predicted],
+                   facecolors="none", edgecolors=[color.get(r.predicted_bound.partition(":")[0], "tab:red") for r in predicted],
+                   linewidths=1.4, zorder=2, label="predicted layer (analytic AI, on its roof)")
+    if measured:
+        for r in measured:   # a faint line from each layer's prediction to where it really ran
+            if r.predicted_time_s:
+                (x0, y0) = predicted_xy(r)
+                ax.plot([x0, r.ai], [y0, r.achieved_flops_per_s], "-", color="0.75", lw=0.6, zorder=1)
+        ax.scatter([r.ai for r in measured], [r.achieved_flops_per_s for r in measured],
+                   s=[max(12, scale * shares.get(r.name, 0)) for r in measured],
+                   c=[color.get(r.bound.partition(":")[0], "tab:red") for r in measured], alpha=0.85,
+                   edgecolors="black", linewidths=0.6, zorder=3,
+                   label="measured layer (" + ("counter" if any(r.ai_source == "counters" for r in measured) else "analytic")
+                   + " AI; size = share of time)")
     heaviest = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:labelled]
     for i, r in enumerate(heaviest):
-        y = r.achieved_flops_per_s if r.measured else r.flops / r.predicted_time_s
+        x, y = (r.ai, r.achieved_flops_per_s) if r.measured and r.achieved_flops_per_s else predicted_xy(r)
         # Alternate above/below so neighbouring heavy layers do not print over each other.
-        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (r.ai, y), fontsize=8, xytext=(4, -14 if i % 2 else 9),
+        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (x, y), fontsize=8, xytext=(4, -14 if i % 2 else 9),
                     textcoords="offset points", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
     m, d = report.model, report.device
     what = "measured" if d["source"] == "measured" else f"PREDICTED from the {d.get('profile_source')} profile"
     ax.set_title(f"CARM: {m['name']} (batch {m['batch_size']}, {m['precision']}, {m['backend']}) on {d.get('profile')} - {what}",
                  fontsize=10)
-    ys_all = [r.flops / r.predicted_time_s for r in rows if r.predicted_time_s] + [top]
+    ys_all = [predicted_xy(r)[1] for r in predicted] + [r.achieved_flops_per_s for r in measured] + [top]
     ax.set_ylim(max(min(ys_all) / 5, 1e9), top * 3)
     ax.legend(loc="lower right", fontsize=8)
     return _save(fig, path)
