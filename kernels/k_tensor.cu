@@ -181,10 +181,16 @@ __global__ void __launch_bounds__(256) mma_sync_kernel(long long iters, uint32_t
   for (long long it = 0; it < iters; ++it)
 #pragma unroll
     for (int c = 0; c < MMA_CHAINS; ++c) mma_issue<OP>(d[c], a, b);
-  uint32_t x = 0;
+  // identical chains would cancel under XOR: add the accumulators as numbers instead
+  float s = 0.f;
 #pragma unroll
-  for (int c = 0; c < MMA_CHAINS; ++c) x ^= d[c][0] ^ d[c][1] ^ d[c][2] ^ d[c][3];
-  const float s = (float)(x & 0xffff);
+  for (int c = 0; c < MMA_CHAINS; ++c)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s += OP == 6 ? (float)(int)d[c][j] : OP == 2 ? 0.f : __uint_as_float(d[c][j]);
+  if (OP == 2) {
+#pragma unroll
+    for (int c = 0; c < MMA_CHAINS; ++c) s += __low2float(*reinterpret_cast<__half2*>(&d[c][0])) + __high2float(*reinterpret_cast<__half2*>(&d[c][1]));
+  }
   if (s == sentinel || threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
@@ -226,10 +232,9 @@ __global__ void __launch_bounds__(256) mix_bf16_global_kernel(const uint4* __res
 #pragma unroll
         for (int u = 0; u < MIX_TC_UNROLL; ++u) mma_issue<0>(d[u], a[u], b);
     }
-  uint32_t x = 0;
+  float s = 0.f;
 #pragma unroll
-  for (int u = 0; u < MIX_TC_UNROLL; ++u) x ^= d[u][0] ^ d[u][1] ^ d[u][2] ^ d[u][3];
-  const float s = (float)(x & 0xffff);
+  for (int u = 0; u < MIX_TC_UNROLL; ++u) s += __uint_as_float(d[u][0]) + __uint_as_float(d[u][1]) + __uint_as_float(d[u][2]) + __uint_as_float(d[u][3]);
   if (s == sentinel || threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
