@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--profile-out", help="also save the measured profile JSON here")
     parser.add_argument("--skip-quick", action="store_true", help="do not time --quick mode")
+    parser.add_argument("--verify-counters", action="store_true", help="check each benchmark under Nsight Compute")
     args = parser.parse_args()
 
     from carm_advisor.measure.ceilings import measure_ceilings
@@ -105,7 +106,8 @@ def main() -> int:
     gpu = open_gpu(0)
     start = time.perf_counter()
     t0 = time.perf_counter()
-    profile = measure_ceilings(device=0, quick=False, gpu=gpu, command="carm-advise ceilings (via benchmarks/ceilings_vs_reference.py)")
+    profile = measure_ceilings(device=0, quick=False, gpu=gpu,
+                               command="carm-advise ceilings (via benchmarks/ceilings_vs_reference.py)")
     full_s = time.perf_counter() - t0
     quick_s = None
     if not args.skip_quick:
@@ -113,6 +115,16 @@ def main() -> int:
         measure_ceilings(device=0, quick=True, gpu=gpu, progress=False)
         quick_s = time.perf_counter() - t0
     refs = torch_references(gpu)
+    counter_check = None
+    if args.verify_counters:
+        from carm_advisor.measure.build import detect_arch
+        from carm_advisor.measure.kernels import KernelLibrary
+        from carm_advisor.measure.verify import verify_with_counters
+
+        t0 = time.perf_counter()
+        counter_check = verify_with_counters(KernelLibrary.load(arch=detect_arch()).path,
+                                             names=[b["name"] for b in profile.extra.get("benchmarks", [])])
+        counter_check = {"wall_s": time.perf_counter() - t0, "rows": counter_check}
     doc = {
         "device": device_record(gpu),
         "driver": profile.device.get("driver"),
@@ -125,6 +137,7 @@ def main() -> int:
         "sweep": profile.extra.get("sweep"),
         "benchmarks": profile.extra.get("benchmarks"),
         "flags": profile.provenance.get("flags"),
+        "counter_check": counter_check,
     }
     doc["wall_s"] = time.perf_counter() - start
     path = write(result_path(args.out, doc["device"]["name"] or "gpu", "ceilings"), doc)

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--plot", dest="plot_path", help="write the CARM roofs chart here")
     c.add_argument("--quick", action="store_true", help="shorter windows and fewer repeats (<= 15 s)")
     c.add_argument("--device", type=int, default=0, help="GPU index (default 0)")
+    c.add_argument("--verify-counters", action="store_true",
+                   help="with Nsight Compute installed, check that counters see each benchmark's FLOPs and bytes")
     c.add_argument("--all", dest="everything", action="store_true",
                    help="also run benchmarks that set no roof here (mma.sync on Hopper)")
     c.add_argument("--show", action="store_true", help="show the profile that analyze would use, measure nothing")

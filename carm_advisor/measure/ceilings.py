@@ -147,7 +147,8 @@ def _runnable(info, arch: int, everything: bool = False) -> bool:
 
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
-                     command: str | None = None, clock=time.perf_counter, everything: bool = False) -> "Profile":
+                     command: str | None = None, clock=time.perf_counter, everything: bool = False,
+                     verify_counters: bool = False) -> "Profile":
     """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -184,8 +185,14 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
             bar.advance(task)
     for r in runs:
         r.per_clock_max = per_clock_max(r.key if r.kind != "memory" else r.key, arch, dev.sm_count, r.sm_clock_mhz)
+    counter_check = None
+    if verify_counters:
+        from carm_advisor.measure.verify import verify_with_counters
+
+        counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
     profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=time.perf_counter() - started,
-                            quick=quick, command=command, source_hash=getattr(lib, "source_hash", None))
+                            quick=quick, command=command, source_hash=getattr(lib, "source_hash", None),
+                            counter_check=counter_check)
     store_profile(profile)
     return profile
 
@@ -259,7 +266,8 @@ def sweep_fitness(runs: list[BenchmarkRun], peaks: dict[str, float], slopes: dic
             "above_roofs": [p["name"] for p in points if p["ratio"] > 1 + tolerance]}
 
 
-def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None):
+def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None,
+                  counter_check=None):
     from carm_advisor.profiles.profile import profile_from_dict, SCHEMA
 
     today = _dt.date.today().isoformat()
@@ -299,6 +307,10 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
         "benchmarks": [r.to_dict() for r in runs],
         "sweep": fitness,
     }
+    if counter_check is not None:
+        doc["counter_check"] = counter_check
+        flags += [f"{r['name']}: counters see flops x{r['flops_ratio']}, bytes x{r['bytes_ratio']} of what it declares"
+                  for r in counter_check if not r["ok"]]
     pm = fit_power_model(runs, idle_w, power_limit)
     if pm and pm["joules_per_flop"] and pm["joules_per_byte"]:
         doc["power_model"] = pm
@@ -326,6 +338,7 @@ def ceilings_command(args) -> int:
         import sys
 
         profile = measure_ceilings(device=args.device, quick=args.quick, everything=getattr(args, "everything", False),
+                                   verify_counters=getattr(args, "verify_counters", False),
                                    command=" ".join(["carm-advise"] + sys.argv[1:]))
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:
