@@ -15,13 +15,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,po
 step build-kernels
 /usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
 step ceilings-vs-reference
-timeout 300 python3 benchmarks/ceilings_vs_reference.py --out "$R" --profile-out "$R/measured_profile.json"
+timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
 step vgg16-float32
-timeout 180 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first --out "$R" \
+timeout 180 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first --counters --out "$R" \
     --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
 step vgg16-bf16-counters
 timeout 300 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first --counters --out "$R" \
     --record "$R/record-vgg16-mixed_bfloat16.json" --plot "$R/vgg16-mixed_bfloat16.png"
+step vgg16-bf16-jax
+KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 \
+    --layout channels_last --out "$R" --record "$R/record-vgg16-mixed_bfloat16-jax.json" --tag jax
 step cli-analyze-timed
 /usr/bin/time -f "cli analyze wall %e s" timeout 120 python3 -m carm_advisor.cli analyze vgg16 --batch-size 64 \
     --precision mixed_bfloat16 --layout channels_first --json "$R/cli-vgg16-bf16.json" --top 5
