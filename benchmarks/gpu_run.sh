@@ -10,6 +10,9 @@ OUT=${OUT:-/tmp/out}
 R=$OUT/results
 mkdir -p "$R"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
+# The device tool kills a command at 600 s: pack whatever exists by 550 s (the final pack overwrites it).
+( sleep 550; tar czf "$OUT/results.tgz" -C "$OUT" results ) &
+WATCHDOG=$!
 step nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
 step build-kernels
@@ -20,7 +23,7 @@ step vgg16-float32
 timeout 180 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first --counters --out "$R" \
     --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
 step vgg16-bf16-counters
-timeout 300 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first --counters --out "$R" \
+timeout 200 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first --counters --out "$R" \
     --record "$R/record-vgg16-mixed_bfloat16.json" --plot "$R/vgg16-mixed_bfloat16.png"
 step vgg16-bf16-jax
 KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 \
@@ -30,5 +33,6 @@ step cli-analyze-timed
     --precision mixed_bfloat16 --layout channels_first --json "$R/cli-vgg16-bf16.json" --top 5
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv > "$R/nvidia-smi-after.csv"
 step pack
+kill $WATCHDOG 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$OUT" results && rm -rf "$R"
 ls -la "$OUT"
