@@ -146,13 +146,13 @@ std::vector<entry> build_table() {
   // mixed sweep: FP32 against HBM, L2 and shared; BF16 mma.sync against HBM
 #define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                       \
   names.push_back("mix_fp32_hbm_c" #C);                                                                                             \
-  add({names.back().c_str(), "mixed", "fp32", "hbm", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C, \
+  add({names.back().c_str(), "mixed", "fp32", "hbm", "c" #C, "FFMA+LDG.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, C, \
        carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters_hbm, 4});                                      \
   names.push_back("mix_fp32_l2_c" #C);                                                                                              \
-  add({names.back().c_str(), "mixed", "fp32", "l2", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C,  \
+  add({names.back().c_str(), "mixed", "fp32", "l2", "c" #C, "FFMA+LDG.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, C,  \
        carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
   names.push_back("mix_fp32_shared_c" #C);                                                                                          \
-  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
+  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, \
        C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)

@@ -153,7 +153,8 @@ cudaError_t carm_launch_write(const carm_launch& l, cudaStream_t s, const void**
 cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<3>(l, s, k); }
 
 // ---------------------------------------------------------------- FP32 mixed-intensity sweep
-// Per 16-byte element loaded (a float4): C rounds of 4 FMAs = 8*C FLOPs, so AI = C/2 FLOP/byte.
+// Per 16-byte element loaded (a float4): C rounds of 4 FMAs and the 4 adds that reduce them =
+// 8*C + 4 FLOPs (Nsight Compute counts those adds too), so AI = (8*C + 4) / 16 FLOP/byte.
 // One template, swept over C (mixbench); the memory level is chosen by the working set (global)
 // or by reading shared memory.
 template <int C>
@@ -173,30 +174,19 @@ __global__ void __launch_bounds__(256) mix_fp32_global_kernel(const uint4* __res
                                                               float a, float b, float* out, float sentinel) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  // Software-pipelined: the loads of step n+1 are issued before the FMAs of step n, so each thread
-  // overlaps its own traffic with its compute near the ridge instead of relying on other warps alone.
-  const long long step = stride * STREAM_UNROLL;
   float acc = 0.f;
-  uint4 cur[STREAM_UNROLL], nxt[STREAM_UNROLL];
-  for (long long pass = 0; pass < passes; ++pass) {
+  // Not software-pipelined: prefetching the next step lowered the points near the ridge and let the
+  // L2 working set be served from L1 (Nsight Compute on the H200, 2026-12-02 run 2).
+  for (long long pass = 0; pass < passes; ++pass)
+    for (long long i = tid; i < elems; i += stride * STREAM_UNROLL) {
+      uint4 v[STREAM_UNROLL];
 #pragma unroll
-    for (int u = 0; u < STREAM_UNROLL; ++u)
-      asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(cur[u].x), "=r"(cur[u].y), "=r"(cur[u].z), "=r"(cur[u].w) : "l"(src + tid + u * stride));
-    for (long long i = tid; i < elems; i += step) {
-      const long long j = i + step;
-      if (j < elems) {   // uniform across the grid: elems is a multiple of the step
+      for (int u = 0; u < STREAM_UNROLL; ++u)
+        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + i + u * stride));
 #pragma unroll
-        for (int u = 0; u < STREAM_UNROLL; ++u)
-          asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-                       : "=r"(nxt[u].x), "=r"(nxt[u].y), "=r"(nxt[u].z), "=r"(nxt[u].w) : "l"(src + j + u * stride));
-      }
-#pragma unroll
-      for (int u = 0; u < STREAM_UNROLL; ++u) acc += mix_work<C>(cur[u], a, b);
-#pragma unroll
-      for (int u = 0; u < STREAM_UNROLL; ++u) cur[u] = nxt[u];
+      for (int u = 0; u < STREAM_UNROLL; ++u) acc += mix_work<C>(v[u], a, b);
     }
-  }
   CARM_GUARD_STORE(acc);
 }
 

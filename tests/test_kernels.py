@@ -76,9 +76,9 @@ def test_wgmma_and_cuda_core_flops_per_item_match_instruction_shapes(lib):
 @pytest.mark.nvcc
 @needs_nvcc
 def test_mixed_sweep_intensity_follows_compute_iterations(lib):
-    # FP32: per 16-byte float4, C rounds of 4 FMAs = 8C FLOPs -> AI = C/2
-    assert lib.benchmark("mix_fp32_hbm_c16").flops_per_byte == 8.0
-    assert lib.benchmark("mix_fp32_shared_c4").flops_per_byte == 2.0
+    # FP32: per 16-byte float4, C rounds of 4 FMAs + 4 reducing adds = 8C + 4 FLOPs -> AI = (8C + 4) / 16
+    assert lib.benchmark("mix_fp32_hbm_c16").flops_per_byte == (8 * 16 + 4) / 16
+    assert lib.benchmark("mix_fp32_shared_c4").flops_per_byte == (8 * 4 + 4) / 16
     # BF16 mma.sync: C instructions (4096 FLOPs) per warp per 32 16-byte loads -> AI = 8C
     assert lib.benchmark("mix_bf16_hbm_c2").flops_per_byte == 16.0
     mixed = [b for b in lib.benchmarks() if b.kind == "mixed"]

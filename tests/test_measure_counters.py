@@ -45,9 +45,9 @@ def test_dense_flops_count_fma_twice_for_half_and_double(parsed):
     dense = parsed["dense"]
     assert dense.flops_by_path["tensor_bf16"] == 2_000_000
     assert dense.flops_by_path["tensor_fp16"] == 0  # "n/a" counts as nothing
-    assert dense.flops_by_path["cuda_fp16"] == 200  # 2 x 100 HFMA
+    assert dense.flops_by_path["cuda_fp16"] == 400  # 100 HFMA2, each two multiply-adds = 4 FLOPs
     assert dense.flops_by_path["cuda_fp64"] == 6    # 2 x 3 DFMA
-    assert dense.flops == 2_000_206
+    assert dense.flops == 2_000_406
 
 
 def test_bytes_and_intensity_per_level(parsed):
@@ -59,7 +59,7 @@ def test_bytes_and_intensity_per_level(parsed):
     assert conv.ai("hbm") == pytest.approx(1_502_215 / 4000)
     dense = parsed["dense"]
     assert dense.sm_bytes == 10_100  # global 10,000 + local 100
-    assert dense.ai("l2") == pytest.approx(2_000_206 / 9000)
+    assert dense.ai("l2") == pytest.approx(2_000_406 / 9000)
 
 
 def test_kernel_time_converted_from_nanoseconds(parsed):

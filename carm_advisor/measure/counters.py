@@ -54,7 +54,9 @@ TENSOR_METRICS: dict[str, str] = {
 # CUDA-core paths: (SASS op, FLOPs per counted op).
 CUDA_CORE_OPS: dict[str, tuple[tuple[str, int], ...]] = {
     "cuda_fp32": (("ffma", 2), ("fadd", 1), ("fmul", 1)),
-    "cuda_fp16": (("hfma", 2), ("hadd", 1), ("hmul", 1)),
+    # Half-precision SASS ops are packed pairs (HFMA2/HADD2/HMUL2): the counter counts one per pair. Seen
+    # on the H200: our fp16x2_fma benchmark (N HFMA2 = 4N FLOPs) counted 0.5x with 2 FLOPs per hfma.
+    "cuda_fp16": (("hfma", 4), ("hadd", 2), ("hmul", 2)),
     "cuda_fp64": (("dfma", 2), ("dadd", 1), ("dmul", 1)),
 }
 
