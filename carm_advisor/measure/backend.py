@@ -1,4 +1,5 @@
-"""Everything execution needs from the active Keras 3 backend: device sync, math mode, GPU name, NVTX.
+"""Everything execution needs from the active Keras 3 backend: device sync, CUDA graphs, math mode, GPU
+name, NVTX.
 
 The only module of carm_advisor.measure that touches torch, jax or tensorflow, and only inside
 functions: the GPU machine has no TensorFlow, CPU machines may have no torch or jax.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import warnings
 from typing import Any, Callable, Iterator
 
 import keras
@@ -138,6 +140,62 @@ def inference_context(backend: str | None = None):
 
         return torch.no_grad()
     return contextlib.nullcontext()
+
+
+# ---- CUDA graphs (torch) ----------------------------------------------------------------------
+
+
+def capture_cuda_graph(fn: Callable[[], Any], *, warmup: int = 3) -> "GraphReplay":
+    """torch on a CUDA GPU: capture fn's device work once into a torch.cuda.CUDAGraph; return its replay.
+
+    fn runs `warmup` times on a side stream first (cuDNN/cuBLAS setup and workspace allocations stay
+    out of the capture), then once under capture, all without autograd. A replay relaunches the
+    captured kernels on the same input and output memory with no Python or framework dispatch: the GPU
+    work of one call. The returned callable keeps the graph, its memory pool and fn's outputs alive.
+    Raises what torch raises when fn does something a capture forbids (a host sync, a pageable copy...).
+    """
+    import torch
+
+    with torch.no_grad():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(max(int(warmup), 1)):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        # capture_begin/capture_end rather than `with torch.cuda.graph(g)`: that context manager's exit
+        # leaves the capture stream current when capture_end raises, and it empties the allocator cache
+        # before every capture (slow over dozens of layers).
+        with torch.cuda.stream(stream), warnings.catch_warnings():
+            # a layer with no kernel (a view) captures an empty graph: a no-op replay, not a problem
+            warnings.filterwarnings("ignore", message=".*CUDA Graph is empty.*")
+            graph.capture_begin()
+            try:
+                outputs = fn()
+            except BaseException:
+                with contextlib.suppress(Exception):  # ends the broken capture; fn's error is the one to see
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+    torch.cuda.synchronize()
+    return GraphReplay(graph, outputs)
+
+
+class GraphReplay:
+    """A captured CUDA graph: calling it replays the graph on the current stream (asynchronously).
+
+    It holds the graph (and with it its private memory pool) and the captured call's outputs, which
+    live in that pool and are overwritten by every replay.
+    """
+
+    def __init__(self, graph: Any, outputs: Any) -> None:
+        self.graph = graph
+        self.outputs = outputs
+
+    def __call__(self) -> None:
+        self.graph.replay()
 
 
 # ---- what "float32" means ----------------------------------------------------------------------

@@ -5,8 +5,17 @@ synthetic inputs of its real shapes and dtypes, on the backend's device, the way
 (the recorded call arguments of its graph node). Warm-up calls first, then
 carm_advisor.power.energy.measure_energy times repeated windows of back-to-back calls, with the
 backend's own device sync at the window ends, and reads NVML energy, power and SM clock when a GPU is
-given. jax runs the layer jit-compiled (a stateless call under jax.jit), so dispatch does not dominate;
-torch and tensorflow run it eagerly, as `model(x)` would. The record says which ("execution").
+given. The record says how each call ran ("execution"):
+
+- torch on a CUDA GPU (inference, the default): "cuda_graph". The layer call is captured once into a
+  torch.cuda.CUDAGraph and the windows time its replays. Eagerly, a small layer's Python/Keras dispatch
+  (150-450 us on an H200) exceeds its GPU work, which inside the whole model the GPU queue hides; the
+  replay measures the GPU work alone. A layer whose capture fails runs eagerly (with a warning).
+  `graphs=False` measures eagerly. The whole model is measured eagerly, as the user runs it
+  (`inference`), and replayed from one graph too (`inference_graph`, with the layer windows): the GPU
+  time the sum of the layers' graph times compares with.
+- jax: "jit", a stateless call under jax.jit, so dispatch does not dominate.
+- tensorflow, and torch on a CPU or in training: "eager", as `model(x)` would run.
 
 Windows: a preset trades time against energy accuracy. NVML's energy counter moves in ~100 ms steps,
 so one window's energy is uncertain by up to about 0.1 s / window (see power/energy.py); the median of
@@ -145,12 +154,38 @@ class LayerRunner:
     """One layer call ready to run: `fn()` runs it once on the device and returns its outputs."""
 
     fn: Callable[[], Any]
-    execution: str  # "eager" | "jit"
+    execution: str  # "eager" | "jit" | "cuda_graph" (fn replays the captured graph and returns None)
     tensors: list
 
 
-def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None = None, seed: int = 0) -> LayerRunner:
-    """Build synthetic inputs for `call` and a zero-argument function that runs the layer on them."""
+# (fn, warmup=...) -> a zero-argument replay of fn's captured device work; a test injects a fake.
+Capture = Callable[..., Callable[[], Any]]
+
+
+def uses_cuda_graphs(backend: str, *, graphs: bool = True, training: bool = False) -> bool:
+    """Whether calls are captured into CUDA graphs: torch on a CUDA GPU, at inference, unless graphs=False.
+
+    Training calls stay eager: a graph of the forward alone under autograd is not what a step runs.
+    """
+    return bool(graphs) and not training and backend == "torch" and _backend.has_gpu("torch")
+
+
+def layer_runner(
+    call: LayerCall,
+    *,
+    training: bool = False,
+    backend: str | None = None,
+    seed: int = 0,
+    graphs: bool = True,
+    warmup: int = 3,
+    capture: Capture | None = None,
+) -> LayerRunner:
+    """Build synthetic inputs for `call` and a zero-argument function that runs the layer on them.
+
+    torch on a CUDA GPU (see uses_cuda_graphs): the call is captured into a CUDA graph after `warmup`
+    eager calls, by `capture` (default: backend.capture_cuda_graph); if that raises, the runner is
+    eager and a RuntimeWarning names the layer.
+    """
     backend = backend or _backend.active_backend()
     layer = call.layer
     high = _int_high(layer)
@@ -173,7 +208,11 @@ def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None
         args, kwargs = arguments(tensors)
         return layer(*args, **kwargs)
 
-    if backend == "jax":
+    if uses_cuda_graphs(backend, graphs=graphs, training=training):
+        replay = _try_capture(eager, capture, warmup, f"layer '{call.path}' ({type(layer).__name__})")
+        if replay is not None:
+            return LayerRunner(replay, "cuda_graph", tensors)
+    elif backend == "jax":
         jitted = _jax_layer_fn(layer, arguments, is_layer)
         try:
             _backend.sync(jitted(tensors), "jax")  # compile now, outside any timing
@@ -186,6 +225,21 @@ def layer_runner(call: LayerCall, *, training: bool = False, backend: str | None
                 stacklevel=2,
             )
     return LayerRunner(eager, "eager", tensors)
+
+
+def _try_capture(fn: Callable[[], Any], capture: Capture | None, warmup: int, what: str) -> Callable[[], Any] | None:
+    """fn's CUDA-graph replay, or None (with a RuntimeWarning naming `what`) when the capture fails."""
+    capture = capture if capture is not None else _backend.capture_cuda_graph
+    try:
+        return capture(fn, warmup=warmup)
+    except Exception as exc:  # anything a capture forbids (host sync, pageable copy, RNG...): run eagerly
+        warnings.warn(
+            f"carm_advisor: {what} could not be captured into a CUDA graph "
+            f"({type(exc).__name__}: {str(exc)[:200]}); measuring it eagerly",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
 
 
 def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
@@ -250,6 +304,7 @@ def measure_layer_calls(
     warmup: int,
     training: bool = False,
     progress: bool = True,
+    graphs: bool = True,
 ) -> list[LayerMeasurement]:
     """Measure already-walked layer calls one by one (see measure_layers)."""
     backend = _backend.active_backend()
@@ -260,7 +315,7 @@ def measure_layer_calls(
         for call in calls:
             bar.update(task, description=call.path)
             try:
-                runner = layer_runner(call, training=training, backend=backend)
+                runner = layer_runner(call, training=training, backend=backend, graphs=graphs, warmup=warmup)
                 m = _measure(runner.fn, gpu, backend, min_window_s=min_window_s, repeats=repeats,
                              warmup=warmup, inference=not training)
             except (MeasurementError, PowerError):
@@ -299,12 +354,14 @@ def measure_layers(
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
+    graphs: bool = True,
 ) -> RunMeasurement:
     """Time (and with `gpu`, energy, power and SM clock of) every layer call of `model`, alone.
 
     Layer names are the walker's paths. `only` restricts the run to these names. `gpu=None` measures
-    time only (energy, power and clock are None). The returned record has no whole-model figures; see
-    measure_run for both.
+    time only (energy, power and clock are None). torch on a CUDA GPU replays each layer from a CUDA
+    graph unless `graphs=False` (see the module docstring). The returned record has no whole-model
+    figures; see measure_run for both.
     """
     start_s = time.perf_counter()
     p = _preset(preset)
@@ -313,11 +370,11 @@ def measure_layers(
     w = p.warmup if warmup is None else warmup
     calls = _select(list(iter_layer_calls(model, batch_size)), only)
     layers = measure_layer_calls(calls, gpu=gpu, min_window_s=window_s, repeats=n, warmup=w,
-                                 training=training, progress=progress)
+                                 training=training, progress=progress, graphs=graphs)
     run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = layers
     run.settings = {"preset": preset, "layer_window_s": window_s, "layer_repeats": n, "warmup": w,
-                    "training": training}
+                    "training": training, "graphs": bool(graphs)}
     run.wall_s = time.perf_counter() - start_s
     return run
 
@@ -410,6 +467,46 @@ def measure_model(
         ) from exc
 
 
+def measure_model_graph(
+    model,
+    *,
+    batch_size: int,
+    gpu: GPU | None = None,
+    preset: str = "standard",
+    min_window_s: float | None = None,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    capture: Capture | None = None,
+) -> ModelMeasurement | None:
+    """Inference `model(x, training=False)` replayed from one CUDA graph: the model's GPU time, no dispatch.
+
+    torch on a CUDA GPU only: None elsewhere, and None with a RuntimeWarning when the capture fails.
+    The windows default to the preset's *layer* windows: this is the reference the sum of the layers'
+    graph times is compared with, measured the same way (times are good to a few percent even so).
+    """
+    backend = _backend.active_backend()
+    if not uses_cuda_graphs(backend):
+        return None
+    p = _preset(preset)
+    window_s = p.layer_window_s if min_window_s is None else min_window_s
+    n = p.layer_repeats if repeats is None else repeats
+    w = p.warmup if warmup is None else warmup
+    x = _model_inputs(model, batch_size)
+    replay = _try_capture(lambda: model(x, training=False), capture, w, f"model '{model.name}'")
+    if replay is None:
+        return None
+    try:
+        m = _measure(replay, gpu, backend, min_window_s=window_s, repeats=n, warmup=w, inference=True)
+    except (MeasurementError, PowerError):
+        raise
+    except Exception as exc:
+        raise MeasurementError(
+            f"Expected model '{model.name}' to replay its CUDA graph on batch {batch_size}; "
+            f"Received {type(exc).__name__}: {exc}"
+        ) from exc
+    return _to_model_measurement(m, "cuda_graph")
+
+
 def _measure_training_step(model, x, outputs, gpu, backend, window_s, repeats, warmup) -> ModelMeasurement:
     y = keras.tree.map_structure(
         lambda o: keras.random.normal(tuple(o.shape), dtype="float32", seed=7), outputs
@@ -482,11 +579,16 @@ def measure_run(
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
+    graphs: bool = True,
 ) -> RunMeasurement:
     """Every layer, then the whole model (inference and a training step), in one record.
 
     `min_window_s` / `repeats` override the preset's layer windows, `model_min_window_s` /
     `model_repeats` its whole-model windows.
+
+    torch on a CUDA GPU (unless graphs=False): layers are replayed from CUDA graphs
+    (execution="cuda_graph") and `inference_graph` holds the whole model replayed from one graph,
+    with the layer windows; `inference` stays eager, as the user runs the model.
 
     counters=True also runs the layers under Nsight Compute (measure/counters.py) when `ncu` is on
     PATH, and attaches per-layer FLOPs, bytes and intensities; without ncu they stay None and
@@ -494,11 +596,17 @@ def measure_run(
     """
     start_s = time.perf_counter()
     run = measure_layers(model, batch_size=batch_size, gpu=gpu, preset=preset, min_window_s=min_window_s,
-                         repeats=repeats, warmup=warmup, progress=progress, only=only, command=command)
+                         repeats=repeats, warmup=warmup, progress=progress, only=only, command=command,
+                         graphs=graphs)
     run.inference, run.training_step = measure_model(
         model, batch_size=batch_size, gpu=gpu, training_step=training_step, preset=preset,
         min_window_s=model_min_window_s, repeats=model_repeats, warmup=warmup,
     )
+    if graphs:
+        run.inference_graph = measure_model_graph(
+            model, batch_size=batch_size, gpu=gpu, preset=preset, min_window_s=min_window_s,
+            repeats=repeats, warmup=warmup,
+        )
     p = _preset(preset)
     run.settings.update(
         model_window_s=p.model_window_s if model_min_window_s is None else model_min_window_s,

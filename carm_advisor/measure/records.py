@@ -20,7 +20,9 @@ from carm_advisor.errors import MeasurementError
 
 SCHEMA = "carm-advisor/measurements/1"
 
-EXECUTION_MODES = ("eager", "jit")
+# How a call ran: "eager" (framework dispatch per call, as model(x) does), "jit" (compiled: jax.jit,
+# XLA), "cuda_graph" (torch: one captured CUDA graph replayed, the GPU work without the dispatch).
+EXECUTION_MODES = ("eager", "jit", "cuda_graph")
 
 
 @dataclass
@@ -74,6 +76,9 @@ class RunMeasurement:
     layers: list[LayerMeasurement] = field(default_factory=list)
     inference: ModelMeasurement | None = None
     training_step: ModelMeasurement | None = None
+    # torch on a GPU: inference replayed from one CUDA graph, the model's GPU time without dispatch, to
+    # compare with the sum of the layers' CUDA-graph times. None elsewhere and in older files.
+    inference_graph: ModelMeasurement | None = None
     wall_s: float = 0.0
     model_name: str = ""
     settings: dict = field(default_factory=dict)   # windows, repeats, warm-up used
@@ -102,7 +107,7 @@ class RunMeasurement:
             raise MeasurementError(
                 f"Expected schema '{SCHEMA}' in {where}, Received: schema={data.get('schema')!r}"
             )
-        _check_fields(cls, data, where, skip={"layers", "inference", "training_step"})
+        _check_fields(cls, data, where, skip={"layers", *_MODEL_KEYS})
         layers_data = data.get("layers", [])
         if not isinstance(layers_data, list):
             raise MeasurementError(f"Expected 'layers' to be a list in {where}, Received: {type(layers_data).__name__}")
@@ -120,7 +125,7 @@ class RunMeasurement:
                 )
             layers.append(LayerMeasurement(**_known(LayerMeasurement, item)))
         models = {}
-        for key in ("inference", "training_step"):
+        for key in _MODEL_KEYS:
             item = data.get(key)
             if item is None:
                 models[key] = None
@@ -130,8 +135,12 @@ class RunMeasurement:
                     f"Expected '{key}' to be an object or null in {where}, Received: {type(item).__name__}"
                 )
             _check_fields(ModelMeasurement, item, f"{where} {key}")
+            if item.get("execution", "eager") not in EXECUTION_MODES:
+                raise MeasurementError(
+                    f"Expected {key}.execution in {EXECUTION_MODES} in {where}, Received: {item.get('execution')!r}"
+                )
             models[key] = ModelMeasurement(**_known(ModelMeasurement, item))
-        rest = {k: v for k, v in _known(cls, data).items() if k not in ("layers", "inference", "training_step")}
+        rest = {k: v for k, v in _known(cls, data).items() if k not in ("layers", *_MODEL_KEYS)}
         return cls(layers=layers, **models, **rest)
 
     @classmethod
@@ -164,6 +173,8 @@ class RunMeasurement:
 
 # ---- validation helpers ------------------------------------------------------------------------
 
+_MODEL_KEYS = ("inference", "training_step", "inference_graph")
+
 # Per field: the JSON types it may hold and whether it must be present.
 _NUMBER = (int, float)
 _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
@@ -183,7 +194,8 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "backend_version": ((str,), True), "keras_version": ((str,), True), "batch_size": ((int,), True),
         "precision": ((str,), True), "layout": ((str,), True), "math_mode": ((dict,), True),
         "date": ((str,), True), "command": ((str,), True), "layers": ((list,), True),
-        "inference": ((dict,), False), "training_step": ((dict,), False), "wall_s": (_NUMBER, False),
+        "inference": ((dict,), False), "training_step": ((dict,), False),
+        "inference_graph": ((dict,), False), "wall_s": (_NUMBER, False),
         "model_name": ((str,), False), "settings": ((dict,), False), "intensity_source": ((str,), False),
     },
 }
