@@ -138,13 +138,20 @@ class Report:
         total = sum(times.values())
         return {k: (v / total if total else 0.0) for k, v in times.items()}
 
+    def energy_shares(self) -> dict[str, float]:
+        """Each layer's share of the model's energy (measured where measured, else predicted)."""
+        energy = {r.name: ((r.energy_j if r.measured else r.predicted_energy_j) or 0.0) for r in self.known_layers}
+        total = sum(energy.values())
+        return {k: (v / total if total else 0.0) for k, v in energy.items()}
+
     # ---- outputs ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        shares = self.time_shares()
+        shares, energy_shares = self.time_shares(), self.energy_shares()
         layers = []
         for r in self.layers:
             d = r.to_dict()
             d["time_share"] = shares.get(r.name)
+            d["energy_share"] = energy_shares.get(r.name)
             layers.append(d)
         return {
             "schema": REPORT_SCHEMA,
@@ -169,7 +176,7 @@ class Report:
     def __rich_console__(self, console, options):
         from carm_advisor.report.render import renderables
 
-        yield from renderables(self)
+        yield from renderables(self, width=options.max_width)
 
     def plot(self, path: str | Path) -> Path:
         from carm_advisor.report.plot import plot_report

@@ -55,38 +55,45 @@ def header(report) -> Panel:
     return Panel(lines, title="carm_advisor", expand=True)
 
 
-def layer_table(report, top: int | None = None) -> Table:
-    shares = report.time_shares()
+def layer_table(report, top: int | None = None, width: int = 200) -> Table:
+    """One row per layer; on narrow terminals the less essential columns are left out, not wrapped."""
+    shares, energy_shares = report.time_shares(), report.energy_shares()
     measured = any(r.measured for r in report.layers)
-    table = Table(title="Layers on the CARM", show_lines=False, header_style="bold", expand=False)
-    for col, just in (("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"),
-                      ("bound", "left"), ("attainable", "right")):
-        table.add_column(col, justify=just)
+    narrow = width < (150 if measured else 110)
+    table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False)
+    columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
+               ("attainable", "right")]
     if measured:
-        table.add_column("measured", justify="right")
-        table.add_column("eff.", justify="right")
-        table.add_column("energy", justify="right")
-    table.add_column("pred. time", justify="right")
-    table.add_column("share", justify="right")
+        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("E share", "right")]
+    columns += [("pred. time", "right"), ("share", "right")]
+    dropped = {"type", "attainable", "energy", "pred. time"} if narrow else set()
+    if width < 100:
+        dropped |= {"E share"}
+    keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
+    name_width = min(28, max([len(r.name) for r in report.layers] + [5]))
+    for i in keep:
+        name, just = columns[i]
+        table.add_column(name, justify=just, no_wrap=True, overflow="ellipsis", min_width=name_width if i == 0 else None)
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
     for r in rows:
         if not r.known:
-            table.add_row(r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red"), "-",
-                          *(["-", "-", "-"] if measured else []), "-", "-")
+            cells = [r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red")]
+            cells += ["-"] * (len(columns) - len(cells))
+        elif not r.flops and not r.bytes:
             continue
-        if not r.flops and not r.bytes:
-            continue
-        ai = "-" if r.ai is None else f"{r.ai:.3g}" + ("*" if r.ai_source == "counters" else "")
-        cells = [r.name, r.type, si(r.flops), ai, _bound_text(r.bound, report.ceilings),
-                 si(r.attainable_flops_per_s, "FLOP/s")]
-        if measured:
-            eff = r.efficiency
-            cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
-                      "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-"]
-        cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
-        table.add_row(*cells)
+        else:
+            ai = "-" if r.ai is None else f"{r.ai:.3g}" + ("*" if r.ai_source == "counters" else "")
+            cells = [r.name, r.type, si(r.flops), ai, _bound_text(r.bound, report.ceilings),
+                     si(r.attainable_flops_per_s, "FLOP/s")]
+            if measured:
+                eff = r.efficiency
+                cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
+                          "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
+                          f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
+            cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
+        table.add_row(*[cells[i] for i in keep])
     return table
 
 
@@ -116,9 +123,9 @@ def ceilings_table(profile) -> Table:
     return table
 
 
-def renderables(report, top: int | None = None):
+def renderables(report, top: int | None = None, width: int = 200):
     yield header(report)
-    yield layer_table(report, top)
+    yield layer_table(report, top, width)
     if report.recommendations:
         yield recommendations_table(report)
     else:
@@ -129,4 +136,4 @@ def renderables(report, top: int | None = None):
 
 def print_report(report, console: Console | None = None, top: int | None = None) -> None:
     console = console or Console()
-    console.print(Group(*renderables(report, top)))
+    console.print(Group(*renderables(report, top, console.width)))
