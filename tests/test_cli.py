@@ -112,3 +112,16 @@ def test_malformed_profile(capsys, tmp_path):
 def test_output_directory_must_exist(capsys, tmp_path):
     code, _, err = run_cli(capsys, "analyze", "vgg16", "--json", str(tmp_path / "no" / "such" / "r.json"))
     assert_one_line_error(code, err, "does not exist")
+
+
+def test_ceilings_without_a_gpu_is_a_one_line_error(capsys):
+    code, _, err = run_cli(capsys, "ceilings", "--quick")
+    assert_one_line_error(code, err, "no NVIDIA GPU")
+
+
+def test_ceilings_show_prints_the_recorded_profile(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "ceilings", "--show", "--json", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png"))
+    assert code == 0, err
+    assert "tc_bf16" in out and "recorded profile" in out
+    assert json.loads((tmp_path / "p.json").read_text())["schema"] == "carm-advisor/profile/1"
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

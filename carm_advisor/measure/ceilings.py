@@ -156,6 +156,13 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     from carm_advisor.power.nvml import open_gpu
     from carm_advisor.profiles.cache import store_profile
 
+    if gpu is None and library is None:
+        from carm_advisor.errors import GPUUnavailableError
+        from carm_advisor.power.nvml import gpu_count
+
+        if gpu_count() == 0:   # say so before spending a minute compiling kernels
+            raise GPUUnavailableError("no NVIDIA GPU is visible here (NVML sees none): measuring ceilings needs one; "
+                                      "'carm-advise ceilings --show' and 'analyze' work on the recorded profile")
     settings = Settings.for_mode(quick)
     started = time.perf_counter()
     if library is None:
