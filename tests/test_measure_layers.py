@@ -215,3 +215,179 @@ def test_counters_from_ncu_are_attached_to_their_layer_by_name(model, monkeypatc
     assert result.intensity_source == "counters"
     assert result.layer("conv").counters["flops"] == 800.0 and result.layer("conv").counters["ai"] == 8.0
     assert result.layer("add").counters is None
+
+
+# ---- CUDA graphs (torch on a GPU), with a fake torch seam -----------------------------------------
+
+
+class FakeCapture:
+    """Stands in for backend.capture_cuda_graph: records what it captured; its replay runs fn and counts."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.captured: list[tuple[object, int]] = []
+        self.replays = 0
+
+    def __call__(self, fn, *, warmup):
+        self.captured.append((fn, warmup))
+        fn()  # the real capture runs fn too; a failing one raises like an op a capture forbids
+        if self.fail:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+        def replay():
+            self.replays += 1
+            fn()
+
+        return replay
+
+
+@pytest.fixture
+def fake_torch_gpu(monkeypatch):
+    """The active backend reads as torch on a CUDA GPU; device sync, no_grad and versions are no-ops."""
+    import contextlib
+
+    monkeypatch.setattr(backend, "active_backend", lambda: "torch")
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    monkeypatch.setattr(backend, "sync", lambda outputs=None, b=None: None)
+    monkeypatch.setattr(backend, "inference_context", lambda b=None: contextlib.nullcontext())
+    monkeypatch.setattr(backend, "backend_version", lambda b=None: "2.11.0")
+    monkeypatch.setattr(backend, "device_name", lambda b=None: "NVIDIA H200")
+    monkeypatch.setattr(backend, "math_mode", lambda b=None: {"conv": "tf32", "matmul": "fp32", "gpu": True})
+    capture = FakeCapture()
+    monkeypatch.setattr(backend, "capture_cuda_graph", capture)
+    return capture
+
+
+@pytest.mark.parametrize(
+    "backend_name, gpu, graphs, training, expected",
+    [
+        ("torch", True, True, False, True),
+        ("torch", False, True, False, False),    # torch on a CPU: no CUDA graphs
+        ("torch", True, False, False, False),    # turned off
+        ("torch", True, True, True, False),      # training calls stay eager
+        ("jax", True, True, False, False),
+        ("tensorflow", True, True, False, False),
+    ],
+)
+def test_cuda_graphs_only_for_torch_inference_on_a_cuda_gpu(monkeypatch, backend_name, gpu, graphs, training, expected):
+    from carm_advisor.measure.layers import uses_cuda_graphs
+
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: gpu)
+    assert uses_cuda_graphs(backend_name, graphs=graphs, training=training) is expected
+
+
+def test_torch_gpu_runner_replays_the_captured_layer_call(model, monkeypatch):
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    capture = FakeCapture()
+    call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
+    runner = layer_runner(call, backend="torch", capture=capture, warmup=5)
+    assert runner.execution == "cuda_graph"
+    (captured_fn, warmup), = capture.captured
+    assert warmup == 5 and tuple(captured_fn().shape) == (2, 8, 8, 4)  # the eager layer call was captured
+    runner.fn()
+    runner.fn()
+    assert capture.replays == 2
+
+
+def test_failed_capture_falls_back_to_eager_with_a_warning_naming_the_layer(model, monkeypatch):
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
+    with pytest.warns(RuntimeWarning, match="'conv'.*CUDA graph.*eagerly"):
+        runner = layer_runner(call, backend="torch", capture=FakeCapture(fail=True))
+    assert runner.execution == "eager"
+    assert tuple(runner.fn().shape) == (2, 8, 8, 4)
+
+
+def test_graphs_false_or_no_gpu_never_captures(model, monkeypatch):
+    capture = FakeCapture()
+    call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    assert layer_runner(call, backend="torch", graphs=False, capture=capture).execution == "eager"
+    monkeypatch.setattr(backend, "has_gpu", lambda b=None: False)
+    assert layer_runner(call, backend="torch", capture=capture).execution == "eager"
+    assert layer_runner(call, backend="tensorflow", capture=capture).execution == "eager"
+    assert capture.captured == []
+
+
+def test_torch_gpu_run_times_layer_and_model_graph_replays_and_keeps_inference_eager(model, fake_torch_gpu):
+    run = measure_run(model, batch_size=2, gpu=None, model_min_window_s=0.02, model_repeats=1,
+                      training_step=False, only=["conv", "add"], command="test", **FAST)
+    assert [m.execution for m in run.layers] == ["cuda_graph", "cuda_graph"]
+    assert run.inference.execution == "eager"
+    assert run.inference_graph is not None and run.inference_graph.execution == "cuda_graph"
+    assert run.inference_graph.time_s > 0 and run.inference_graph.repeats == FAST["repeats"]
+    assert len(fake_torch_gpu.captured) == 3  # two layers and the model
+    assert fake_torch_gpu.replays > 0 and run.settings["graphs"] is True
+
+
+def test_torch_gpu_run_with_graphs_off_is_eager_and_has_no_graph_inference(model, fake_torch_gpu):
+    run = measure_run(model, batch_size=2, model_min_window_s=0.02, model_repeats=1, training_step=False,
+                      only=["conv"], graphs=False, **FAST)
+    assert run.layers[0].execution == "eager" and run.inference_graph is None
+    assert fake_torch_gpu.captured == [] and run.settings["graphs"] is False
+
+
+def test_one_layer_failing_capture_is_eager_the_others_stay_graphs(model, fake_torch_gpu, monkeypatch):
+    calls = {"n": 0}  # the second capture (layer 'skip') fails
+    real = fake_torch_gpu
+
+    def second_fails(fn, *, warmup):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return real(fn, warmup=warmup)
+
+    monkeypatch.setattr(backend, "capture_cuda_graph", second_fails)
+    with pytest.warns(RuntimeWarning, match="'skip'"):
+        result = measure_layers(model, batch_size=2, only=["conv", "skip", "add"], **FAST)
+    assert [m.execution for m in result.layers] == ["cuda_graph", "eager", "cuda_graph"]
+
+
+def test_model_graph_is_none_off_torch_and_none_with_warning_when_capture_fails(model, fake_torch_gpu, monkeypatch):
+    from carm_advisor.measure.layers import measure_model_graph
+
+    with pytest.warns(RuntimeWarning, match="model 'tiny'"):
+        assert measure_model_graph(model, batch_size=2, capture=FakeCapture(fail=True),
+                                   min_window_s=0.02, repeats=1) is None
+    monkeypatch.setattr(backend, "active_backend", lambda: "tensorflow")
+    assert measure_model_graph(model, batch_size=2, min_window_s=0.02, repeats=1) is None
+
+
+def test_records_with_and_without_inference_graph_round_trip(run, model, fake_torch_gpu, tmp_path):
+    assert run.inference_graph is None
+    assert RunMeasurement.from_json(run.to_json(tmp_path / "eager.json")) == run
+    graphed = measure_run(model, batch_size=2, model_min_window_s=0.02, model_repeats=1, training_step=False,
+                          only=["conv"], command="test", **FAST)
+    back = RunMeasurement.from_json(graphed.to_json(tmp_path / "graph.json"))
+    assert back == graphed and back.inference_graph.execution == "cuda_graph"
+    assert back.layers[0].execution == "cuda_graph"
+
+
+@pytest.mark.parametrize("name", ["h200-record-vgg16-float32-b64.json", "h200-record-vgg16-mixed_bfloat16-b64.json",
+                                  "h200-record-vgg16-mixed_bfloat16-jax-b64.json"])
+def test_recorded_h200_runs_without_inference_graph_still_load(name):
+    from pathlib import Path
+
+    run = RunMeasurement.from_json(Path(__file__).parent / "data" / name)
+    assert run.inference_graph is None and len(run.layers) == 22
+    assert run.inference is not None and run.inference.time_s > 0
+
+
+def test_record_with_unknown_model_execution_raises(run):
+    data = run.to_dict()
+    data["inference_graph"] = dict(data["inference"], execution="graph")
+    with pytest.raises(MeasurementError, match="inference_graph.execution"):
+        RunMeasurement.from_dict(data)
+
+
+@pytest.mark.gpu
+def test_real_cuda_graph_replay_recomputes_the_captured_torch_work():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU for torch")
+    a = torch.randn(64, 64, device="cuda")
+    replay = backend.capture_cuda_graph(lambda: a * 2.0, warmup=2)
+    a.fill_(3.0)  # the graph reads a's memory at replay time, not at capture time
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replay.outputs, torch.full((64, 64), 6.0, device="cuda"))
