@@ -20,13 +20,13 @@ step build-kernels
 step ceilings-vs-reference
 timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
 step vgg16-float32
-timeout 180 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first --counters --out "$R" \
+timeout 120 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first ${VGG_COUNTERS:-} --out "$R" \
     --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
 step vgg16-bf16-counters
-timeout 200 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first --counters --out "$R" \
+timeout 200 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 --layout channels_first ${VGG_COUNTERS:---counters} --out "$R" \
     --record "$R/record-vgg16-mixed_bfloat16.json" --plot "$R/vgg16-mixed_bfloat16.png"
 step vgg16-bf16-jax
-KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 \
+[ -n "${SKIP_JAX:-}" ] || KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 python3 benchmarks/vgg16_layers.py --precision mixed_bfloat16 \
     --layout channels_last --out "$R" --record "$R/record-vgg16-mixed_bfloat16-jax.json" --tag jax
 step cli-analyze-timed
 /usr/bin/time -f "cli analyze wall %e s" timeout 120 python3 -m carm_advisor.cli analyze vgg16 --batch-size 64 \

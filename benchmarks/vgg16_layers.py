@@ -27,6 +27,7 @@ def main() -> int:
     parser.add_argument("--layout", default="channels_first", choices=("channels_first", "channels_last"))
     parser.add_argument("--counters", action="store_true")
     parser.add_argument("--preset", default="standard")
+    parser.add_argument("--no-graphs", action="store_true", help="time torch layers eagerly, not as CUDA graph replays")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--record", help="also save the raw measurement record (replayable) here")
     parser.add_argument("--report", help="also save the report JSON here")
@@ -46,7 +47,8 @@ def main() -> int:
     model, _ = load_model("vgg16", precision=args.precision)
     gpu = open_gpu(0)
     analyze_start = time.perf_counter()
-    run = measure_run(model, batch_size=args.batch_size, gpu=gpu, preset=args.preset, counters=False, progress=True)
+    run = measure_run(model, batch_size=args.batch_size, gpu=gpu, preset=args.preset, counters=False, progress=True,
+                      graphs=not args.no_graphs)
     analysis_wall_s = time.perf_counter() - analyze_start
     counters_wall_s = None
     if args.counters:
@@ -84,6 +86,10 @@ def main() -> int:
         "model_time_s": model_time,
         "sum_layer_time_s": sum_layers,
         "sum_layers_vs_model": sum_layers / model_time if model_time else None,
+        "model_graph_time_s": run.inference_graph.time_s if getattr(run, "inference_graph", None) else None,
+        "sum_layers_vs_model_graph": (sum_layers / run.inference_graph.time_s
+                                      if getattr(run, "inference_graph", None) else None),
+        "layer_execution": sorted({m.execution for m in run.layers}),
         "inference": d["measurement"]["inference"] if d["measurement"] else None,
         "training_step": d["measurement"]["training_step"] if d["measurement"] else None,
         "totals": d["totals"],
@@ -101,7 +107,8 @@ def main() -> int:
         report.to_json(args.report)
     if args.plot:
         report.plot(args.plot)
-    print(f"wrote {path}: model {model_time} s, layers {sum_layers} s, ratio {doc['sum_layers_vs_model']}, "
+    print(f"wrote {path}: model {model_time} s (graph {doc['model_graph_time_s']}), layers {sum_layers} s, "
+          f"ratio {doc['sum_layers_vs_model']} (graph {doc['sum_layers_vs_model_graph']}), {doc['layer_execution']}, "
           f"counters/analytic {doc['counters_flops_vs_analytic']}, wall {doc['wall_s']:.1f} s")
     return 0
 

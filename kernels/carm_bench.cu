@@ -18,6 +18,7 @@ cudaError_t carm_launch_fma_fp64(const carm_launch&, cudaStream_t, const void**)
 cudaError_t carm_launch_fma_fp16x2(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_shared_read(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_read_cg(const carm_launch&, cudaStream_t, const void**);
+cudaError_t carm_launch_read_cg8(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_read_l1(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_write(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
@@ -140,6 +141,8 @@ std::vector<entry> build_table() {
   add({"l1_read", "memory", "l1", "l1", "read", "LDG.E.128 (L1)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_l1, SHAPE_STREAM, 0, 256, 0, WS_L1, 1, 0, 2000, 4});
   add({"l2_read_partition", "memory", "l2", "l2", "partition", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 4});
   add({"l2_read_full", "memory", "l2", "l2", "full", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 4});
+  add({"l2_read_partition_u8", "memory", "l2", "l2", "partition-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 8});
+  add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
