@@ -220,6 +220,7 @@ def analyze(
         measurement = {
             "inference": _as_dict(getattr(run, "inference", None)),
             "training_step": _as_dict(getattr(run, "training_step", None)),
+            "inference_graph": _as_dict(getattr(run, "inference_graph", None)),
             "date": getattr(run, "date", None),
             "command": getattr(run, "command", None),
         }

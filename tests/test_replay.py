@@ -69,3 +69,18 @@ def test_malformed_recording_is_a_one_line_error(tmp_path, capsys):
     code = main(["analyze", "vgg16", "--batch-size", "64", "--from-measurements", str(bad)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("record, precision", [
+    (DATA / "h200-record-vgg16-mixed_bfloat16-b64-graphs.json", "mixed_bfloat16"),
+    (DATA / "h200-record-vgg16-float32-b64-graphs.json", "float32"),
+])
+def test_cuda_graph_layer_times_add_up_to_the_model_time(tmp_path, capsys, record, precision):
+    """Issue target: on torch, the sum of per-layer GPU times is within 15% of the whole model's."""
+    code, d = replay(tmp_path, record, precision)
+    assert code == 0, capsys.readouterr().err
+    graph = d["measurement"]["inference_graph"]
+    assert graph and graph["execution"] == "cuda_graph"
+    ratio = d["totals"]["sum_layer_time_s"] / graph["time_s"]
+    assert 0.85 <= ratio <= 1.15, ratio
+    assert all(r["measured"] for r in d["layers"] if r["flops"])

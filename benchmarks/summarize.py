@@ -1,0 +1,77 @@
+"""Markdown tables of a recorded GPU run, read from benchmarks/results (for README.md and notes).
+
+    python benchmarks/summarize.py [--run run3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def load(pattern: str) -> dict:
+    (path,) = sorted(RESULTS.glob(pattern))
+    return json.loads(path.read_text())
+
+
+def ceilings_table(d: dict) -> str:
+    c, r = d["ceilings"], d["references"]
+    by_name = {b["name"]: b for b in d["benchmarks"]}
+
+    def tf(x):
+        return f"{x / 1e12:.0f}"
+
+    rows = ["| roof | ours | beside it, same run |", "| --- | --- | --- |"]
+    rand, zero = by_name.get("tc_bf16_wgmma_rand"), by_name.get("tc_bf16_wgmma_zero")
+    if rand and zero:
+        rows.append(f"| BF16 Tensor Core (wgmma, zero / random data) | {tf(zero['rate'])} / {tf(rand['rate'])} TFLOP/s "
+                    f"({zero['power_w']:.0f} / {rand['power_w']:.0f} W) | cuBLAS 8192^3: {tf(r['cublas_bf16']['value'])} "
+                    f"TFLOP/s ({r['cublas_bf16']['power_w']:.0f} W) |")
+    rows.append(f"| FP16 / TF32 / FP8 e4m3 Tensor Core | {tf(c['tc_fp16']['value'])} / {tf(c['tc_tf32']['value'])} / "
+                f"{tf(c['tc_fp8_e4m3']['value'])} TFLOP/s | cuBLAS {tf(r['cublas_fp16']['value'])} / "
+                f"{tf(r['cublas_tf32']['value'])}, `_scaled_mm` {tf(r['scaled_mm_fp8_e4m3']['value'])} |")
+    q = d["ratios"]
+    rows.append(f"| FP32 FMA | {c['fp32']['value'] / 1e12:.1f} TFLOP/s ({q['fp32_vs_per_clock_max']:.2f} of the per-clock "
+                f"maximum at {c['fp32']['sm_clock_mhz']:.0f} MHz) | cuBLAS FP32 {r['cublas_fp32']['value'] / 1e12:.1f} |")
+    rows.append(f"| shared memory | {c['shared']['value'] / 1e12:.1f} TB/s ({q['shared_vs_per_clock_max']:.2f} of the "
+                f"per-clock maximum) | |")
+    rows.append(f"| L2 / HBM read | {c['l2']['value'] / 1e12:.2f} / {c['hbm']['value'] / 1e12:.2f} TB/s | torch `copy_` "
+                f"4 GiB: {r['torch_copy_4gib']['value'] / 1e12:.2f} TB/s |")
+    checks = (d.get("counter_check") or {}).get("rows") or []
+    worst = [x for x in checks if not x["ok"]]
+    rows.append("")
+    rows.append(f"All ceilings with power: {d['ceilings_wall_s']:.0f} s, `--quick` {d['ceilings_quick_wall_s']:.0f} s. "
+                f"CARM fitness of the mixed sweep: {q['sweep_fitness']:.2f}. Nsight Compute counter check: "
+                f"{len(checks) - len(worst)} of {len(checks)} benchmarks within 5% of their declared FLOPs and bytes"
+                + (f" (off: {', '.join(x['name'] for x in worst)})" if worst else "") + ".")
+    return "\n".join(rows)
+
+
+def vgg_table(run: str) -> str:
+    rows = ["| run | precision | model (eager) | model (CUDA graph) | sum of layers | ratio | counter / analytic FLOPs |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(RESULTS.glob("*vgg16-layers-*.json")):
+        d = json.loads(path.read_text())
+        g = d.get("model_graph_time_s")
+        ratio = d.get("sum_layers_vs_model_graph") or d["sum_layers_vs_model"]
+        cf = d.get("counters_flops_vs_analytic")
+        rows.append(f"| {path.stem.rsplit('-', 1)[-1]} {d['backend']} {d['layout']} | {d['precision']} | "
+                    f"{d['model_time_s'] * 1e3:.2f} ms | {'-' if g is None else f'{g * 1e3:.2f} ms'} | "
+                    f"{d['sum_layer_time_s'] * 1e3:.2f} ms | {ratio:.3f} | {'-' if cf is None else f'{cf:.3f}'} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", default="run3")
+    args = parser.parse_args()
+    print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
+    print()
+    print(vgg_table(args.run))
+
+
+if __name__ == "__main__":
+    main()
