@@ -2,7 +2,8 @@
 # One full GPU session: build the kernels, measure the ceilings beside the references, measure VGG16
 # layer by layer (float32 and mixed_bfloat16, torch backend, channels_first; counters on bf16), time
 # the CLI's whole analysis. Everything lands under $OUT/results (packed as $OUT/results.tgz).
-# Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
+# Knobs: SKIP_CEILINGS=1 (layers only), SKIP_JAX=1, VGG_COUNTERS (extra vgg16_layers.py flags; default
+# --counters on bf16 only). Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
 set -u
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=${KERAS_BACKEND:-torch} CARM_ADVISOR_NO_CLOCK_CONTROL=1
 export CARM_ADVISOR_CACHE=${CARM_ADVISOR_CACHE:-/tmp/carm_cache} MPLBACKEND=Agg
@@ -16,9 +17,9 @@ WATCHDOG=$!
 step nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
 step build-kernels
-/usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
+[ -n "${SKIP_CEILINGS:-}" ] || /usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
 step ceilings-vs-reference
-timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
+[ -n "${SKIP_CEILINGS:-}" ] || timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
 step vgg16-float32
 timeout 120 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first ${VGG_COUNTERS:-} --out "$R" \
     --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
