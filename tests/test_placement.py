@@ -40,6 +40,12 @@ def test_missing_path_falls_back_to_one_the_profile_has():
     assert compute_path(cost("ReLU", "bfloat16", OP_ELEMENTWISE, False), DEFAULT_MATH_MODE["torch"], {"fp32"}) == "fp32"
 
 
+def test_fallback_ends_on_fp32_when_the_profile_has_neither_half_precision_tensor_core_roof():
+    # tc_fp16 and tc_bf16 fall back to each other: a profile with neither must not loop forever.
+    assert compute_path(cost("Dense", "float16"), DEFAULT_MATH_MODE["torch"], {"fp32"}) == "fp32"
+    assert compute_path(cost("Dense", "int8"), DEFAULT_MATH_MODE["torch"], {"fp32"}) == "fp32"
+
+
 def test_working_sets_that_fit_the_l2_are_served_from_it():
     assert memory_level(cost(bytes_read=400, bytes_written=100), l2_usable_bytes=500) == "l2"
     assert memory_level(cost(bytes_read=400, bytes_written=101), l2_usable_bytes=500) == "hbm"

@@ -52,8 +52,15 @@ def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str]
             path = _TENSOR_CORE_PATH.get(dtype, "fp32")
     else:
         path = _CUDA_CORE_PATH.get(dtype, "fp32")
-    while available is not None and path not in available and path in _FALLBACK:
+    if available is None or path in available:
+        return path
+    seen = {path}
+    # The chain has a cycle (tc_fp16 <-> tc_bf16): stop at a repeat and settle on the CUDA-core floor.
+    while path not in available and _FALLBACK.get(path) not in (None, *seen):
         path = _FALLBACK[path]
+        seen.add(path)
+    if path not in available and "fp32" in available:
+        path = "fp32"
     return path
 
 
