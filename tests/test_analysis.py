@@ -129,3 +129,15 @@ def test_measure_true_without_a_gpu_is_a_clear_error():
 def test_bad_batch_size_is_rejected():
     with pytest.raises(ValueError, match="batch_size"):
         advisor.analyze(dense_model(), batch_size=0, profile=round_profile(), measure=False)
+
+
+def test_without_a_power_model_energy_is_unknown_not_zero():
+    # round_profile() has no power model: no energy can be predicted, so none is claimed.
+    report = advisor.analyze(dense_model(), batch_size=8, profile=round_profile(), measure=False)
+    totals = report.totals()
+    assert totals["energy_j"] is None and totals["predicted_energy_j"] is None
+    assert totals["samples_per_j"] is None and totals["gflops_per_watt"] is None
+    buf = io.StringIO()
+    report.print(Console(file=buf, width=140))
+    text = buf.getvalue()
+    assert "energy 0 J" not in text and "- samples/J" in text and "- GFLOP/s per W" in text

@@ -106,8 +106,10 @@ class Report:
         return sum(r.predicted_time_s or 0.0 for r in self.known_layers)
 
     @property
-    def predicted_energy_j(self) -> float:
-        return sum(r.predicted_energy_j or 0.0 for r in self.known_layers)
+    def predicted_energy_j(self) -> float | None:
+        """None when the profile has no power model: unknown energy is not zero energy."""
+        energies = [r.predicted_energy_j for r in self.known_layers if r.predicted_energy_j is not None]
+        return sum(energies) if energies else None
 
     def totals(self) -> dict[str, Any]:
         flops = sum(r.flops for r in self.known_layers)

@@ -28,6 +28,10 @@ def seconds(value: float | None) -> str:
     return f"{value * 1e6:.3g} us"
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _bound_text(bound: str, labels: dict) -> Text:
     kind, _, key = bound.partition(":")
     label = labels.get(key, {}).get("label", key)
@@ -50,7 +54,7 @@ def header(report) -> Panel:
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
-        f"{(t['samples_per_j'] or 0):.3g} samples/J   {(t['gflops_per_watt'] or 0):.4g} GFLOP/s per W",
+        f"{_fmt(t['samples_per_j'], '.3g')} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W",
     )
     return Panel(lines, title="carm_advisor", expand=True)
 
