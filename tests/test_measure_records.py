@@ -92,6 +92,10 @@ def _mutated(mutate):
         (lambda d: d["layers"][0].pop("time_s"), "time_s"),
         (lambda d: d["layers"][0].update(time_s=-1.0), "time_s"),
         (lambda d: d["layers"][0].update(energy_j="lots"), "energy_j"),
+        # the report divides FLOPs by these: a zero time or a non-number crashed the replay
+        (lambda d: d["layers"][0].update(time_s=0.0), "time_s"),
+        (lambda d: d["layers"][0].update(counters={"flops": "many"}), "counters.flops"),
+        (lambda d: d["layers"][0].update(counters={"ai": float("nan")}), "counters.ai"),
         (lambda d: d["layers"][0].update(execution="compiled"), "execution"),
         (lambda d: d.update(inference=[1, 2]), "inference"),
         (lambda d: d["inference"].pop("time_s"), "time_s"),

@@ -123,6 +123,7 @@ class RunMeasurement:
                     f"Expected layers[{i}].execution in {EXECUTION_MODES} in {where}, "
                     f"Received: {item.get('execution')!r}"
                 )
+            _check_layer_figures(item, f"{where} layers[{i}]")
             layers.append(LayerMeasurement(**_known(LayerMeasurement, item)))
         models = {}
         for key in _MODEL_KEYS:
@@ -220,6 +221,21 @@ def _check_fields(cls: type, data: dict, where: str, skip: set[str] = frozenset(
             )
         if types is _NUMBER and (not math.isfinite(value) or value < 0):
             raise MeasurementError(f"Expected '{name}' to be a finite number >= 0 in {where}, Received: {value!r}")
+
+
+def _check_layer_figures(item: dict, where: str) -> None:
+    """What the report divides by or places on the CARM: a layer's time and its counter FLOPs and AI."""
+    if item["time_s"] <= 0:
+        raise MeasurementError(f"Expected 'time_s' > 0 in {where} (a measured call takes time), Received: {item['time_s']!r}")
+    counters = item.get("counters") or {}
+    for name in ("flops", "ai"):
+        value = counters.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, _NUMBER) or not math.isfinite(value) or value < 0:
+            raise MeasurementError(
+                f"Expected 'counters.{name}' to be a finite number >= 0 in {where}, Received: {value!r}"
+            )
 
 
 def _known(cls: type, data: dict) -> dict:
