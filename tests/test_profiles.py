@@ -80,6 +80,11 @@ def test_missing_profile_file(tmp_path):
         load_profile(tmp_path / "nope.json")
 
 
+def test_profile_path_that_is_a_directory_says_so(tmp_path):
+    with pytest.raises(ProfileError, match="directory"):
+        load_profile(tmp_path)
+
+
 def test_power_model_is_validated():
     d = _minimal()
     d["power_model"] = {"constant_w": 100, "power_limit_w": 50, "joules_per_flop": {}, "joules_per_byte": {}}

@@ -186,6 +186,8 @@ def load_profile(path_or_name: str | Path | None = None) -> Profile:
         text = resources.files("carm_advisor.profiles").joinpath(EMBEDDED[name]).read_text()
         return profile_from_dict(json.loads(text), origin=f"embedded profile {name}")
     path = Path(path_or_name)
+    if path.is_dir():
+        raise ProfileError(f"expected a profile JSON file, received a directory: {path}")
     if not path.is_file():
         raise ProfileError(f"profile file not found: {path}")
     try:
