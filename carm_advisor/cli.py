@@ -121,6 +121,8 @@ def _analyze(args) -> int:
     for out in (args.json_path, args.plot_path):
         if out and not Path(out).resolve().parent.is_dir():
             raise OSError(f"output directory does not exist: {Path(out).parent}")
+        if out and Path(out).is_dir():  # caught here, not after the whole analysis has run
+            raise OSError(f"expected an output file name, received a directory: {out}")
     console = Console(stderr=False)
     if args.layout:
         import keras

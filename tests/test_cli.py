@@ -114,6 +114,12 @@ def test_output_directory_must_exist(capsys, tmp_path):
     assert_one_line_error(code, err, "does not exist")
 
 
+def test_output_path_that_is_a_directory_is_refused_before_the_analysis(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "analyze", "vgg16", "--json", str(tmp_path))
+    assert_one_line_error(code, err, "directory")
+    assert "Layers on the CARM" not in out
+
+
 def test_ceilings_without_a_gpu_is_a_one_line_error(capsys):
     code, _, err = run_cli(capsys, "ceilings", "--quick")
     assert_one_line_error(code, err, "no NVIDIA GPU")
