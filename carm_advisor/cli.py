@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -110,11 +111,37 @@ def _fail(message: str) -> None:
     sys.stderr.write("carm-advise: error: " + " ".join(message.split()) + "\n")
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """TensorFlow's C++ start-up lines go to fd 2 before absl logging is set up, whatever
+    TF_CPP_MIN_LOG_LEVEL says; keep them off the user's terminal while Keras loads its backend."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _import_keras() -> None:
+    with _native_stderr_silenced():
+        import keras  # noqa: F401  (loads the backend once, quietly)
+
+
 def _analyze(args) -> int:
+    _import_keras()
     from rich.console import Console
 
     from carm_advisor.analysis import analyze
-    from carm_advisor.models import load_model
+    from carm_advisor.models import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
 
     profile = load_profile(args.profile) if args.profile else None
@@ -123,6 +150,10 @@ def _analyze(args) -> int:
             raise OSError(f"output directory does not exist: {Path(out).parent}")
         if out and Path(out).is_dir():  # caught here, not after the whole analysis has run
             raise OSError(f"expected an output file name, received a directory: {out}")
+    if args.plot_path:
+        from carm_advisor.report.plot import check_plot_format
+
+        check_plot_format(args.plot_path)
     console = Console(stderr=False)
     if args.layout:
         import keras
@@ -130,7 +161,7 @@ def _analyze(args) -> int:
         keras.config.set_image_data_format(args.layout)
     with console.status(f"loading {args.model}"):
         model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape)
-    is_file = Path(args.model).suffix in (".keras", ".h5") or Path(args.model).exists()
+    is_file = is_model_file(args.model)
     report = analyze(
         model,
         batch_size=args.batch_size,

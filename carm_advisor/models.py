@@ -46,12 +46,24 @@ def dtype_policy(precision: str | None):
         keras.config.set_dtype_policy(previous)
 
 
+MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def is_model_file(spec: str) -> bool:
+    """True when `spec` names a model file (by its suffix, or because it exists), not an application."""
+    path = Path(spec)
+    return path.suffix in MODEL_FILE_SUFFIXES or path.exists()
+
+
 def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, ...] | None = None):
     """A built keras.Model and its display name from an application name or a model file."""
     import keras
 
-    path = Path(spec)
-    if path.suffix in (".keras", ".h5", ".hdf5") or path.exists():
+    if is_model_file(spec):
+        if input_shape is not None:
+            raise ModelLoadError(f"--input-shape applies to keras.applications models; {spec} is a model file "
+                                 "with its own input shape")
+        path = Path(spec)
         return _load_file(path), path.stem
     apps = application_names()
     key = spec.lower().replace("-", "").replace("_", "")

@@ -131,3 +131,24 @@ def test_ceilings_show_prints_the_recorded_profile(capsys, tmp_path):
     assert "tc_bf16" in out and "recorded profile" in out
     assert json.loads((tmp_path / "p.json").read_text())["schema"] == "carm-advisor/profile/1"
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_error_from_a_fresh_process_is_exactly_one_line_on_stderr():
+    """TensorFlow's native start-up lines must not reach the terminal around our one-line error."""
+    proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", "analyze", "vgg17"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "carm-advise: error: 'vgg17' is neither a model file nor a keras.applications model; did you mean vgg16, vgg19?"
+    ]
+
+
+def test_unknown_chart_format_is_refused_before_the_analysis(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "analyze", "vgg16", "--plot", str(tmp_path / "chart.xyz"))
+    assert_one_line_error(code, err, "cannot write a chart")
+    assert "Layers on the CARM" not in out
+
+
+def test_input_shape_with_a_model_file_is_refused(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--input-shape", "32,32,3")
+    assert_one_line_error(code, err, "input-shape")

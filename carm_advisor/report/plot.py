@@ -11,6 +11,19 @@ _ALWAYS_SHOWN = ("fp32", "tc_tf32", "tc_bf16", "tc_fp8_e4m3")
 _LEVEL_STYLE = {"shared": ":", "l1": ":", "l2": "-.", "hbm": "--"}
 
 
+def check_plot_format(path: str | Path) -> None:
+    """Refuse an output format matplotlib cannot write, before any work is done."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise CarmError(f"cannot write a chart as '.{suffix}'; expected one of: {', '.join(sorted(formats))}")
+
+
 def _axes():
     import matplotlib
 
