@@ -30,8 +30,8 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
     for c in costs:
         path = compute_path(c, math_mode, paths)
         level = memory_level(c, l2)
-        if level not in levels:
-            level = "hbm" if "hbm" in levels else sorted(levels)[0]
+        if level not in levels:   # the slowest slope the profile has: the safe upper bound
+            level = min(levels, key=lambda m: carm.bandwidth_bytes_per_s[m])
         row = LayerRow(
             name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
             ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,

@@ -63,6 +63,8 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     if not slow:
         return None
     alt = predict(dtype="bfloat16")
+    if _time(alt) <= 0:
+        return None
     speedup = _time(rows) / _time(alt)
     energy_ratio = _energy(rows) / _energy(alt) if _energy(alt) else None
     if max(speedup, energy_ratio or 0) < MIN_GAIN:
@@ -73,7 +75,7 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     bf16 = roofs.get("tc_bf16", {}).get("value")
     share = _share(rows, lambda r: r in slow)
     detail = (
-        f"{len(slow)} conv/dense layers ({share:.0%} of the predicted time) run at {rows[0].dtype if rows else ''} "
+        f"{len(slow)} conv/dense layers ({share:.0%} of the predicted time) run at {'/'.join(sorted({r.dtype for r in slow}))} "
         f"on {now}. Under keras.mixed_precision.set_global_policy('mixed_bfloat16') they run on BF16 Tensor Cores"
         + (f" ({bf16 / 1e12:.0f} TFLOP/s)" if bf16 else "")
         + " and every activation moves half the bytes; keep the final softmax in float32 (dtype='float32')."
@@ -189,7 +191,7 @@ def _tensor_core_alignment(report, rows) -> Recommendation | None:
         if not (r.tensor_core and r.path.startswith("tc_")):
             continue
         multiple = _TC_MULTIPLE.get(_DTYPE_BYTES.get(r.dtype, 4), 8)
-        channels = _channels(report, r)
+        channels = tuple(c for c in r.channels if c)
         if channels and any(c % multiple for c in channels):
             misaligned.append((r, channels, multiple))
     if not misaligned:
@@ -203,10 +205,6 @@ def _tensor_core_alignment(report, rows) -> Recommendation | None:
         expected_gain=f"at most {share:.0%} of the model's time (not modelled)", layers=[r.name for r, _, _ in misaligned],
         basis="Tensor Core tile shapes",
     )
-
-
-def _channels(report, row: LayerRow) -> tuple[int, ...]:
-    return tuple(c for c in row.channels if c)
 
 
 def _depthwise(report, rows) -> Recommendation | None:

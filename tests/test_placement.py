@@ -49,3 +49,7 @@ def test_fallback_ends_on_fp32_when_the_profile_has_neither_half_precision_tenso
 def test_working_sets_that_fit_the_l2_are_served_from_it():
     assert memory_level(cost(bytes_read=400, bytes_written=100), l2_usable_bytes=500) == "l2"
     assert memory_level(cost(bytes_read=400, bytes_written=101), l2_usable_bytes=500) == "hbm"
+
+
+def test_int8_and_fp8_fall_back_to_a_tensor_core_roof_the_profile_has():
+    assert compute_path(cost("Dense", "int8"), DEFAULT_MATH_MODE["torch"], {"fp32", "tc_bf16"}) == "tc_bf16"

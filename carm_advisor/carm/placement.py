@@ -31,6 +31,7 @@ _FALLBACK = {
     "tc_bf16": "tc_fp16",
     "tc_fp8_e5m2": "tc_fp8_e4m3",
     "tc_int8": "tc_fp8_e4m3",
+    "tc_fp8_e4m3": "tc_bf16",
     "tc_tf32": "fp32",
     "fp16x2": "fp32",
     "fp64": "fp32",

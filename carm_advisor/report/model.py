@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from carm_advisor.carm.power import gflops_per_watt
+
 REPORT_SCHEMA = "carm-advisor/report/1"
 
 
@@ -130,7 +132,7 @@ class Report:
             "sum_layer_time_s": sum(r.time_s for r in self.layers if r.measured and r.time_s) or None,
             "samples_per_s": self.batch_size / time_s if time_s else None,
             "samples_per_j": self.batch_size / energy_j if energy_j else None,
-            "gflops_per_watt": flops / energy_j / 1e9 if energy_j else None,
+            "gflops_per_watt": gflops_per_watt(flops, energy_j) if energy_j else None,
             "unknown_layers": len(self.unknown_layers),
         }
 
