@@ -67,10 +67,12 @@ def main() -> int:
     report = advisor.analyze(model, batch_size=args.batch_size, from_measurements=run, name="vgg16")
     report.print()
     d = report.to_dict()
+    measured = {item.name: item for item in run.layers}
     ratios = [
-        (item.counters or {}).get("flops", 0) / row["flops"]
-        for item, row in zip(run.layers, d["layers"])
-        if item.counters and row["type"] in ("Conv2D", "Dense") and row["flops"]
+        measured[row["name"]].counters["flops"] / row["flops"]
+        for row in d["layers"]
+        if row["name"] in measured and measured[row["name"]].counters and row["type"] in ("Conv2D", "Dense")
+        and row["flops"]
     ]
     sum_layers = sum(r["time_s"] for r in d["layers"] if r["time_s"])
     model_time = (run.inference.time_s if run.inference else None)

@@ -20,6 +20,11 @@ from carm_advisor.models import load_model
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
+def _fmt(value, scale, spec, unit=""):
+    """'-' where a figure is unknown (no energy reading, no power model)."""
+    return "-" if value is None else f"{value * scale:{spec}}{unit}"
+
+
 def main(argv=None) -> Table:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=64)
@@ -38,8 +43,9 @@ def main(argv=None) -> Table:
         report.to_json(out / f"vgg16-{policy}.json")
         t = report.totals()
         top = report.recommendations[0].title if report.recommendations else "-"
-        table.add_row(policy, f"{report.device['source']} ({t['time_source']})", f"{t['time_s'] * 1e3:.2f} ms",
-                      f"{t['energy_j']:.2f} J", f"{t['samples_per_j']:.2f}", f"{t['gflops_per_watt']:.0f}", top)
+        table.add_row(policy, f"{report.device['source']} ({t['time_source']})", _fmt(t["time_s"], 1e3, ".2f", " ms"),
+                      _fmt(t["energy_j"], 1, ".2f", " J"), _fmt(t["samples_per_j"], 1, ".2f"),
+                      _fmt(t["gflops_per_watt"], 1, ".0f"), top)
     Console().print(table)
     return table
 
