@@ -9,6 +9,7 @@ from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
+from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import LayerRow, Report
 
@@ -37,6 +38,7 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
             ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
             predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
             notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
+            input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
         )
         if c.known and (c.flops or c.bytes):
             roof_time = carm.time_s(c.flops, c.bytes, path, level)

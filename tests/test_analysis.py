@@ -141,3 +141,19 @@ def test_without_a_power_model_energy_is_unknown_not_zero():
     report.print(Console(file=buf, width=140))
     text = buf.getvalue()
     assert "energy 0 J" not in text and "- samples/J" in text and "- GFLOP/s per W" in text
+
+
+def test_torch_channels_last_layout_advice_counts_the_transpose_traffic(monkeypatch):
+    import carm_advisor.analysis as analysis
+
+    inputs = keras.Input(shape=(64, 64, 32))
+    conv = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)
+    model = keras.Model(inputs, conv)
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    report = analysis.analyze(model, batch_size=16, profile=round_profile(), measure=False)
+    rec = next(r for r in report.recommendations if "channels_first" in r.title)
+    # input 16x64x64x32 float32 = 8,388,608 B, copied twice (read+write each): 4 x 8.39 MB at HBM 1e11 B/s
+    extra_s = 4 * 16 * 64 * 64 * 32 * 4 / 1e11
+    (row,) = report.layers
+    assert row.input_bytes == 16 * 64 * 64 * 32 * 4
+    assert rec.speedup == pytest.approx((row.predicted_time_s + extra_s) / row.predicted_time_s)

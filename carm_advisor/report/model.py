@@ -39,6 +39,7 @@ class LayerRow:
     channels: tuple[int, ...] = ()    # (input, output) channels of matmul-class layers; () where n/a
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
+    input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
 
     @property
     def achieved_flops_per_s(self) -> float | None:
