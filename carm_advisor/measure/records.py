@@ -118,11 +118,7 @@ class RunMeasurement:
                     f"Expected layers[{i}] to be an object in {where}, Received: {type(item).__name__}"
                 )
             _check_fields(LayerMeasurement, item, f"{where} layers[{i}]")
-            if item.get("execution", "eager") not in EXECUTION_MODES:
-                raise MeasurementError(
-                    f"Expected layers[{i}].execution in {EXECUTION_MODES} in {where}, "
-                    f"Received: {item.get('execution')!r}"
-                )
+            _check_execution(item, f"layers[{i}]", where)
             _check_layer_figures(item, f"{where} layers[{i}]")
             layers.append(LayerMeasurement(**_known(LayerMeasurement, item)))
         models = {}
@@ -136,10 +132,7 @@ class RunMeasurement:
                     f"Expected '{key}' to be an object or null in {where}, Received: {type(item).__name__}"
                 )
             _check_fields(ModelMeasurement, item, f"{where} {key}")
-            if item.get("execution", "eager") not in EXECUTION_MODES:
-                raise MeasurementError(
-                    f"Expected {key}.execution in {EXECUTION_MODES} in {where}, Received: {item.get('execution')!r}"
-                )
+            _check_execution(item, key, where)
             models[key] = ModelMeasurement(**_known(ModelMeasurement, item))
         rest = {k: v for k, v in _known(cls, data).items() if k not in ("layers", *_MODEL_KEYS)}
         return cls(layers=layers, **models, **rest)
@@ -200,6 +193,13 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "model_name": ((str,), False), "settings": ((dict,), False), "intensity_source": ((str,), False),
     },
 }
+
+
+def _check_execution(item: dict, label: str, where: str) -> None:
+    if item.get("execution", "eager") not in EXECUTION_MODES:
+        raise MeasurementError(
+            f"Expected {label}.execution in {EXECUTION_MODES} in {where}, Received: {item.get('execution')!r}"
+        )
 
 
 def _check_fields(cls: type, data: dict, where: str, skip: set[str] = frozenset()) -> None:
