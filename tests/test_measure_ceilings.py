@@ -119,3 +119,34 @@ def test_mma_sync_rows_are_skipped_on_hopper_unless_asked():
     wg = BenchmarkInfo(1, "tc_bf16_wgmma_rand", "compute", "tc_bf16", "", "rand", "wgmma.m64n256k16", "x", 90, 90, 1, 0, 0, False)
     assert not C._runnable(mma, 90) and C._runnable(mma, 90, everything=True)
     assert C._runnable(mma, 80) and not C._runnable(wg, 80) and C._runnable(wg, 90)
+
+
+def test_cached_profiles_are_told_apart_by_kernel_source_hash(tmp_path, monkeypatch):
+    from carm_advisor.profiles.cache import cached_profile_for, store_profile
+    from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+
+    def profile(hash_, value):
+        return profile_from_dict({
+            "schema": SCHEMA, "device": {"name": "G", "uuid": "GPU-1", "driver": "580", "sm_clock_max_mhz": 1980},
+            "provenance": {"source": "measured", "kernel_source_hash": hash_},
+            "ceilings": {"fp32": {"kind": "compute", "value": value, "provenance": {"source": "measured"}},
+                         "hbm": {"kind": "memory", "value": 1e12, "provenance": {"source": "measured"}}}})
+
+    store_profile(profile("aaaaaaaaaaaaaaaa", 1e13))
+    store_profile(profile("bbbbbbbbbbbbbbbb", 2e13))
+    device = {"uuid": "GPU-1", "driver": "580"}
+    assert cached_profile_for(device, "aaaaaaaaaaaaaaaa").ceilings["fp32"].value == 1e13
+    assert cached_profile_for(device, "bbbbbbbbbbbbbbbb").ceilings["fp32"].value == 2e13
+    assert cached_profile_for(device, "cccccccccccccccc") is None
+    assert cached_profile_for({"uuid": "GPU-2", "driver": "580"}) is None
+
+
+def test_source_hash_changes_with_the_kernel_sources(tmp_path):
+    from carm_advisor.measure.build import source_hash
+
+    (tmp_path / "a.cu").write_text("__global__ void k() {}")
+    first = source_hash(tmp_path)
+    (tmp_path / "a.cu").write_text("__global__ void k() { }")
+    assert source_hash(tmp_path) != first

@@ -126,13 +126,27 @@ def _nvcc_version(nvcc: Path) -> str:
         raise KernelBuildError(f"nvcc at {nvcc} cannot run: {exc}") from exc
 
 
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".cc", ".inc")
+
+
+def _hash_sources(h, src_dir: Path) -> None:
+    for p in sorted(src_dir.iterdir()):
+        if p.suffix in _SOURCE_SUFFIXES:
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+
+
+def source_hash(src_dir: Path | None = None) -> str:
+    """sha256 of the kernel sources alone: what a measured profile was measured with."""
+    h = hashlib.sha256()
+    _hash_sources(h, src_dir or kernels_dir())
+    return h.hexdigest()[:16]
+
+
 def cache_key(src_dir: Path, archs: Sequence[str], nvcc_version: str, with_tf: bool, extra: Sequence[str] = ()) -> str:
     """sha256 of every kernel source, the nvcc version and the flags."""
     h = hashlib.sha256()
-    for p in sorted(src_dir.iterdir()):
-        if p.suffix in (".cu", ".cuh", ".h", ".cc", ".inc"):
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+    _hash_sources(h, src_dir)
     h.update(nvcc_version.encode())
     h.update(" ".join([*_NVCC_FLAGS, *archs, f"tf={with_tf}", *extra]).encode())
     return h.hexdigest()[:16]

@@ -32,12 +32,14 @@ def store_profile(profile: Profile) -> Path:
     return path
 
 
-def cached_profile_for(device: dict) -> Profile | None:
-    """The newest measured profile of this GPU and driver, or None."""
+def cached_profile_for(device: dict, kernel_source_hash: str | None = None) -> Profile | None:
+    """The newest measured profile of this GPU and driver (measured with these kernel sources when a
+    hash is given, else any), or None."""
     if not device.get("uuid"):
         return None
     folder = cache_dir()
     if not folder.is_dir():
         return None
-    candidates = sorted(folder.glob(profile_key(device) + "-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    pattern = profile_key(device) + (f"-*-{kernel_source_hash[:12]}.json" if kernel_source_hash else "-*.json")
+    candidates = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
     return load_profile(candidates[0]) if candidates else None
