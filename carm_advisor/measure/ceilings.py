@@ -198,13 +198,13 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
 
         counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
     profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=time.perf_counter() - started,
-                            quick=quick, command=command, source_hash=getattr(lib, "source_hash", None) or _source_hash(),
+                            quick=quick, command=command, source_hash=getattr(lib, "source_hash", None) or current_kernel_source_hash(),
                             counter_check=counter_check)
     store_profile(profile)
     return profile
 
 
-def _source_hash() -> str | None:
+def current_kernel_source_hash() -> str | None:
     from carm_advisor.errors import KernelBuildError
     from carm_advisor.measure.build import source_hash
 
