@@ -61,12 +61,18 @@ cudaError_t carm_launch_fma_fp16x2(const carm_launch& l, cudaStream_t s, const v
 // ld.volatile: ptxas would otherwise merge the loop-invariant loads (seen: 3.8x the per-clock maximum).
 constexpr int SHARED_UNROLL = 8;  // loads in flight per thread; smem per block = UNROLL * block * 16
 
-__global__ void __launch_bounds__(256) shared_read_kernel(long long iters, float* out, float sentinel) {
+// Fills the block's tile (SHARED_UNROLL * blockDim.x 16-byte words) and returns this thread's
+// shared-space address of its first word.
+__device__ __forceinline__ uint32_t fill_shared_tile() {
   extern __shared__ uint4 smem_v[];
   const int n = SHARED_UNROLL * blockDim.x;
   for (int i = threadIdx.x; i < n; i += blockDim.x) smem_v[i] = make_uint4(i, i * 3u, i * 5u, i * 7u);
   __syncthreads();
-  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_v + threadIdx.x);
+  return (uint32_t)__cvta_generic_to_shared(smem_v + threadIdx.x);
+}
+
+__global__ void __launch_bounds__(256) shared_read_kernel(long long iters, float* out, float sentinel) {
+  const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
   uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   for (long long it = 0; it < iters; ++it) {
@@ -194,11 +200,7 @@ __global__ void __launch_bounds__(256) mix_fp32_global_kernel(const uint4* __res
 
 template <int C>
 __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
-  extern __shared__ uint4 smem_v[];
-  const int n = SHARED_UNROLL * blockDim.x;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) smem_v[i] = make_uint4(i, i * 3u, i * 5u, i * 7u);
-  __syncthreads();
-  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_v + threadIdx.x);
+  const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
   float acc = 0.f;
   for (long long it = 0; it < iters; ++it) {
