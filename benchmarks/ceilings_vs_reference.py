@@ -45,7 +45,8 @@ def torch_references(gpu, window_s: float = 1.0) -> dict:
         a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
         b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()   # column-major second operand
         one = torch.tensor(1.0, device=dev)
-        record("scaled_mm_fp8_e4m3", lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        record("scaled_mm_fp8_e4m3",
+               lambda a=a, b=b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
                flops, "FLOP/s")
         del a, b
     except Exception as exc:  # older torch or no FP8 support
@@ -53,7 +54,7 @@ def torch_references(gpu, window_s: float = 1.0) -> dict:
     elems = 4 * 1024 ** 3 // 4
     src = torch.empty(elems, device=dev, dtype=torch.float32).uniform_()
     dst = torch.empty_like(src)
-    record("torch_copy_4gib", lambda: dst.copy_(src), 2.0 * elems * 4, "B/s")
+    record("torch_copy_4gib", lambda dst=dst, src=src: dst.copy_(src), 2.0 * elems * 4, "B/s")
     del src, dst
     torch.cuda.empty_cache()
     return refs

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable
+from typing import Any
 
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
 from carm_advisor.carm.roofline import CARM
@@ -12,8 +11,6 @@ from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import LayerRow, Report
-
-log = logging.getLogger(__name__)
 
 # A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
 # the profile or the mapping is wrong and the report says so.
@@ -302,5 +299,3 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
     gpu = options.pop("gpu", None) or open_gpu(0)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 
-
-Predictor = Callable[..., list[LayerRow]]

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable
 
 from carm_advisor.carm.placement import is_convolution
-from carm_advisor.mapping.costs import OP_DATA, OP_ELEMENTWISE, OP_MATMUL
 from carm_advisor.report.model import LayerRow, Recommendation, Report
 
 # A recommendation is shown only when the CARM predicts at least this much (time or energy).
@@ -231,5 +230,3 @@ def _depthwise(report, rows) -> Recommendation | None:
         layers=[r.name for r in dw], basis="CARM placement",
     )
 
-
-__all__ = ["recommend", "OP_MATMUL", "OP_ELEMENTWISE", "OP_DATA"]

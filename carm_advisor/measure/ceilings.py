@@ -16,12 +16,13 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import MeasurementError
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from carm_advisor.profiles.profile import Profile
 
 # Work per SM per clock, by compute capability (10*major+minor): FLOP (or OP) for compute paths,
 # bytes for shared memory. From the architecture whitepapers' per-SM unit counts (dense Tensor Core).

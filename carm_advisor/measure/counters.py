@@ -36,7 +36,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
+from typing import Collection, Sequence
 
 from carm_advisor.errors import MeasurementError
 
@@ -213,7 +213,7 @@ def parse_ncu_csv(text: str, names: Sequence[str]) -> dict[str, LayerCounters]:
         name = names[index]
         entry = results.setdefault(name, LayerCounters(name=name, missing_metrics=list(missing)))
 
-        def value(metric: str) -> float:
+        def value(metric: str, row=row) -> float:
             if metric not in col:
                 return 0.0
             number = _number(row[col[metric]])
