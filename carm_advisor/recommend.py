@@ -114,8 +114,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
 
 
 def _fusion(report, rows) -> Recommendation | None:
-    fusible = [r for r in rows if r.type not in ("Softmax",) and r.flops >= 0 and r.bound.startswith("memory:")
-               and _is_elementwise(r)]
+    fusible = [r for r in rows if r.bound.startswith("memory:") and _is_elementwise(r)]
     if not fusible:
         return None
     saved = sum(r.predicted_time_s or 0.0 for r in fusible)

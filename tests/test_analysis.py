@@ -157,3 +157,20 @@ def test_torch_channels_last_layout_advice_counts_the_transpose_traffic(monkeypa
     (row,) = report.layers
     assert row.input_bytes == 16 * 64 * 64 * 32 * 4
     assert rec.speedup == pytest.approx((row.predicted_time_s + extra_s) / row.predicted_time_s)
+
+
+def test_fusion_of_memory_bound_elementwise_layers_saves_their_predicted_time():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("assumes TensorFlow's TF32 default")
+    inputs = keras.Input(shape=(32, 32, 16))
+    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False, name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    report = advisor.analyze(keras.Model(inputs, x), batch_size=8, profile=round_profile(), measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Fuse"))
+    assert rec.layers == ["bn", "relu"]
+    tensor = 8 * 32 * 32 * 16 * 4                      # one float32 activation tensor, bytes
+    conv_s = (tensor + 3 * 3 * 16 * 16 * 4 + tensor) / 1e11   # memory-bound on HBM (37.7 MFLOP at 1e13 is faster)
+    bn_s = (2 * tensor + 4 * 16 * 4) / 1e11                    # gamma, beta, mean, variance read once
+    relu_s = 2 * tensor / 1e11
+    assert rec.speedup == pytest.approx((conv_s + bn_s + relu_s) / conv_s)
