@@ -174,3 +174,15 @@ def test_fusion_of_memory_bound_elementwise_layers_saves_their_predicted_time():
     bn_s = (2 * tensor + 4 * 16 * 4) / 1e11                    # gamma, beta, mean, variance read once
     relu_s = 2 * tensor / 1e11
     assert rec.speedup == pytest.approx((conv_s + bn_s + relu_s) / conv_s)
+
+
+def test_a_weight_bound_dense_layer_gets_the_larger_batch_advice_with_its_per_sample_gain():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("assumes TensorFlow's TF32 default")
+    report = advisor.analyze(dense_model(), batch_size=1, profile=round_profile(), measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Raise the batch size"))
+    assert "from 1 to 32" in rec.title
+    weights = 1024 * 1024 * 4
+    per_sample_now = (4096 + weights + 4096) / 1e11              # HBM-bound: the weights dominate
+    per_sample_new = (32 * 4096 + weights + 32 * 4096) / 1e11 / 32
+    assert rec.speedup == pytest.approx(per_sample_now / per_sample_new)
