@@ -186,3 +186,15 @@ def test_a_weight_bound_dense_layer_gets_the_larger_batch_advice_with_its_per_sa
     per_sample_now = (4096 + weights + 4096) / 1e11              # HBM-bound: the weights dominate
     per_sample_new = (32 * 4096 + weights + 32 * 4096) / 1e11 / 32
     assert rec.speedup == pytest.approx(per_sample_now / per_sample_new)
+
+
+def test_channel_counts_off_the_tensor_core_multiple_are_flagged():
+    inputs = keras.Input(shape=(32, 32, 3))
+    x = keras.layers.Conv2D(12, 3, name="rgb_conv")(inputs)          # 3 and 12 channels
+    x = keras.layers.Conv2D(16, 3, name="aligned_conv")(x)           # 12 -> 16
+    report = advisor.analyze(keras.Model(inputs, x), batch_size=4, profile=round_profile(),
+                             precision="mixed_bfloat16", measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Pad channel counts"))
+    # BF16 tiles need multiples of 8: 3 and 12 are not; 12 -> 16 still has 12 inputs
+    assert rec.layers == ["rgb_conv", "aligned_conv"]
+    assert "multiple of 8" in rec.detail
