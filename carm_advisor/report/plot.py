@@ -56,17 +56,27 @@ def draw_roofs(ax, carm, paths, ai_range: tuple[float, float]) -> float:
     top = max(peaks.values())
     bw_max = max(carm.bandwidth_bytes_per_s[m] for m in levels)
     x_min, x_max = ai_range
-    for m in levels:
+    above = None
+    for m in sorted(levels, key=lambda m: -carm.bandwidth_bytes_per_s[m]):
         b = carm.bandwidth_bytes_per_s[m]
         x_end = top / b
         ax.plot([x_min, x_end], [b * x_min, top], _LEVEL_STYLE.get(m, "--"), color="0.35", lw=1.3)
         x_lab = x_min * 2.2
+        # A slope within 30% of the one above gets its label under its line, not over the other label.
+        under = above is not None and above / b < 1.3
+        above = b
         ax.annotate(f"{MEMORY_LEVELS[m]} {b / 1e12:.3g} TB/s", (x_lab, b * x_lab), rotation=0, fontsize=8,
-                    color="0.25", xytext=(2, 4), textcoords="offset points")
-    for p, f in sorted(peaks.items(), key=lambda kv: kv[1]):
+                    color="0.25", xytext=(2, -12 if under else 4), textcoords="offset points")
+    previous, stacked = None, 0
+    for p, f in sorted(peaks.items(), key=lambda kv: kv[1], reverse=True):
+        color = "tab:blue" if p.startswith("tc_") else "0.3"
         ax.plot([f / bw_max, x_max], [f, f], "-", color="tab:blue" if p.startswith("tc_") else "tab:gray", lw=1.6)
-        ax.annotate(f"{COMPUTE_PATHS[p]} {f / 1e12:.4g} TFLOP/s", (x_max, f), ha="right", va="bottom", fontsize=8,
-                    color="tab:blue" if p.startswith("tc_") else "0.3")
+        # Roofs within 15% of the one above would print over it: stack their labels below instead.
+        stacked = stacked + 1 if previous is not None and previous / f < 1.15 else 0
+        previous = f
+        ax.annotate(f"{COMPUTE_PATHS[p]} {f / 1e12:.4g} TFLOP/s", (x_max, f), ha="right",
+                    va="bottom" if stacked == 0 else "top", fontsize=8, color=color,
+                    xytext=(0, 0 if stacked == 0 else -2 - 9 * (stacked - 1)), textcoords="offset points")
     ax.set_xlim(x_min, x_max)
     return top
 
@@ -139,8 +149,12 @@ def plot_profile(profile, path: str | Path) -> Path:
     fig, ax = _axes()
     top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [p["ai"] for p in points]))
     if points:
-        ax.scatter([p["ai"] for p in points], [p["flops_per_s"] for p in points], s=25, c="tab:red", zorder=3,
-                   label="mixed-intensity sweep (measured)")
+        by_family: dict[str, list] = {}
+        for p in points:   # names look like mix_fp32_hbm_c8: one series per (path, level)
+            by_family.setdefault("_".join(p["name"].split("_")[1:3]), []).append(p)
+        for family, pts in sorted(by_family.items()):
+            ax.plot([p["ai"] for p in pts], [p["flops_per_s"] for p in pts], "o-", ms=4, lw=0.8, zorder=3,
+                    label=f"sweep {family.replace('_', ' vs ')} (measured)")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_ylim(top / 1e4, top * 3)
     ax.set_title(f"CARM roofs of {profile.name} ({profile.source} profile)", fontsize=10)
