@@ -262,12 +262,9 @@ def _default_profile(name: str | None, run) -> Profile:
     if name is not None:
         return load_profile(name)
     if run is not None:
-        from carm_advisor.measure.ceilings import current_kernel_source_hash
-        from carm_advisor.profiles.cache import cached_profile_for
+        from carm_advisor.measure.ceilings import measured_profile_for
 
-        # Roofs measured with today's kernel sources first, else the newest measured on this GPU.
-        current = current_kernel_source_hash()
-        cached = (current and cached_profile_for(run.device or {}, current)) or cached_profile_for(run.device or {})
+        cached = measured_profile_for(run.device or {})
         if cached is not None:
             return cached
     return load_profile()

@@ -372,17 +372,23 @@ def ceilings_command(args) -> int:
     return 0
 
 
-def _profile_for_show():
+def measured_profile_for(device: dict) -> "Profile | None":
+    """This GPU's cached measured profile: roofs measured with today's kernel sources first, else the
+    newest measured on it; None when it was never measured."""
     from carm_advisor.profiles.cache import cached_profile_for
+
+    current = current_kernel_source_hash()
+    return (current and cached_profile_for(device, current)) or cached_profile_for(device)
+
+
+def _profile_for_show():
+    from carm_advisor.errors import PowerError
+    from carm_advisor.power.nvml import open_gpu
     from carm_advisor.profiles.profile import load_profile
 
     try:
-        from carm_advisor.power.nvml import open_gpu
-
         gpu = open_gpu(0)
-        cached = cached_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
-        if cached is not None:
-            return cached
-    except Exception:
-        pass
-    return load_profile()
+        cached = measured_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
+    except PowerError:   # no NVML or no GPU here: show the recorded profile
+        cached = None
+    return cached if cached is not None else load_profile()
