@@ -55,13 +55,8 @@ def main() -> int:
         from carm_advisor.measure.counters import measure_counters
 
         t0 = time.perf_counter()
-        by_layer = measure_counters(model, batch_size=args.batch_size)
+        run.attach_counters(measure_counters(model, batch_size=args.batch_size))
         counters_wall_s = time.perf_counter() - t0
-        if by_layer is not None:
-            run.intensity_source = "counters"
-            for item in run.layers:
-                found = by_layer.get(item.name)
-                item.counters = found.to_dict() if found is not None else None
     if args.record:
         run.to_json(args.record)
     report = advisor.analyze(model, batch_size=args.batch_size, from_measurements=run, name="vgg16")

@@ -617,11 +617,6 @@ def measure_run(
     if counters:
         from carm_advisor.measure.counters import measure_counters
 
-        by_layer = measure_counters(model, batch_size=batch_size, only=only)
-        if by_layer is not None:
-            run.intensity_source = "counters"
-            for item in run.layers:
-                found = by_layer.get(item.name)
-                item.counters = found.to_dict() if found is not None else None
+        run.attach_counters(measure_counters(model, batch_size=batch_size, only=only))
     run.wall_s = time.perf_counter() - start_s
     return run

@@ -85,6 +85,15 @@ class RunMeasurement:
     intensity_source: str = "analytic"             # "counters" when Nsight Compute measured the bytes
     schema: str = SCHEMA
 
+    def attach_counters(self, by_layer: dict | None) -> None:
+        """Attach per-layer Nsight Compute counters (measure_counters' result) by layer name."""
+        if by_layer is None:
+            return
+        self.intensity_source = "counters"
+        for item in self.layers:
+            found = by_layer.get(item.name)
+            item.counters = found.to_dict() if found is not None else None
+
     # ---- writing ---------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
