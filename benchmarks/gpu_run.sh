@@ -2,7 +2,7 @@
 # One full GPU session: build the kernels, measure the ceilings beside the references, measure VGG16
 # layer by layer (float32 and mixed_bfloat16, torch backend, channels_first; counters on bf16), time
 # the CLI's whole analysis. Everything lands under $OUT/results (packed as $OUT/results.tgz).
-# Knobs: SKIP_CEILINGS=1 (layers only), SKIP_JAX=1, VGG_COUNTERS (extra vgg16_layers.py flags; default
+# Knobs: SKIP_CEILINGS=1 (layers only), SKIP_VGG=1 (ceilings only), SKIP_JAX=1, VGG_COUNTERS (extra vgg16_layers.py flags; default
 # --counters on bf16 only). Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
 set -u
 export PYTHONUNBUFFERED=1 KERAS_BACKEND=${KERAS_BACKEND:-torch} CARM_ADVISOR_NO_CLOCK_CONTROL=1
@@ -18,8 +18,12 @@ step nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
 step build-kernels
 [ -n "${SKIP_CEILINGS:-}" ] || /usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
+step sass-and-size-sweep
+[ -n "${SKIP_CEILINGS:-}" ] || timeout 60 python3 benchmarks/sass_summary.py --out "$R/sass-summary.json"
+[ -n "${SKIP_CEILINGS:-}" ] || timeout 120 python3 benchmarks/size_sweep.py --out "$R"
 step ceilings-vs-reference
 [ -n "${SKIP_CEILINGS:-}" ] || timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
+if [ -z "${SKIP_VGG:-}" ]; then
 step vgg16-float32
 timeout 120 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first ${VGG_COUNTERS:-} --out "$R" \
     --record "$R/record-vgg16-float32.json" --plot "$R/vgg16-float32.png"
@@ -32,6 +36,7 @@ step vgg16-bf16-jax
 step cli-analyze-timed
 /usr/bin/time -f "cli analyze wall %e s" timeout 120 python3 -m carm_advisor.cli analyze vgg16 --batch-size 64 \
     --precision mixed_bfloat16 --layout channels_first --json "$R/cli-vgg16-bf16.json" --top 5
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit --format=csv > "$R/nvidia-smi-after.csv"
 step pack
 kill $WATCHDOG 2>/dev/null

@@ -22,9 +22,13 @@ cudaError_t carm_launch_read_cg8(const carm_launch&, cudaStream_t, const void**)
 cudaError_t carm_launch_read_l1(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_write(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
-template <int C> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
+cudaError_t carm_launch_l2_wrap4(const carm_launch&, cudaStream_t, const void**);
+cudaError_t carm_launch_l2_wrap8(const carm_launch&, cudaStream_t, const void**);
+cudaError_t carm_launch_l2_wrap_nc(const carm_launch&, cudaStream_t, const void**);
+template <int C, int PIPE> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_global(const carm_launch&, cudaStream_t, const void**);
+template <int C> cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_mma_sync(const carm_launch&, cudaStream_t, const void**);
 int carm_wgmma_smem_bytes(int wgs);
@@ -63,6 +67,7 @@ int cuda_fail(cudaError_t e, const char* what) {
 enum shape_t {
   SHAPE_THREADS,  // items = grid * block * iterations * items_per_thread_iter (compute, shared)
   SHAPE_STREAM,   // items = elems * passes (global-memory streams and mixed rows)
+  SHAPE_WRAP,     // items = grid * block * iterations * unroll over a power-of-two working set (L2 reads)
 };
 // Default working set, from device attributes.
 enum size_t_ { WS_NONE, WS_L1, WS_L2_PART, WS_L2_FULL, WS_HBM };
@@ -143,29 +148,42 @@ std::vector<entry> build_table() {
   add({"l2_read_full", "memory", "l2", "l2", "full", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 4});
   add({"l2_read_partition_u8", "memory", "l2", "l2", "partition-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 8});
   add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
+  add({"l2_read_wrap", "memory", "l2", "l2", "wrap", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap4, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 2000, 4});
+  add({"l2_read_wrap_u8", "memory", "l2", "l2", "wrap-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap8, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 1000, 8});
+  add({"l2_read_wrap_nc", "memory", "l2", "l2", "wrap-nc", "LDG.E.128.CONSTANT", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap_nc, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 2000, 4});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
-  // mixed sweep: FP32 against HBM, L2 and shared; BF16 mma.sync against HBM
-#define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                       \
-  names.push_back("mix_fp32_hbm_c" #C);                                                                                             \
-  add({names.back().c_str(), "mixed", "fp32", "hbm", "c" #C, "FFMA+LDG.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, C, \
-       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters_hbm, 4});                                      \
-  names.push_back("mix_fp32_l2_c" #C);                                                                                              \
-  add({names.back().c_str(), "mixed", "fp32", "l2", "c" #C, "FFMA+LDG.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, C,  \
-       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
+  // mixed sweep: FP32 against HBM, L2 (two variants: plain, software-pipelined) and shared memory;
+  // BF16 Tensor Cores against HBM (wgmma on sm_90a, mma.sync before). One item = one 16-byte load.
+#define MIXF_G(LEVEL, WS, PIPE, SUFFIX, C, iters)                                                                                  \
+  names.push_back("mix_fp32_" LEVEL SUFFIX "_c" #C);                                                                               \
+  add({names.back().c_str(), "mixed", "fp32", LEVEL, PIPE ? "pipe-c" #C : "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs",  \
+       80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_global<C, PIPE>, SHAPE_STREAM, 0, 256, 0, WS, 1, 0, iters, 4});
+#define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                      \
+  MIXF_G("hbm", WS_HBM, 0, "", C, iters_hbm) MIXF_G("hbm", WS_HBM, 1, "_pipe", C, iters_hbm)                                       \
+  MIXF_G("l2", WS_L2_PART, 0, "", C, iters_l2) MIXF_G("l2", WS_L2_PART, 1, "_pipe", C, iters_l2)                                   \
   names.push_back("mix_fp32_shared_c" #C);                                                                                          \
-  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load, 4*C FMAs and 4 adds", 80, 0, 8.0 * C + 4.0, 16, \
+  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
        C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)
 #undef MIXF
+#undef MIXF_G
+  // mma.sync reaches ~70% of the wgmma roof on Hopper, so it validates the CARM only before sm_90
 #define MIXT(C, iters)                                                                                                                \
   names.push_back("mix_bf16_hbm_c" #C);                                                                                               \
-  add({names.back().c_str(), "mixed", "tc_bf16", "hbm", "c" #C, "HMMA.16816+LDG.128", "one 16-byte load and C/32 mma.sync", 80, 0,     \
+  add({names.back().c_str(), "mixed", "tc_bf16", "hbm", "c" #C, "HMMA.16816+LDG.128", "one 16-byte load and C/32 mma.sync", 80, 89,    \
        128.0 * C, 16, C, carm_launch_mix_bf16_global<C>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters, 4});
   MIXT(1, 2) MIXT(2, 2) MIXT(4, 2) MIXT(8, 2) MIXT(16, 2) MIXT(32, 1) MIXT(64, 1)
 #undef MIXT
+  // per item: 2 warpgroups * C * 524288 FLOPs / (256 threads * 16 loads) = 256*C FLOPs (k_tensor.cu)
+#define MIXW(C, iters)                                                                                                                \
+  names.push_back("mix_bf16_wgmma_hbm_c" #C);                                                                                         \
+  add({names.back().c_str(), "mixed", "tc_bf16", "hbm", "wgmma-c" #C, "WGMMA.64x256x16+LDG.128", "one 16-byte load and C/2048 wgmma", \
+       90, 90, 256.0 * C, 16, C, carm_launch_mix_bf16_wgmma<C>, SHAPE_STREAM, 0, 128, 2, WS_HBM, 1, 0, iters, 16});
+  MIXW(1, 2) MIXW(2, 2) MIXW(4, 2) MIXW(8, 2) MIXW(16, 2) MIXW(32, 1) MIXW(64, 1) MIXW(128, 1)
+#undef MIXW
   return t;
 }
 
@@ -318,7 +336,7 @@ int carm_bench_describe(int index, struct carm_bench_info* out) {
   out->flops_per_item = e.flops_per_item;
   out->bytes_per_item = e.bytes_per_item;
   out->intensity_param = e.intensity;
-  out->size_is_bytes = e.shape == SHAPE_STREAM ? 1 : 0;
+  out->size_is_bytes = e.shape == SHAPE_THREADS ? 0 : 1;
   return CARM_OK;
 }
 
@@ -361,7 +379,7 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
     return fail(CARM_ERR_UNSUPPORTED, "this libcarm_bench has no machine code for sm_%d (%s): rebuild for that arch", arch, d.name);
 
   carm_launch l{};
-  l.config = params->config == 3 ? 3 : 2;
+  l.config = params->config == 3 && std::strcmp(e.kind, "compute") == 0 ? 3 : 2;  // mixed wgmma rows: 2 warpgroups
   l.seed = e.seed;
   l.block = e.smem_kind == 2 ? 128 * l.config : e.block;
   l.smem = e.smem_kind == 1 ? 8 * l.block * 16 : e.smem_kind == 2 ? carm_wgmma_smem_bytes(l.config) : 0;
@@ -391,6 +409,14 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
     }
     l.buf0 = s->buf[0];
     l.buf1 = e.buffers > 1 ? s->buf[1] : nullptr;
+  } else if (e.shape == SHAPE_WRAP) {
+    ws_bytes = params->size_bytes > 0 ? params->size_bytes : default_ws(e, d);
+    ws_bytes = std::max(16.0, std::exp2(std::floor(std::log2(ws_bytes))));  // the kernel wraps with a mask
+    l.elems = (long long)(ws_bytes / 16);
+    items = (double)l.grid * l.block * (double)l.iterations * e.unroll;
+    rc = ensure_buffer(*s, 0, (size_t)ws_bytes);
+    if (rc) return rc;
+    l.buf0 = s->buf[0];
   } else {
     items = (double)l.grid * l.block * (double)l.iterations * e.items_per_thread_iter;
     ws_bytes = l.smem;

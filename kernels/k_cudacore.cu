@@ -160,64 +160,123 @@ cudaError_t carm_launch_read_l1(const carm_launch& l, cudaStream_t s, const void
 cudaError_t carm_launch_write(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<2>(l, s, k); }
 cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<3>(l, s, k); }
 
-// ---------------------------------------------------------------- FP32 mixed-intensity sweep
-// Per 16-byte element loaded (a float4): C rounds of 4 FMAs and the 4 adds that reduce them =
-// 8*C + 4 FLOPs (Nsight Compute counts those adds too), so AI = (8*C + 4) / 16 FLOP/byte.
-// One template, swept over C (mixbench); the memory level is chosen by the working set (global)
-// or by reading shared memory.
-template <int C>
-__device__ __forceinline__ float mix_work(uint4 r, float a, float b) {
-  float x = __uint_as_float(r.x & 0x3fffffffu), y = __uint_as_float(r.y & 0x3fffffffu);
-  float z = __uint_as_float(r.z & 0x3fffffffu), w = __uint_as_float(r.w & 0x3fffffffu);
-  // Fully unrolled, C = 128 and 256 overflow the instruction cache (seen: 0.8x the FP32 roof); 32 rounds
-  // per loop trip keep the branch overhead near 1%.
-  constexpr int kUnroll = C < 32 ? C : 32;
-#pragma unroll kUnroll
-  for (int c = 0; c < C; ++c) { x = fmaf(x, a, b); y = fmaf(y, a, b); z = fmaf(z, a, b); w = fmaf(w, a, b); }
-  return (x + y) + (z + w);
+// ---------------------------------------------------------------- L2 reads over a wrapped working set
+// Thread t reads 16-byte words (t + k*stride) mod elems, elems a power of two, so any working set fits
+// every grid: one work item = one ld.global.cg.v4 (L1 bypassed), or with NC one
+// ld.global.nc.L1::no_allocate.v4 (the read-only path, not kept in L1). UNROLL loads in flight per thread.
+template <int UNROLL, int NC = 0>
+__global__ void __launch_bounds__(256) l2_wrap_kernel(const uint4* __restrict__ src, long long mask, long long iters,
+                                                      float* out, float sentinel) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  uint32_t acc = 0;
+  for (long long it = 0; it < iters; ++it) {
+    uint32_t v[UNROLL][4];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const uint4* p = src + ((i + u * stride) & mask);
+      if (NC)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(p));
+      else
+        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(p));
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) acc += v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
+    i += stride * UNROLL;
+  }
+  CARM_GUARD_STORE((float)(acc & 0xffff));
 }
 
-template <int C>
-__global__ void __launch_bounds__(256) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems, long long passes,
-                                                              float a, float b, float* out, float sentinel) {
+template <int UNROLL, int NC = 0>
+static cudaError_t launch_l2_wrap(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)l2_wrap_kernel<UNROLL, NC>; return cudaSuccess; }
+  l2_wrap_kernel<UNROLL, NC><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems - 1, l.iterations, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+cudaError_t carm_launch_l2_wrap4(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<4>(l, s, k); }
+cudaError_t carm_launch_l2_wrap8(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<8>(l, s, k); }
+cudaError_t carm_launch_l2_wrap_nc(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<4, 1>(l, s, k); }
+
+// ---------------------------------------------------------------- FP32 mixed-intensity sweep
+// Nothing but FFMA: each float loaded goes through C-1 FMAs of its own (t = t*a + b) and one that
+// folds it into an accumulator (acc = t*a + acc), so 2*C FLOPs per 4 bytes: AI = C/2 FLOP/byte, and
+// no issue slot goes to adds or masks (the buffers hold finite floats in [-1, 1)). The rounds run
+// across all the floats of a step, so every FMA has 4*UNROLL independent neighbours.
+template <int C, int N>
+__device__ __forceinline__ void mix_fold(float (&t)[N], float a, float b, float (&acc)[4]) {
+  // Fully unrolled, C = 128 and 256 overflow the instruction cache (seen: 0.8x the FP32 roof).
+  constexpr int kUnroll = C - 1 < 1 ? 1 : (C - 1 < 32 ? C - 1 : 32);
+#pragma unroll kUnroll
+  for (int c = 1; c < C; ++c)
+#pragma unroll
+    for (int j = 0; j < N; ++j) t[j] = fmaf(t[j], a, b);
+#pragma unroll
+  for (int j = 0; j < N; ++j) acc[j & 3] = fmaf(t[j], a, acc[j & 3]);
+}
+
+__device__ __forceinline__ void carm_ld_cg_f4(float* t, const uint4* p) {
+  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3]) : "l"(p));
+}
+
+// PIPE = 0: load a step, compute on it (every warp alternates; the warps overlap one another).
+// PIPE = 1: the next step's loads are issued before this step's FMAs (fewer warps, more bytes in flight).
+template <int C, int PIPE>
+__global__ void __launch_bounds__(256, PIPE ? 3 : 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
+                                                                            long long passes, float a, float b, float* out,
+                                                                            float sentinel) {
+  constexpr int U = STREAM_UNROLL;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  float acc = 0.f;
-  // Not software-pipelined: prefetching the next step lowered the points near the ridge and let the
-  // L2 working set be served from L1 (Nsight Compute on the H200, 2026-12-02 run 2).
-  for (long long pass = 0; pass < passes; ++pass)
-    for (long long i = tid; i < elems; i += stride * STREAM_UNROLL) {
-      uint4 v[STREAM_UNROLL];
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (long long pass = 0; pass < passes; ++pass) {
+    if (PIPE) {
+      float t[4 * U], nxt[4 * U];
 #pragma unroll
-      for (int u = 0; u < STREAM_UNROLL; ++u)
-        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + i + u * stride));
+      for (int u = 0; u < U; ++u) carm_ld_cg_f4(nxt + 4 * u, src + tid + u * stride);
+      for (long long i = tid; i < elems; i += stride * U) {
 #pragma unroll
-      for (int u = 0; u < STREAM_UNROLL; ++u) acc += mix_work<C>(v[u], a, b);
+        for (int j = 0; j < 4 * U; ++j) t[j] = nxt[j];
+        const long long n = i + stride * U;
+        if (n < elems) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) carm_ld_cg_f4(nxt + 4 * u, src + n + u * stride);
+        }
+        mix_fold<C>(t, a, b, acc);
+      }
+    } else {
+      for (long long i = tid; i < elems; i += stride * U) {
+        float t[4 * U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) carm_ld_cg_f4(t + 4 * u, src + i + u * stride);
+        mix_fold<C>(t, a, b, acc);
+      }
     }
-  CARM_GUARD_STORE(acc);
+  }
+  CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
 template <int C>
 __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
   const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
-  float acc = 0.f;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (long long it = 0; it < iters; ++it) {
+    float t[4 * SHARED_UNROLL];
 #pragma unroll
-    for (int u = 0; u < SHARED_UNROLL; ++u) {
-      uint4 v;
-      asm volatile("ld.volatile.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(base + u * step));
-      acc += mix_work<C>(v, a, b);
-    }
+    for (int u = 0; u < SHARED_UNROLL; ++u)
+      asm volatile("ld.volatile.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(base + u * step));
+    mix_fold<C>(t, a, b, acc);
   }
-  CARM_GUARD_STORE(acc);
+  CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-template <int C>
+template <int C, int PIPE>
 cudaError_t carm_launch_mix_fp32_global(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_global_kernel<C>; return cudaSuccess; }
-  mix_fp32_global_kernel<C><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_global_kernel<C, PIPE>; return cudaSuccess; }
+  mix_fp32_global_kernel<C, PIPE><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
 template <int C>
@@ -227,8 +286,9 @@ cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, co
   return cudaGetLastError();
 }
 
-#define CARM_MIX_INSTANTIATE(C)                                                                          \
-  template cudaError_t carm_launch_mix_fp32_global<C>(const carm_launch&, cudaStream_t, const void**);  \
+#define CARM_MIX_INSTANTIATE(C)                                                                            \
+  template cudaError_t carm_launch_mix_fp32_global<C, 0>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_global<C, 1>(const carm_launch&, cudaStream_t, const void**);  \
   template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
 CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
 CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)

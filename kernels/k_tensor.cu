@@ -133,6 +133,74 @@ template cudaError_t carm_launch_wgmma<4>(const carm_launch&, cudaStream_t, cons
 template cudaError_t carm_launch_wgmma<5>(const carm_launch&, cudaStream_t, const void**);
 template cudaError_t carm_launch_wgmma<6>(const carm_launch&, cudaStream_t, const void**);
 
+// ---------------------------------------------------------------- BF16 wgmma mixed sweep (sm_90a)
+// The CARM sweep on Hopper's own Tensor Core instruction: per step each thread loads MIX_WG_UNROLL
+// 16-byte words with ld.global.cg and each warpgroup issues C wgmma m64n256k16 (zero-data operands
+// resident in shared memory, as in the roof kernel). wgmma runs asynchronously, so the loads of a
+// step overlap the Tensor Core work of the step before. Per 16-byte item: 2 warpgroups * C * 524288
+// FLOPs / (256 threads * MIX_WG_UNROLL) = 256*C FLOPs, AI = 16*C FLOP/byte.
+constexpr int MIX_WG_UNROLL = 16;
+
+template <int C>
+__global__ void __launch_bounds__(256, 1) mix_bf16_wgmma_kernel(const uint4* __restrict__ src, long long elems, long long passes,
+                                                                float* out, float sentinel) {
+#ifdef CARM_HAS_WGMMA
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* tiles = smem_raw + (base - raw);
+  for (int i = threadIdx.x; i < (2 * WG_A_BYTES + WG_B_BYTES) / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(tiles)[i] = 0u;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const uint64_t da = carm_smem_desc(base + (threadIdx.x / 128) * WG_A_BYTES);
+  const uint64_t db = carm_smem_desc(base + 2 * WG_A_BYTES);
+  float d[128];
+#pragma unroll
+  for (int r = 0; r < 128; ++r) d[r] = 0.f;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  uint32_t acc = 0;
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  // a trip count uniform across the block: a tid-dependent loop bound makes ptxas serialize wgmma
+  const long long steps = elems / (stride * MIX_WG_UNROLL);  // the planner makes elems a multiple
+  for (long long pass = 0; pass < passes; ++pass)
+    for (long long k = 0; k < steps; ++k) {
+      const long long i = tid + k * stride * MIX_WG_UNROLL;
+      uint32_t v[MIX_WG_UNROLL][4];
+#pragma unroll
+      for (int u = 0; u < MIX_WG_UNROLL; ++u)
+        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(src + i + u * stride));
+#pragma unroll
+      for (int c = 0; c < C; ++c) wgmma_bf16_f32(d, da + 2 * (c % WG_KSTEPS), db + 2 * (c % WG_KSTEPS));
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+#pragma unroll
+      for (int u = 0; u < MIX_WG_UNROLL; ++u) acc += v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
+    }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  float s = (float)(acc & 0xffff);
+#pragma unroll
+  for (int r = 0; r < 128; ++r) s += d[r];
+  if (s == sentinel || threadIdx.x == 0) out[blockIdx.x] = s;
+#endif
+}
+
+template <int C>
+cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)mix_bf16_wgmma_kernel<C>; return cudaSuccess; }
+  mix_bf16_wgmma_kernel<C><<<l.grid, l.block, l.smem, s>>>((const uint4*)l.buf0, l.elems, l.iterations, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+template cudaError_t carm_launch_mix_bf16_wgmma<1>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<2>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<4>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<8>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<16>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<32>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<64>(const carm_launch&, cudaStream_t, const void**);
+template cudaError_t carm_launch_mix_bf16_wgmma<128>(const carm_launch&, cudaStream_t, const void**);
+
 // ---------------------------------------------------------------- mma.sync (sm_80+)
 // Operands in registers, MMA_CHAINS independent accumulators per warp so the pipe stays busy.
 constexpr int MMA_CHAINS = 8;

@@ -76,11 +76,18 @@ def test_wgmma_and_cuda_core_flops_per_item_match_instruction_shapes(lib):
 @pytest.mark.nvcc
 @needs_nvcc
 def test_mixed_sweep_intensity_follows_compute_iterations(lib):
-    # FP32: per 16-byte float4, C rounds of 4 FMAs + 4 reducing adds = 8C + 4 FLOPs -> AI = (8C + 4) / 16
-    assert lib.benchmark("mix_fp32_hbm_c16").flops_per_byte == (8 * 16 + 4) / 16
-    assert lib.benchmark("mix_fp32_shared_c4").flops_per_byte == (8 * 4 + 4) / 16
+    # FP32: per 16-byte float4, 4 floats x C FMAs (C-1 on the value, 1 into the accumulator) = 8C FLOPs
+    # -> AI = 8C / 16 = C / 2, plain and software-pipelined alike
+    assert lib.benchmark("mix_fp32_hbm_c16").flops_per_byte == 8.0
+    assert lib.benchmark("mix_fp32_hbm_pipe_c16").flops_per_byte == 8.0
+    assert lib.benchmark("mix_fp32_shared_c4").flops_per_byte == 2.0
     # BF16 mma.sync: C instructions (4096 FLOPs) per warp per 32 16-byte loads -> AI = 8C
     assert lib.benchmark("mix_bf16_hbm_c2").flops_per_byte == 16.0
+    # BF16 wgmma: 2 warpgroups x C x m64n256k16 (2*64*256*16 = 524288 FLOPs) per 256 threads x 16 loads
+    # of 16 bytes (65536 bytes) -> AI = 1048576 C / 65536 = 16C
+    assert lib.benchmark("mix_bf16_wgmma_hbm_c4").flops_per_byte == 64.0
+    wg = lib.benchmark("mix_bf16_wgmma_hbm_c4")
+    assert (wg.min_arch, wg.max_arch) == (90, 90) and lib.benchmark("mix_bf16_hbm_c2").max_arch == 89
     mixed = [b for b in lib.benchmarks() if b.kind == "mixed"]
     assert {b.memory_key for b in mixed if b.carm_key == "fp32"} == {"hbm", "l2", "shared"}
     ais = sorted(b.flops_per_byte for b in mixed if b.carm_key == "fp32" and b.memory_key == "hbm")

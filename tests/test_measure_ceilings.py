@@ -94,6 +94,18 @@ def test_sweep_fitness_counts_points_within_ten_percent_of_min_roofs():
     assert [round(p["ratio"], 3) for p in fit["points"]] == [0.906, 0.667]
 
 
+def test_sweep_fitness_takes_the_fastest_implementation_of_each_point_and_flags_any_above_the_roofs():
+    mk = lambda name, ai, f: C.BenchmarkRun(name, "mixed", "fp32", "hbm", name, 0, 0, 1, None, None, 0.1,  # noqa: E731
+                                            flops_per_s=f, intensity=ai)
+    runs = [mk("plain_c8", 4.0, 12e12), mk("pipe_c8", 4.0, 15e12),      # bound 16e12: 0.75 and 0.9375
+            mk("plain_c64", 64.0, 50e12), mk("pipe_c64", 64.0, 70e12)]  # bound 60e12: 0.833 and 1.167 (a bug)
+    fit = C.sweep_fitness(runs, {"fp32": 60e12}, {"hbm": 4e12})
+    assert fit["sweep_points"] == 2
+    assert fit["fitness"] == pytest.approx(0.5)          # pipe_c8 within 10%, pipe_c64 above by 17%
+    assert fit["missed"] == ["pipe_c64"] and fit["above_roofs"] == ["pipe_c64"]
+    assert [p["stands_for_point"] for p in fit["points"]] == [False, True, False, True]
+
+
 def test_measure_ceilings_end_to_end_flags_a_roof_above_its_per_clock_maximum(tmp_path, monkeypatch):
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
     monkeypatch.setattr(C, "Settings", type("S", (C.Settings,), {"for_mode": classmethod(

@@ -150,11 +150,14 @@ def plot_profile(profile, path: str | Path) -> Path:
     top = draw_roofs(ax, carm, paths, _ai_range(carm, paths, [p["ai"] for p in points]))
     if points:
         by_family: dict[str, list] = {}
-        for p in points:   # names look like mix_fp32_hbm_c8: one series per (path, level)
-            by_family.setdefault("_".join(p["name"].split("_")[1:3]), []).append(p)
-        for family, pts in sorted(by_family.items()):
+        for p in points:   # one series per (path, level): the implementation that stands for each point
+            if p.get("stands_for_point", True):
+                family = (p["path"], p["level"]) if "path" in p else tuple(p["name"].split("_")[1:3])  # older files
+                by_family.setdefault(family, []).append(p)
+        for (path_key, level), pts in sorted(by_family.items()):
+            pts.sort(key=lambda p: p["ai"])
             ax.plot([p["ai"] for p in pts], [p["flops_per_s"] for p in pts], "o-", ms=4, lw=0.8, zorder=3,
-                    label=f"sweep {family.replace('_', ' vs ')} (measured)")
+                    label=f"sweep {path_key} vs {level} (measured)")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_ylim(top / 1e4, top * 3)
     ax.set_title(f"CARM roofs of {profile.name} ({profile.source} profile)", fontsize=10)
