@@ -18,11 +18,24 @@ step nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
 step build-kernels
 [ -n "${SKIP_CEILINGS:-}" ] || /usr/bin/time -f "build wall %e s" timeout 300 python3 -m carm_advisor.cli build-kernels --arch sm_90a
-step sass-and-size-sweep
+step sass
 [ -n "${SKIP_CEILINGS:-}" ] || timeout 60 python3 benchmarks/sass_summary.py --out "$R/sass-summary.json"
-[ -n "${SKIP_CEILINGS:-}" ] || timeout 120 python3 benchmarks/size_sweep.py --out "$R"
+step probe
+# One short call of each kernel family first, each in its own process: a family that fails or hangs
+# is left out of the ceilings run (and says so here) instead of taking the whole run down.
+EXCLUDE=""
+probe() {  # probe NAME [FAMILY-PATTERN]
+  timeout 60 python3 -c "import sys; from carm_advisor.measure.build import detect_arch; from carm_advisor.measure.kernels import KernelLibrary as K
+L = K.load(arch=detect_arch()); r = L.run(sys.argv[1]); print(sys.argv[1], round(r.bytes / r.seconds / 1e12, 3), 'TB/s', round(r.flops / r.seconds / 1e12, 3), 'TFLOP/s')" "$1" \
+  || { echo "probe failed: $1 (leaving out ${2:-$1})"; EXCLUDE="$EXCLUDE,$(python3 -c "import re, sys; from carm_advisor.measure.build import detect_arch; from carm_advisor.measure.kernels import KernelLibrary as K
+print(','.join(b.name for b in K.load(arch=detect_arch()).benchmarks() if re.fullmatch(sys.argv[1], b.name)))" "${2:-$1}")"; }
+}
+[ -n "${SKIP_CEILINGS:-}" ] || { probe l2_read_bulk; probe mix_fp32_l2_async_c16 'mix_fp32_.*_async_c.*'; probe mix_fp32_shared_pipe_c4 'mix_fp32_shared_pipe_c.*'; probe mix_bf16_wgmma_hbm_c4 'mix_bf16_wgmma_.*'; }
+step size-sweep
+case ",$EXCLUDE," in *,l2_read_bulk,*) ROWS=l2_read_partition,l2_read_partition_u8,hbm_read ;; *) ROWS=l2_read_bulk,l2_read_partition,l2_read_partition_u8,hbm_read ;; esac
+[ -n "${SKIP_CEILINGS:-}" ] || timeout 120 python3 benchmarks/size_sweep.py --rows "$ROWS" --out "$R"
 step ceilings-vs-reference
-[ -n "${SKIP_CEILINGS:-}" ] || timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --out "$R" --profile-out "$R/measured_profile.json"
+[ -n "${SKIP_CEILINGS:-}" ] || timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --exclude "${EXCLUDE#,}" --out "$R" --profile-out "$R/measured_profile.json"
 if [ -z "${SKIP_VGG:-}" ]; then
 step vgg16-float32
 timeout 120 python3 benchmarks/vgg16_layers.py --precision float32 --layout channels_first ${VGG_COUNTERS:-} --out "$R" \

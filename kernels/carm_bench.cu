@@ -22,16 +22,16 @@ cudaError_t carm_launch_read_cg8(const carm_launch&, cudaStream_t, const void**)
 cudaError_t carm_launch_read_l1(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_write(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
-cudaError_t carm_launch_l2_wrap4(const carm_launch&, cudaStream_t, const void**);
-cudaError_t carm_launch_l2_wrap8(const carm_launch&, cudaStream_t, const void**);
-cudaError_t carm_launch_l2_wrap_nc(const carm_launch&, cudaStream_t, const void**);
 template <int C, int PIPE> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
-template <int C> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
+template <int C, int PIPE> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_mma_sync(const carm_launch&, cudaStream_t, const void**);
 int carm_wgmma_smem_bytes(int wgs);
+int carm_mix_ring_bytes(int block);
+int carm_bulk_smem_bytes();
+cudaError_t carm_launch_l2_bulk(const carm_launch&, cudaStream_t, const void**);
 
 namespace {
 
@@ -67,7 +67,7 @@ int cuda_fail(cudaError_t e, const char* what) {
 enum shape_t {
   SHAPE_THREADS,  // items = grid * block * iterations * items_per_thread_iter (compute, shared)
   SHAPE_STREAM,   // items = elems * passes (global-memory streams and mixed rows)
-  SHAPE_WRAP,     // items = grid * block * iterations * unroll over a power-of-two working set (L2 reads)
+  SHAPE_WRAP,     // items = grid * block * iterations * unroll over a power-of-two working set (L2 bulk reads)
 };
 // Default working set, from device attributes.
 enum size_t_ { WS_NONE, WS_L1, WS_L2_PART, WS_L2_FULL, WS_HBM };
@@ -81,7 +81,7 @@ struct entry {
   shape_t shape;
   double items_per_thread_iter;  // SHAPE_THREADS
   int block;                     // threads per block (wgmma: per warpgroup count, see plan)
-  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles
+  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles, 3 cp.async ring, 4 bulk-copy stages
   size_t_ ws;
   int buffers;                   // global buffers: 0, 1 (read) or 2 (read + write)
   uint32_t seed;                 // Tensor Core rows: 0 = zero data
@@ -148,9 +148,8 @@ std::vector<entry> build_table() {
   add({"l2_read_full", "memory", "l2", "l2", "full", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 4});
   add({"l2_read_partition_u8", "memory", "l2", "l2", "partition-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 8});
   add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
-  add({"l2_read_wrap", "memory", "l2", "l2", "wrap", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap4, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 2000, 4});
-  add({"l2_read_wrap_u8", "memory", "l2", "l2", "wrap-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap8, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 1000, 8});
-  add({"l2_read_wrap_nc", "memory", "l2", "l2", "wrap-nc", "LDG.E.128.CONSTANT", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_l2_wrap_nc, SHAPE_WRAP, 0, 256, 0, WS_L2_PART, 1, 0, 2000, 4});
+  // TMA: per item 1/32 of a 16 KiB bulk copy (one thread of a 32-thread block issues them)
+  add({"l2_read_bulk", "memory", "l2", "l2", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_PART, 1, 0, 2000, 1});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
@@ -158,18 +157,22 @@ std::vector<entry> build_table() {
   // BF16 Tensor Cores against HBM (wgmma on sm_90a, mma.sync before). One item = one 16-byte load.
 #define MIXF_G(LEVEL, WS, PIPE, SUFFIX, C, iters)                                                                                  \
   names.push_back("mix_fp32_" LEVEL SUFFIX "_c" #C);                                                                               \
-  add({names.back().c_str(), "mixed", "fp32", LEVEL, PIPE ? "pipe-c" #C : "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs",  \
-       80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_global<C, PIPE>, SHAPE_STREAM, 0, 256, 0, WS, 1, 0, iters, 4});
+  add({names.back().c_str(), "mixed", "fp32", LEVEL, PIPE ? "cp.async-c" #C : "c" #C, PIPE ? "FFMA+LDGSTS.128" : "FFMA+LDG.128",     \
+       "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_global<C, PIPE>, SHAPE_STREAM, 0, 256,            \
+       PIPE ? 3 : 0, WS, 1, 0, iters, 4});
+#define MIXF_S(PIPE, SUFFIX, C, iters)                                                                                               \
+  names.push_back("mix_fp32_shared" SUFFIX "_c" #C);                                                                                \
+  add({names.back().c_str(), "mixed", "fp32", "shared", PIPE ? "pipe-c" #C : "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", \
+       80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_shared<C, PIPE>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters, 1});
 #define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                      \
-  MIXF_G("hbm", WS_HBM, 0, "", C, iters_hbm) MIXF_G("hbm", WS_HBM, 1, "_pipe", C, iters_hbm)                                       \
-  MIXF_G("l2", WS_L2_PART, 0, "", C, iters_l2) MIXF_G("l2", WS_L2_PART, 1, "_pipe", C, iters_l2)                                   \
-  names.push_back("mix_fp32_shared_c" #C);                                                                                          \
-  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
-       C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
+  MIXF_G("hbm", WS_HBM, 0, "", C, iters_hbm) MIXF_G("hbm", WS_HBM, 1, "_async", C, iters_hbm)                                      \
+  MIXF_G("l2", WS_L2_PART, 0, "", C, iters_l2) MIXF_G("l2", WS_L2_PART, 1, "_async", C, iters_l2)                                  \
+  MIXF_S(0, "", C, iters_sh) MIXF_S(1, "_pipe", C, iters_sh)
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)
 #undef MIXF
 #undef MIXF_G
+#undef MIXF_S
   // mma.sync reaches ~70% of the wgmma roof on Hopper, so it validates the CARM only before sm_90
 #define MIXT(C, iters)                                                                                                                \
   names.push_back("mix_bf16_hbm_c" #C);                                                                                               \
@@ -382,7 +385,8 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
   l.config = params->config == 3 && std::strcmp(e.kind, "compute") == 0 ? 3 : 2;  // mixed wgmma rows: 2 warpgroups
   l.seed = e.seed;
   l.block = e.smem_kind == 2 ? 128 * l.config : e.block;
-  l.smem = e.smem_kind == 1 ? 8 * l.block * 16 : e.smem_kind == 2 ? carm_wgmma_smem_bytes(l.config) : 0;
+  l.smem = e.smem_kind == 1 ? 8 * l.block * 16 : e.smem_kind == 2 ? carm_wgmma_smem_bytes(l.config)
+         : e.smem_kind == 3 ? carm_mix_ring_bytes(l.block) : e.smem_kind == 4 ? carm_bulk_smem_bytes() : 0;
   const void* kernel = nullptr;
   e.launch(l, nullptr, &kernel);
   if (l.smem > 48 * 1024) CARM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
@@ -411,7 +415,7 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
     l.buf1 = e.buffers > 1 ? s->buf[1] : nullptr;
   } else if (e.shape == SHAPE_WRAP) {
     ws_bytes = params->size_bytes > 0 ? params->size_bytes : default_ws(e, d);
-    ws_bytes = std::max(16.0, std::exp2(std::floor(std::log2(ws_bytes))));  // the kernel wraps with a mask
+    ws_bytes = std::max(65536.0, std::exp2(std::floor(std::log2(ws_bytes))));  // the kernel wraps with a mask
     l.elems = (long long)(ws_bytes / 16);
     items = (double)l.grid * l.block * (double)l.iterations * e.unroll;
     rc = ensure_buffer(*s, 0, (size_t)ws_bytes);

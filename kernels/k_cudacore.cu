@@ -160,44 +160,53 @@ cudaError_t carm_launch_read_l1(const carm_launch& l, cudaStream_t s, const void
 cudaError_t carm_launch_write(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<2>(l, s, k); }
 cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** k) { return launch_stream<3>(l, s, k); }
 
-// ---------------------------------------------------------------- L2 reads over a wrapped working set
-// Thread t reads 16-byte words (t + k*stride) mod elems, elems a power of two, so any working set fits
-// every grid: one work item = one ld.global.cg.v4 (L1 bypassed), or with NC one
-// ld.global.nc.L1::no_allocate.v4 (the read-only path, not kept in L1). UNROLL loads in flight per thread.
-template <int UNROLL, int NC = 0>
-__global__ void __launch_bounds__(256) l2_wrap_kernel(const uint4* __restrict__ src, long long mask, long long iters,
-                                                      float* out, float sentinel) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  uint32_t acc = 0;
-  for (long long it = 0; it < iters; ++it) {
-    uint32_t v[UNROLL][4];
+// ---------------------------------------------------------------- L2 reads by the Tensor Memory Accelerator (sm_90)
+// One thread per block streams 16 KiB chunks L2 -> shared memory with cp.async.bulk (the path Hopper
+// GEMMs load their operands by), BULK_STAGES copies in flight, each completing on its own mbarrier.
+// Block b copies chunks b, b + grid, ... modulo a power-of-two working set. No L1 involved.
+constexpr int BULK_BYTES = 16384, BULK_STAGES = 4;
+int carm_bulk_smem_bytes() { return BULK_BYTES * BULK_STAGES; }
+
+__global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__ src, long long chunk_mask, long long iters,
+                                                     float* out, float sentinel) {
+  uint32_t sum = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t bulk_buf[];
+  __shared__ __align__(8) uint64_t bulk_bar[BULK_STAGES];
+  const uint32_t buf0 = (uint32_t)__cvta_generic_to_shared(bulk_buf);
+  const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bulk_bar);
+  if (threadIdx.x == 0) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const uint4* p = src + ((i + u * stride) & mask);
-      if (NC)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(p));
-      else
-        asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(p));
+    for (int s = 0; s < BULK_STAGES; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8 * s) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    long long chunk = blockIdx.x;
+    auto issue = [&](int s) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar0 + 8 * s), "r"(BULK_BYTES) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                   :: "r"(buf0 + s * BULK_BYTES), "l"(src + (chunk & chunk_mask) * BULK_BYTES), "r"(BULK_BYTES), "r"(bar0 + 8 * s)
+                   : "memory");
+      chunk += gridDim.x;
+    };
+    for (int s = 0; s < BULK_STAGES && s < iters; ++s) issue(s);
+    for (long long it = 0; it < iters; ++it) {
+      const int s = (int)(it % BULK_STAGES);
+      const uint32_t parity = (uint32_t)((it / BULK_STAGES) & 1);
+      asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
+                   "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                   "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar0 + 8 * s), "r"(parity) : "memory");
+      sum += reinterpret_cast<volatile uint32_t*>(bulk_buf + s * BULK_BYTES)[it & 1023];  // the data arrived
+      if (it + BULK_STAGES < iters) issue(s);
     }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) acc += v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-    i += stride * UNROLL;
   }
-  CARM_GUARD_STORE((float)(acc & 0xffff));
+#endif
+  CARM_GUARD_STORE((float)(sum & 0xffff));
 }
 
-template <int UNROLL, int NC = 0>
-static cudaError_t launch_l2_wrap(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)l2_wrap_kernel<UNROLL, NC>; return cudaSuccess; }
-  l2_wrap_kernel<UNROLL, NC><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems - 1, l.iterations, l.out, l.sentinel);
+cudaError_t carm_launch_l2_bulk(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)l2_bulk_kernel; return cudaSuccess; }
+  l2_bulk_kernel<<<l.grid, l.block, l.smem, s>>>((const uint8_t*)l.buf0, l.elems * 16 / BULK_BYTES - 1, l.iterations, l.out, l.sentinel);
   return cudaGetLastError();
 }
-cudaError_t carm_launch_l2_wrap4(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<4>(l, s, k); }
-cudaError_t carm_launch_l2_wrap8(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<8>(l, s, k); }
-cudaError_t carm_launch_l2_wrap_nc(const carm_launch& l, cudaStream_t s, const void** k) { return launch_l2_wrap<4, 1>(l, s, k); }
 
 // ---------------------------------------------------------------- FP32 mixed-intensity sweep
 // Nothing but FFMA: each float loaded goes through C-1 FMAs of its own (t = t*a + b) and one that
@@ -220,54 +229,94 @@ __device__ __forceinline__ void carm_ld_cg_f4(float* t, const uint4* p) {
   asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3]) : "l"(p));
 }
 
-// PIPE = 0: load a step, compute on it (every warp alternates; the warps overlap one another).
-// PIPE = 1: the next step's loads are issued before this step's FMAs (fewer warps, more bytes in flight).
+// PIPE = 0: ld.global.cg a step into registers, compute on it; the warps overlap one another.
+// PIPE = 1: a cp.async ring in shared memory (MIX_STAGES steps, each thread copies and later reads back
+// only its own 16-byte words, so no barrier is needed): the copies of the next MIX_STAGES-1 steps are in
+// flight while the FMAs of this step run, as in a multistage GEMM mainloop. cp.async.cg bypasses L1.
+constexpr int MIX_STAGES = 3;
+int carm_mix_ring_bytes(int block) { return MIX_STAGES * STREAM_UNROLL * block * 16; }
+
+__device__ __forceinline__ void carm_cp_async_cg16(uint32_t dst, const uint4* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+#endif
+}
+
 template <int C, int PIPE>
-__global__ void __launch_bounds__(256, PIPE ? 3 : 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
+__global__ void __launch_bounds__(256, PIPE ? 4 : 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
                                                                             long long passes, float a, float b, float* out,
                                                                             float sentinel) {
   constexpr int U = STREAM_UNROLL;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (long long pass = 0; pass < passes; ++pass) {
-    if (PIPE) {
-      float t[4 * U], nxt[4 * U];
+  if (PIPE) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    extern __shared__ uint4 ring[];  // [MIX_STAGES][U][blockDim.x]
+    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring + threadIdx.x);
+    const uint32_t slot_bytes = U * blockDim.x * 16u, word_bytes = blockDim.x * 16u;
+    const long long steps = elems / (stride * U), total = steps * passes;  // uniform: elems is a multiple
+    long long next = 0, pos = 0;  // next step to copy, and its position within a pass
+    auto issue = [&]() {
+      const uint32_t slot = ring0 + (uint32_t)(next % MIX_STAGES) * slot_bytes;
+      if (next < total) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) carm_ld_cg_f4(nxt + 4 * u, src + tid + u * stride);
-      for (long long i = tid; i < elems; i += stride * U) {
-#pragma unroll
-        for (int j = 0; j < 4 * U; ++j) t[j] = nxt[j];
-        const long long n = i + stride * U;
-        if (n < elems) {
-#pragma unroll
-          for (int u = 0; u < U; ++u) carm_ld_cg_f4(nxt + 4 * u, src + n + u * stride);
-        }
-        mix_fold<C>(t, a, b, acc);
+        for (int u = 0; u < U; ++u) carm_cp_async_cg16(slot + u * word_bytes, src + tid + (pos * U + u) * stride);
       }
-    } else {
+      asm volatile("cp.async.commit_group;" ::: "memory");  // an empty group at the tail keeps the count
+      ++next;
+      if (++pos == steps) pos = 0;
+    };
+#pragma unroll
+    for (int st = 0; st < MIX_STAGES - 1; ++st) issue();
+    for (long long k = 0; k < total; ++k) {
+      asm volatile("cp.async.wait_group %0;" :: "n"(MIX_STAGES - 2) : "memory");  // step k has landed
+      const uint32_t slot = ring0 + (uint32_t)(k % MIX_STAGES) * slot_bytes;
+      float t[4 * U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
+                     : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(slot + u * word_bytes) : "memory");
+      issue();  // into the slot read one step ago: its values are already in registers
+      mix_fold<C>(t, a, b, acc);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+  } else {
+    for (long long pass = 0; pass < passes; ++pass)
       for (long long i = tid; i < elems; i += stride * U) {
         float t[4 * U];
 #pragma unroll
         for (int u = 0; u < U; ++u) carm_ld_cg_f4(t + 4 * u, src + i + u * stride);
         mix_fold<C>(t, a, b, acc);
       }
-    }
   }
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-template <int C>
+// PIPE = 1: the next iteration's shared loads are issued before this iteration's FMAs, so the LDS
+// and FFMA streams interleave instead of queueing 8 loads at the top of every iteration.
+template <int C, int PIPE>
 __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
   const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (long long it = 0; it < iters; ++it) {
-    float t[4 * SHARED_UNROLL];
+  float t[4 * SHARED_UNROLL], nxt[4 * SHARED_UNROLL];
+  auto load = [&](float (&v)[4 * SHARED_UNROLL]) {
 #pragma unroll
     for (int u = 0; u < SHARED_UNROLL; ++u)
       asm volatile("ld.volatile.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
-                   : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(base + u * step));
+                   : "=f"(v[4 * u]), "=f"(v[4 * u + 1]), "=f"(v[4 * u + 2]), "=f"(v[4 * u + 3]) : "r"(base + u * step));
+  };
+  if (PIPE) load(nxt);
+  for (long long it = 0; it < iters; ++it) {
+    if (PIPE) {
+#pragma unroll
+      for (int j = 0; j < 4 * SHARED_UNROLL; ++j) t[j] = nxt[j];
+      if (it + 1 < iters) load(nxt);
+    } else {
+      load(t);
+    }
     mix_fold<C>(t, a, b, acc);
   }
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
@@ -276,20 +325,21 @@ __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, f
 template <int C, int PIPE>
 cudaError_t carm_launch_mix_fp32_global(const carm_launch& l, cudaStream_t s, const void** k) {
   if (k) { *k = (const void*)mix_fp32_global_kernel<C, PIPE>; return cudaSuccess; }
-  mix_fp32_global_kernel<C, PIPE><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  mix_fp32_global_kernel<C, PIPE><<<l.grid, l.block, l.smem, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
-template <int C>
+template <int C, int PIPE>
 cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_shared_kernel<C>; return cudaSuccess; }
-  mix_fp32_shared_kernel<C><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_shared_kernel<C, PIPE>; return cudaSuccess; }
+  mix_fp32_shared_kernel<C, PIPE><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
 
 #define CARM_MIX_INSTANTIATE(C)                                                                            \
   template cudaError_t carm_launch_mix_fp32_global<C, 0>(const carm_launch&, cudaStream_t, const void**);  \
   template cudaError_t carm_launch_mix_fp32_global<C, 1>(const carm_launch&, cudaStream_t, const void**);  \
-  template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
+  template cudaError_t carm_launch_mix_fp32_shared<C, 0>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_shared<C, 1>(const carm_launch&, cudaStream_t, const void**);
 CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
 CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)
 CARM_MIX_INSTANTIATE(256)

@@ -162,3 +162,34 @@ def test_source_hash_changes_with_the_kernel_sources(tmp_path):
     first = source_hash(tmp_path)
     (tmp_path / "a.cu").write_text("__global__ void k() { }")
     assert source_hash(tmp_path) != first
+
+
+def test_benchmarks_the_counters_undercount_set_no_roof_and_no_sweep_point(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
+    lib = FakeLibrary(gpu)
+    lib.table.append((info(6, "hbm_read_fast", "memory", "hbm", "cached", 0, 1e6, "hbm"), 6e12))
+    settings = C.Settings(call_s=0.1, window_s=0.2, windows=1, sweep_call_s=0.05)
+    runs = [C.run_benchmark(lib, b, 0, gpu, settings, clock=gpu.now_s) for b in lib.benchmarks()]
+    # hbm_read_fast: half its declared bytes reach HBM (served by a cache above it): 6e12 is not an HBM rate
+    check = [{"name": "hbm_read_fast", "flops_ratio": None, "bytes_ratio": 0.5, "ok": False},
+             {"name": "hbm_read", "flops_ratio": None, "bytes_ratio": 1.01, "ok": True},
+             {"name": "mix_fp32_hbm_c8", "flops_ratio": 1.0, "bytes_ratio": 1.2, "ok": False}]  # extra bytes: kept
+    profile = C.build_profile(runs, lib.device_info(), gpu, 100.0, 90, wall_s=1.0, counter_check=check)
+    assert profile.ceilings["hbm"].value == pytest.approx(4e12)          # from hbm_read, not the 6e12 row
+    assert [p["name"] for p in profile.extra["sweep"]["points"]] == ["mix_fp32_hbm_c8"]
+    assert any(f.startswith("hbm_read_fast: left out") for f in profile.provenance["flags"])
+    unchecked = C.build_profile(runs, lib.device_info(), gpu, 100.0, 90, wall_s=1.0)
+    assert unchecked.ceilings["hbm"].value == pytest.approx(6e12)        # without counters the max stands
+
+
+def test_measure_ceilings_skips_excluded_benchmarks_and_rejects_unknown_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1000.0)
+    lib = FakeLibrary(gpu)
+    profile = C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s, quick=True, exclude=("hbm_copy",))
+    assert "hbm_copy" not in [b["name"] for b in profile.extra["benchmarks"]]
+    with pytest.raises(C.MeasurementError, match="cannot exclude unknown benchmark"):
+        C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s, quick=True, exclude=("nope",))

@@ -149,8 +149,9 @@ def _runnable(info, arch: int, everything: bool = False) -> bool:
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
                      command: str | None = None, clock=time.perf_counter, everything: bool = False,
-                     verify_counters: bool = False) -> "Profile":
-    """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze)."""
+                     verify_counters: bool = False, exclude: tuple[str, ...] = ()) -> "Profile":
+    """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze).
+    exclude: benchmark names not to run."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from carm_advisor.measure.kernels import KernelLibrary
@@ -175,7 +176,10 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     arch = 10 * dev.cc_major + dev.cc_minor
     gpu = gpu if gpu is not None else open_gpu(device)
     idle_w = _idle_power_w(gpu)
-    benches = [b for b in lib.benchmarks() if _runnable(b, arch, everything)]
+    unknown = sorted(set(exclude) - {b.name for b in lib.benchmarks()})
+    if unknown:
+        raise MeasurementError(f"cannot exclude unknown benchmark(s): {', '.join(unknown)}")
+    benches = [b for b in lib.benchmarks() if _runnable(b, arch, everything) and b.name not in exclude]
     roofs = [b for b in benches if b.kind in ("compute", "memory")]
     mixed = [b for b in benches if b.kind == "mixed"]
     runs: list[BenchmarkRun] = []
@@ -193,12 +197,13 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
             bar.advance(task)
     for r in runs:
         r.per_clock_max = per_clock_max(r.key if r.kind != "memory" else r.key, arch, dev.sm_count, r.sm_clock_mhz)
+    measure_s = time.perf_counter() - started   # the ceilings' own time; the counter check is extra
     counter_check = None
     if verify_counters:
         from carm_advisor.measure.verify import verify_with_counters
 
         counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
-    profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=time.perf_counter() - started,
+    profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=measure_s,
                             quick=quick, command=command, source_hash=getattr(lib, "source_hash", None) or current_kernel_source_hash(),
                             counter_check=counter_check)
     store_profile(profile)
@@ -302,9 +307,13 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     from carm_advisor.profiles.profile import profile_from_dict, SCHEMA
 
     today = _dt.date.today().isoformat()
-    best = best_runs(runs)
-    ceilings = {}
     flags = []
+    untrusted = _undercounted(counter_check)
+    for name in sorted(untrusted):
+        flags.append(f"{name}: left out of roofs and sweep: the counters see less work at its level than it declares")
+    trusted = [r for r in runs if r.name not in untrusted]
+    best = best_runs(trusted)
+    ceilings = {}
     for key, r in best.items():
         if key not in COMPUTE_PATHS and key not in MEMORY_LEVELS:
             continue
@@ -322,7 +331,7 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     power_limit = _safe(gpu.power_limit_w)
     peaks = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "compute"}
     slopes = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "memory"}
-    fitness = sweep_fitness(runs, peaks, slopes)
+    fitness = sweep_fitness(trusted, peaks, slopes)
     doc = {
         "schema": SCHEMA,
         "device": {
@@ -346,6 +355,20 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     if pm and pm["joules_per_flop"] and pm["joules_per_byte"]:
         doc["power_model"] = pm
     return profile_from_dict(doc, origin="measured profile")
+
+
+def _undercounted(counter_check) -> set[str]:
+    """Benchmarks whose Nsight Compute counters see fewer FLOPs, or fewer bytes at their level, than the
+    table declares (beyond the check's tolerance): their rates would be inflated, so no roof or sweep point
+    may rest on them. More bytes than declared (instruction fetches, say) only understates a rate."""
+    from carm_advisor.measure.verify import TOLERANCE
+
+    out = set()
+    for row in counter_check or []:
+        ratios = [row.get("flops_ratio"), row.get("bytes_ratio")]
+        if any(r is not None and r < 1 - TOLERANCE for r in ratios):
+            out.add(row["name"])
+    return out
 
 
 def _safe(fn):
