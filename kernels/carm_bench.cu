@@ -22,14 +22,13 @@ cudaError_t carm_launch_read_cg8(const carm_launch&, cudaStream_t, const void**)
 cudaError_t carm_launch_read_l1(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_write(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
-template <int C, int PIPE> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
-template <int C, int PIPE> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
+template <int C> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
+template <int C> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_mma_sync(const carm_launch&, cudaStream_t, const void**);
 int carm_wgmma_smem_bytes(int wgs);
-int carm_mix_ring_bytes(int block);
 int carm_bulk_smem_bytes();
 cudaError_t carm_launch_l2_bulk(const carm_launch&, cudaStream_t, const void**);
 
@@ -81,7 +80,7 @@ struct entry {
   shape_t shape;
   double items_per_thread_iter;  // SHAPE_THREADS
   int block;                     // threads per block (wgmma: per warpgroup count, see plan)
-  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles, 3 cp.async ring, 4 bulk-copy stages
+  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles, 4 bulk-copy stages
   size_t_ ws;
   int buffers;                   // global buffers: 0, 1 (read) or 2 (read + write)
   uint32_t seed;                 // Tensor Core rows: 0 = zero data
@@ -149,30 +148,25 @@ std::vector<entry> build_table() {
   add({"l2_read_partition_u8", "memory", "l2", "l2", "partition-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, 200, 8});
   add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
   // TMA: per item 1/32 of a 16 KiB bulk copy (one thread of a 32-thread block issues them)
-  add({"l2_read_bulk", "memory", "l2", "l2", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_PART, 1, 0, 2000, 1});
+  add({"l2_read_bulk", "memory", "l2", "l2", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_FULL, 1, 0, 2000, 1});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
-  // mixed sweep: FP32 against HBM, L2 (two variants: plain, software-pipelined) and shared memory;
-  // BF16 Tensor Cores against HBM (wgmma on sm_90a, mma.sync before). One item = one 16-byte load.
-#define MIXF_G(LEVEL, WS, PIPE, SUFFIX, C, iters)                                                                                  \
-  names.push_back("mix_fp32_" LEVEL SUFFIX "_c" #C);                                                                               \
-  add({names.back().c_str(), "mixed", "fp32", LEVEL, PIPE ? "cp.async-c" #C : "c" #C, PIPE ? "FFMA+LDGSTS.128" : "FFMA+LDG.128",     \
-       "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_global<C, PIPE>, SHAPE_STREAM, 0, 256,            \
-       PIPE ? 3 : 0, WS, 1, 0, iters, 4});
-#define MIXF_S(PIPE, SUFFIX, C, iters)                                                                                               \
-  names.push_back("mix_fp32_shared" SUFFIX "_c" #C);                                                                                \
-  add({names.back().c_str(), "mixed", "fp32", "shared", PIPE ? "pipe-c" #C : "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", \
-       80, 0, 8.0 * C, 16, C, carm_launch_mix_fp32_shared<C, PIPE>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters, 1});
-#define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                      \
-  MIXF_G("hbm", WS_HBM, 0, "", C, iters_hbm) MIXF_G("hbm", WS_HBM, 1, "_async", C, iters_hbm)                                      \
-  MIXF_G("l2", WS_L2_PART, 0, "", C, iters_l2) MIXF_G("l2", WS_L2_PART, 1, "_async", C, iters_l2)                                  \
-  MIXF_S(0, "", C, iters_sh) MIXF_S(1, "_pipe", C, iters_sh)
+  // mixed sweep: FP32 against HBM, L2 and shared memory; BF16 Tensor Cores against HBM (wgmma on
+  // sm_90a, mma.sync before). One item = one 16-byte load: 4 floats x C FMAs = 8C FLOPs, AI = C/2.
+#define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                       \
+  names.push_back("mix_fp32_hbm_c" #C);                                                                                             \
+  add({names.back().c_str(), "mixed", "fp32", "hbm", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C, \
+       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters_hbm, 4});                                      \
+  names.push_back("mix_fp32_l2_c" #C);                                                                                              \
+  add({names.back().c_str(), "mixed", "fp32", "l2", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C,  \
+       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
+  names.push_back("mix_fp32_shared_c" #C);                                                                                          \
+  add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
+       C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)
 #undef MIXF
-#undef MIXF_G
-#undef MIXF_S
   // mma.sync reaches ~70% of the wgmma roof on Hopper, so it validates the CARM only before sm_90
 #define MIXT(C, iters)                                                                                                                \
   names.push_back("mix_bf16_hbm_c" #C);                                                                                               \
@@ -386,7 +380,7 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
   l.seed = e.seed;
   l.block = e.smem_kind == 2 ? 128 * l.config : e.block;
   l.smem = e.smem_kind == 1 ? 8 * l.block * 16 : e.smem_kind == 2 ? carm_wgmma_smem_bytes(l.config)
-         : e.smem_kind == 3 ? carm_mix_ring_bytes(l.block) : e.smem_kind == 4 ? carm_bulk_smem_bytes() : 0;
+         : e.smem_kind == 4 ? carm_bulk_smem_bytes() : 0;
   const void* kernel = nullptr;
   e.launch(l, nullptr, &kernel);
   if (l.smem > 48 * 1024) CARM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));

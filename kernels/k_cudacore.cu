@@ -229,117 +229,59 @@ __device__ __forceinline__ void carm_ld_cg_f4(float* t, const uint4* p) {
   asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3]) : "l"(p));
 }
 
-// PIPE = 0: ld.global.cg a step into registers, compute on it; the warps overlap one another.
-// PIPE = 1: a cp.async ring in shared memory (MIX_STAGES steps, each thread copies and later reads back
-// only its own 16-byte words, so no barrier is needed): the copies of the next MIX_STAGES-1 steps are in
-// flight while the FMAs of this step run, as in a multistage GEMM mainloop. cp.async.cg bypasses L1.
-constexpr int MIX_STAGES = 3;
-int carm_mix_ring_bytes(int block) { return MIX_STAGES * STREAM_UNROLL * block * 16; }
-
-__device__ __forceinline__ void carm_cp_async_cg16(uint32_t dst, const uint4* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
-#endif
-}
-
-template <int C, int PIPE>
-__global__ void __launch_bounds__(256, PIPE ? 4 : 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
-                                                                            long long passes, float a, float b, float* out,
-                                                                            float sentinel) {
+// Each thread loads a step of STREAM_UNROLL float4 with ld.global.cg, then computes on it; the warps
+// overlap one another. (Tried on the H200 and dropped: registers double-buffered, and a cp.async ring in
+// shared memory; neither was faster near the ridge, and the counters saw part of their L2 bytes missing.)
+template <int C>
+__global__ void __launch_bounds__(256, 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
+                                                                 long long passes, float a, float b, float* out,
+                                                                 float sentinel) {
   constexpr int U = STREAM_UNROLL;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  if (PIPE) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    extern __shared__ uint4 ring[];  // [MIX_STAGES][U][blockDim.x]
-    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring + threadIdx.x);
-    const uint32_t slot_bytes = U * blockDim.x * 16u, word_bytes = blockDim.x * 16u;
-    const long long steps = elems / (stride * U), total = steps * passes;  // uniform: elems is a multiple
-    long long next = 0, pos = 0;  // next step to copy, and its position within a pass
-    auto issue = [&]() {
-      const uint32_t slot = ring0 + (uint32_t)(next % MIX_STAGES) * slot_bytes;
-      if (next < total) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) carm_cp_async_cg16(slot + u * word_bytes, src + tid + (pos * U + u) * stride);
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");  // an empty group at the tail keeps the count
-      ++next;
-      if (++pos == steps) pos = 0;
-    };
-#pragma unroll
-    for (int st = 0; st < MIX_STAGES - 1; ++st) issue();
-    for (long long k = 0; k < total; ++k) {
-      asm volatile("cp.async.wait_group %0;" :: "n"(MIX_STAGES - 2) : "memory");  // step k has landed
-      const uint32_t slot = ring0 + (uint32_t)(k % MIX_STAGES) * slot_bytes;
+  for (long long pass = 0; pass < passes; ++pass)
+    for (long long i = tid; i < elems; i += stride * U) {
       float t[4 * U];
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
-                     : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(slot + u * word_bytes) : "memory");
-      issue();  // into the slot read one step ago: its values are already in registers
+      for (int u = 0; u < U; ++u) carm_ld_cg_f4(t + 4 * u, src + i + u * stride);
       mix_fold<C>(t, a, b, acc);
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-  } else {
-    for (long long pass = 0; pass < passes; ++pass)
-      for (long long i = tid; i < elems; i += stride * U) {
-        float t[4 * U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) carm_ld_cg_f4(t + 4 * u, src + i + u * stride);
-        mix_fold<C>(t, a, b, acc);
-      }
-  }
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-// PIPE = 1: the next iteration's shared loads are issued before this iteration's FMAs, so the LDS
-// and FFMA streams interleave instead of queueing 8 loads at the top of every iteration.
-template <int C, int PIPE>
+template <int C>
 __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
   const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  float t[4 * SHARED_UNROLL], nxt[4 * SHARED_UNROLL];
-  auto load = [&](float (&v)[4 * SHARED_UNROLL]) {
+  for (long long it = 0; it < iters; ++it) {
+    float t[4 * SHARED_UNROLL];
 #pragma unroll
     for (int u = 0; u < SHARED_UNROLL; ++u)
       asm volatile("ld.volatile.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
-                   : "=f"(v[4 * u]), "=f"(v[4 * u + 1]), "=f"(v[4 * u + 2]), "=f"(v[4 * u + 3]) : "r"(base + u * step));
-  };
-  if (PIPE) load(nxt);
-  for (long long it = 0; it < iters; ++it) {
-    if (PIPE) {
-#pragma unroll
-      for (int j = 0; j < 4 * SHARED_UNROLL; ++j) t[j] = nxt[j];
-      if (it + 1 < iters) load(nxt);
-    } else {
-      load(t);
-    }
+                   : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(base + u * step));
     mix_fold<C>(t, a, b, acc);
   }
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-template <int C, int PIPE>
+template <int C>
 cudaError_t carm_launch_mix_fp32_global(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_global_kernel<C, PIPE>; return cudaSuccess; }
-  mix_fp32_global_kernel<C, PIPE><<<l.grid, l.block, l.smem, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_global_kernel<C>; return cudaSuccess; }
+  mix_fp32_global_kernel<C><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
-template <int C, int PIPE>
+template <int C>
 cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_shared_kernel<C, PIPE>; return cudaSuccess; }
-  mix_fp32_shared_kernel<C, PIPE><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_shared_kernel<C>; return cudaSuccess; }
+  mix_fp32_shared_kernel<C><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
 
 #define CARM_MIX_INSTANTIATE(C)                                                                            \
-  template cudaError_t carm_launch_mix_fp32_global<C, 0>(const carm_launch&, cudaStream_t, const void**);  \
-  template cudaError_t carm_launch_mix_fp32_global<C, 1>(const carm_launch&, cudaStream_t, const void**);  \
-  template cudaError_t carm_launch_mix_fp32_shared<C, 0>(const carm_launch&, cudaStream_t, const void**);  \
-  template cudaError_t carm_launch_mix_fp32_shared<C, 1>(const carm_launch&, cudaStream_t, const void**);
+  template cudaError_t carm_launch_mix_fp32_global<C>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
 CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
 CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)
 CARM_MIX_INSTANTIATE(256)
