@@ -30,7 +30,7 @@ L = K.load(arch=detect_arch()); r = L.run(sys.argv[1]); print(sys.argv[1], round
   || { echo "probe failed: $1 (leaving out ${2:-$1})"; EXCLUDE="$EXCLUDE,$(python3 -c "import re, sys; from carm_advisor.measure.build import detect_arch; from carm_advisor.measure.kernels import KernelLibrary as K
 print(','.join(b.name for b in K.load(arch=detect_arch()).benchmarks() if re.fullmatch(sys.argv[1], b.name)))" "${2:-$1}")"; }
 }
-[ -n "${SKIP_CEILINGS:-}" ] || { probe l2_read_bulk; probe mix_bf16_wgmma_hbm_c4 'mix_bf16_wgmma_.*'; }
+[ -n "${SKIP_CEILINGS:-}" ] || { probe l2_read_bulk; probe mix_bf16_wgmma_hbm_c4 'mix_bf16_wgmma_.*'; probe mix_fp32_l2_tma_c16 'mix_fp32_.*_tma_c.*'; }
 step size-sweep
 case ",$EXCLUDE," in *,l2_read_bulk,*) ROWS=l2_read_partition,l2_read_partition_u8,hbm_read ;; *) ROWS=l2_read_bulk,l2_read_partition,l2_read_partition_u8,hbm_read ;; esac
 [ -n "${SKIP_CEILINGS:-}" ] || timeout 120 python3 benchmarks/size_sweep.py --rows "$ROWS" --out "$R"

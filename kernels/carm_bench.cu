@@ -22,7 +22,9 @@ cudaError_t carm_launch_read_cg8(const carm_launch&, cudaStream_t, const void**)
 cudaError_t carm_launch_read_l1(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_write(const carm_launch&, cudaStream_t, const void**);
 cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
-template <int C> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
+template <int C, int U, int MINB> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
+template <int C> cudaError_t carm_launch_mix_fp32_tma(const carm_launch&, cudaStream_t, const void**);
+int carm_mix_tma_smem_bytes();
 template <int C> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch&, cudaStream_t, const void**);
@@ -80,7 +82,7 @@ struct entry {
   shape_t shape;
   double items_per_thread_iter;  // SHAPE_THREADS
   int block;                     // threads per block (wgmma: per warpgroup count, see plan)
-  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles, 4 bulk-copy stages
+  int smem_kind;                 // 0 none, 1 shared tile (8 loads * block * 16 B), 2 wgmma tiles, 4 bulk-copy stages, 5 TMA ring of the FP32 sweep
   size_t_ ws;
   int buffers;                   // global buffers: 0, 1 (read) or 2 (read + write)
   uint32_t seed;                 // Tensor Core rows: 0 = zero data
@@ -154,16 +156,29 @@ std::vector<entry> build_table() {
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   // mixed sweep: FP32 against HBM, L2 and shared memory; BF16 Tensor Cores against HBM (wgmma on
   // sm_90a, mma.sync before). One item = one 16-byte load: 4 floats x C FMAs = 8C FLOPs, AI = C/2.
+#define MIXF_TMA(LEVEL, WS, C, iters)                                                                                             \
+  names.push_back("mix_fp32_" LEVEL "_tma_c" #C);                                                                                   \
+  add({names.back().c_str(), "mixed", "fp32", LEVEL, "tma-c" #C, "FFMA+UBLKCP+LDS.128", "one 16-byte load and 4*C FMAs", 90, 0,      \
+       8.0 * C, 16, C, carm_launch_mix_fp32_tma<C>, SHAPE_WRAP, 0, 256, 5, WS, 1, 0, iters, 4});
+#define MIXF_U(LEVEL, WS, U, MINB, C, iters)                                                                                        \
+  names.push_back("mix_fp32_" LEVEL "_u" #U "_c" #C);                                                                               \
+  add({names.back().c_str(), "mixed", "fp32", LEVEL, "u" #U "-c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, \
+       16, C, carm_launch_mix_fp32_global<C, U, MINB>, SHAPE_STREAM, 0, 256, 0, WS, 1, 0, iters, U});
 #define MIXF(C, iters_hbm, iters_l2, iters_sh)                                                                                       \
   names.push_back("mix_fp32_hbm_c" #C);                                                                                             \
   add({names.back().c_str(), "mixed", "fp32", "hbm", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C, \
-       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters_hbm, 4});                                      \
+       carm_launch_mix_fp32_global<C, 4, 8>, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, iters_hbm, 4});                                      \
   names.push_back("mix_fp32_l2_c" #C);                                                                                              \
   add({names.back().c_str(), "mixed", "fp32", "l2", "c" #C, "FFMA+LDG.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, C,  \
-       carm_launch_mix_fp32_global<C>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
+       carm_launch_mix_fp32_global<C, 4, 8>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
   names.push_back("mix_fp32_shared_c" #C);                                                                                          \
   add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
-       C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
+       C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});                       \
+  MIXF_TMA("hbm", WS_HBM, C, 200) MIXF_TMA("l2", WS_L2_FULL, C, 2000)
+#define MIXV(C) MIXF_U("hbm", WS_HBM, 2, 8, C, 1) MIXF_U("hbm", WS_HBM, 8, 4, C, 1) MIXF_U("l2", WS_L2_PART, 2, 8, C, 20) \
+  MIXF_U("l2", WS_L2_PART, 8, 4, C, 20)
+  MIXV(8) MIXV(16) MIXV(32) MIXV(64)
+#undef MIXV
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)
 #undef MIXF
@@ -380,7 +395,7 @@ int carm_bench_run(int index, const struct carm_bench_params* params, struct car
   l.seed = e.seed;
   l.block = e.smem_kind == 2 ? 128 * l.config : e.block;
   l.smem = e.smem_kind == 1 ? 8 * l.block * 16 : e.smem_kind == 2 ? carm_wgmma_smem_bytes(l.config)
-         : e.smem_kind == 4 ? carm_bulk_smem_bytes() : 0;
+         : e.smem_kind == 4 ? carm_bulk_smem_bytes() : e.smem_kind == 5 ? carm_mix_tma_smem_bytes() : 0;
   const void* kernel = nullptr;
   e.launch(l, nullptr, &kernel);
   if (l.smem > 48 * 1024) CARM_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));

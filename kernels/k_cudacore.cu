@@ -229,14 +229,13 @@ __device__ __forceinline__ void carm_ld_cg_f4(float* t, const uint4* p) {
   asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3]) : "l"(p));
 }
 
-// Each thread loads a step of STREAM_UNROLL float4 with ld.global.cg, then computes on it; the warps
-// overlap one another. (Tried on the H200 and dropped: registers double-buffered, and a cp.async ring in
-// shared memory; neither was faster near the ridge, and the counters saw part of their L2 bytes missing.)
-template <int C>
-__global__ void __launch_bounds__(256, 8) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
-                                                                 long long passes, float a, float b, float* out,
-                                                                 float sentinel) {
-  constexpr int U = STREAM_UNROLL;
+// Each thread loads a step of U float4 with ld.global.cg, then computes on it; the warps overlap one
+// another. (Tried on the H200 and dropped: registers double-buffered, and a cp.async ring in shared
+// memory; neither was faster near the ridge, and the counters saw part of their L2 bytes missing.)
+template <int C, int U = STREAM_UNROLL, int MINB = 8>
+__global__ void __launch_bounds__(256, MINB) mix_fp32_global_kernel(const uint4* __restrict__ src, long long elems,
+                                                                    long long passes, float a, float b, float* out,
+                                                                    float sentinel) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -247,6 +246,70 @@ __global__ void __launch_bounds__(256, 8) mix_fp32_global_kernel(const uint4* __
       for (int u = 0; u < U; ++u) carm_ld_cg_f4(t + 4 * u, src + i + u * stride);
       mix_fold<C>(t, a, b, acc);
     }
+  CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+// sm_90: the Tensor Memory Accelerator streams the data, as in a Hopper GEMM mainloop. Thread 0 keeps
+// MIX_TMA_STAGES bulk copies (one 16 KiB step of the block each) in flight into a shared-memory ring;
+// every thread waits for its step's copy (full barrier), reads its U float4 with ld.shared, releases
+// the slot (empty barrier, 256 arrivals) and computes. Memory traffic never waits for the FMAs of a
+// warp: only for a slot to be free. Block b copies chunks b, b + grid, ... of a power-of-two set.
+constexpr int MIX_TMA_STAGES = 4, MIX_TMA_SLOT = 256 * STREAM_UNROLL * 16;
+int carm_mix_tma_smem_bytes() { return MIX_TMA_STAGES * MIX_TMA_SLOT; }
+
+__device__ __forceinline__ void carm_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+               "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+template <int C>
+__global__ void __launch_bounds__(256, 3) mix_fp32_tma_kernel(const uint8_t* __restrict__ src, long long chunk_mask, long long steps,
+                                                              float a, float b, float* out, float sentinel) {
+  constexpr int U = STREAM_UNROLL;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t mix_ring[];
+  __shared__ __align__(8) uint64_t full_bar[MIX_TMA_STAGES], empty_bar[MIX_TMA_STAGES];
+  const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(mix_ring);
+  const uint32_t full0 = (uint32_t)__cvta_generic_to_shared(full_bar), empty0 = (uint32_t)__cvta_generic_to_shared(empty_bar);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < MIX_TMA_STAGES; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(full0 + 8 * s) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(empty0 + 8 * s), "r"(blockDim.x) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  long long chunk = blockIdx.x;
+  auto produce = [&](int s) {  // thread 0 only
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(full0 + 8 * s), "r"(MIX_TMA_SLOT) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(ring0 + s * MIX_TMA_SLOT), "l"(src + (chunk & chunk_mask) * MIX_TMA_SLOT), "r"(MIX_TMA_SLOT), "r"(full0 + 8 * s)
+                 : "memory");
+    chunk += gridDim.x;
+  };
+  if (threadIdx.x == 0)
+    for (int s = 0; s < MIX_TMA_STAGES && s < steps; ++s) produce(s);
+  for (long long k = 0; k < steps; ++k) {
+    const int s = (int)(k % MIX_TMA_STAGES);
+    const uint32_t parity = (uint32_t)((k / MIX_TMA_STAGES) & 1);
+    carm_mbar_wait(full0 + 8 * s, parity);
+    float t[4 * U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3])
+                   : "r"(ring0 + s * MIX_TMA_SLOT + (u * blockDim.x + threadIdx.x) * 16) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(empty0 + 8 * s) : "memory");  // release: the reads are done
+    if (threadIdx.x == 0 && k + MIX_TMA_STAGES < steps) {
+      carm_mbar_wait(empty0 + 8 * s, parity);
+      produce(s);
+    }
+    mix_fold<C>(t, a, b, acc);
+  }
+#endif
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
@@ -266,10 +329,17 @@ __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, f
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-template <int C>
+template <int C, int U, int MINB>
 cudaError_t carm_launch_mix_fp32_global(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_global_kernel<C>; return cudaSuccess; }
-  mix_fp32_global_kernel<C><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_global_kernel<C, U, MINB>; return cudaSuccess; }
+  mix_fp32_global_kernel<C, U, MINB><<<l.grid, l.block, 0, s>>>((const uint4*)l.buf0, l.elems, l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  return cudaGetLastError();
+}
+template <int C>
+cudaError_t carm_launch_mix_fp32_tma(const carm_launch& l, cudaStream_t s, const void** k) {
+  if (k) { *k = (const void*)mix_fp32_tma_kernel<C>; return cudaSuccess; }
+  mix_fp32_tma_kernel<C><<<l.grid, l.block, l.smem, s>>>((const uint8_t*)l.buf0, l.elems * 16 / MIX_TMA_SLOT - 1, l.iterations,
+                                                        0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
 template <int C>
@@ -279,9 +349,15 @@ cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, co
   return cudaGetLastError();
 }
 
-#define CARM_MIX_INSTANTIATE(C)                                                                            \
-  template cudaError_t carm_launch_mix_fp32_global<C>(const carm_launch&, cudaStream_t, const void**);  \
+#define CARM_MIX_INSTANTIATE(C)                                                                                 \
+  template cudaError_t carm_launch_mix_fp32_global<C, STREAM_UNROLL, 8>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_tma<C>(const carm_launch&, cudaStream_t, const void**);            \
   template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
 CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
 CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)
 CARM_MIX_INSTANTIATE(256)
+// exploration: 2 and 8 loads per step near the ridges
+#define CARM_MIX_VARIANTS(C)                                                                                   \
+  template cudaError_t carm_launch_mix_fp32_global<C, 2, 8>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_global<C, 8, 4>(const carm_launch&, cudaStream_t, const void**);
+CARM_MIX_VARIANTS(8) CARM_MIX_VARIANTS(16) CARM_MIX_VARIANTS(32) CARM_MIX_VARIANTS(64)
