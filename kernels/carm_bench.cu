@@ -25,7 +25,7 @@ cudaError_t carm_launch_copy(const carm_launch&, cudaStream_t, const void**);
 template <int C, int U, int MINB> cudaError_t carm_launch_mix_fp32_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_fp32_tma(const carm_launch&, cudaStream_t, const void**);
 int carm_mix_tma_smem_bytes();
-template <int C> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
+template <int C, int SU> cudaError_t carm_launch_mix_fp32_shared(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_global(const carm_launch&, cudaStream_t, const void**);
 template <int C> cudaError_t carm_launch_mix_bf16_wgmma(const carm_launch&, cudaStream_t, const void**);
 template <int OP> cudaError_t carm_launch_wgmma(const carm_launch&, cudaStream_t, const void**);
@@ -151,6 +151,7 @@ std::vector<entry> build_table() {
   add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
   // TMA: per item 1/32 of a 16 KiB bulk copy (one thread of a 32-thread block issues them)
   add({"l2_read_bulk", "memory", "l2", "l2", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_FULL, 1, 0, 2000, 1});
+  add({"hbm_read_bulk", "memory", "hbm", "hbm", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_HBM, 1, 0, 20, 1});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
   add({"hbm_copy", "memory", "hbm", "hbm", "copy", "LDG+STG.E.128", "one 16-byte load and store", 80, 0, 0, 32, 0, carm_launch_copy, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
@@ -173,11 +174,14 @@ std::vector<entry> build_table() {
        carm_launch_mix_fp32_global<C, 4, 8>, SHAPE_STREAM, 0, 256, 0, WS_L2_PART, 1, 0, iters_l2, 4});                                   \
   names.push_back("mix_fp32_shared_c" #C);                                                                                          \
   add({names.back().c_str(), "mixed", "fp32", "shared", "c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C, 16, \
-       C, carm_launch_mix_fp32_shared<C>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});                       \
+       C, carm_launch_mix_fp32_shared<C, 8>, SHAPE_THREADS, 8, 256, 1, WS_NONE, 0, 0, iters_sh, 1});                       \
   MIXF_TMA("hbm", WS_HBM, C, 200) MIXF_TMA("l2", WS_L2_FULL, C, 2000)
-#define MIXV(C) MIXF_U("hbm", WS_HBM, 2, 8, C, 1) MIXF_U("hbm", WS_HBM, 8, 4, C, 1) MIXF_U("l2", WS_L2_PART, 2, 8, C, 20) \
-  MIXF_U("l2", WS_L2_PART, 8, 4, C, 20)
-  MIXV(8) MIXV(16) MIXV(32) MIXV(64)
+#define MIXV(C, iters_sh) MIXF_U("hbm", WS_HBM, 8, 4, C, 1) MIXF_U("hbm", WS_HBM, 16, 2, C, 1) MIXF_U("l2", WS_L2_PART, 8, 4, C, 20) \
+  MIXF_U("l2", WS_L2_PART, 16, 2, C, 20)                                                                                            \
+  names.push_back("mix_fp32_shared_s4_c" #C);                                                                                       \
+  add({names.back().c_str(), "mixed", "fp32", "shared", "s4-c" #C, "FFMA+LDS.128", "one 16-byte load and 4*C FMAs", 80, 0, 8.0 * C,  \
+       16, C, carm_launch_mix_fp32_shared<C, 4>, SHAPE_THREADS, 4, 256, 1, WS_NONE, 0, 0, iters_sh, 1});
+  MIXV(4, 4000) MIXV(8, 2000) MIXV(16, 1000) MIXV(32, 500) MIXV(64, 250)
 #undef MIXV
   MIXF(1, 2, 100, 4000) MIXF(2, 2, 100, 4000) MIXF(4, 2, 100, 2000) MIXF(8, 2, 50, 1000) MIXF(16, 2, 20, 500)
   MIXF(32, 1, 10, 250) MIXF(64, 1, 5, 125) MIXF(128, 1, 2, 60) MIXF(256, 1, 1, 30)

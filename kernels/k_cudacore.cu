@@ -313,15 +313,17 @@ __global__ void __launch_bounds__(256, 3) mix_fp32_tma_kernel(const uint8_t* __r
   CARM_GUARD_STORE((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-template <int C>
+// SU of the tile's SHARED_UNROLL slots are read per iteration (8: the default; 4: half the code, twice
+// the loop overhead).
+template <int C, int SU = SHARED_UNROLL>
 __global__ void __launch_bounds__(256) mix_fp32_shared_kernel(long long iters, float a, float b, float* out, float sentinel) {
   const uint32_t base = fill_shared_tile();
   const uint32_t step = blockDim.x * 16u;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (long long it = 0; it < iters; ++it) {
-    float t[4 * SHARED_UNROLL];
+    float t[4 * SU];
 #pragma unroll
-    for (int u = 0; u < SHARED_UNROLL; ++u)
+    for (int u = 0; u < SU; ++u)
       asm volatile("ld.volatile.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
                    : "=f"(t[4 * u]), "=f"(t[4 * u + 1]), "=f"(t[4 * u + 2]), "=f"(t[4 * u + 3]) : "r"(base + u * step));
     mix_fold<C>(t, a, b, acc);
@@ -342,22 +344,23 @@ cudaError_t carm_launch_mix_fp32_tma(const carm_launch& l, cudaStream_t s, const
                                                         0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
-template <int C>
+template <int C, int SU>
 cudaError_t carm_launch_mix_fp32_shared(const carm_launch& l, cudaStream_t s, const void** k) {
-  if (k) { *k = (const void*)mix_fp32_shared_kernel<C>; return cudaSuccess; }
-  mix_fp32_shared_kernel<C><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
+  if (k) { *k = (const void*)mix_fp32_shared_kernel<C, SU>; return cudaSuccess; }
+  mix_fp32_shared_kernel<C, SU><<<l.grid, l.block, l.smem, s>>>(l.iterations, 0.999f, 1e-3f, l.out, l.sentinel);
   return cudaGetLastError();
 }
 
 #define CARM_MIX_INSTANTIATE(C)                                                                                 \
   template cudaError_t carm_launch_mix_fp32_global<C, STREAM_UNROLL, 8>(const carm_launch&, cudaStream_t, const void**);  \
   template cudaError_t carm_launch_mix_fp32_tma<C>(const carm_launch&, cudaStream_t, const void**);            \
-  template cudaError_t carm_launch_mix_fp32_shared<C>(const carm_launch&, cudaStream_t, const void**);
+  template cudaError_t carm_launch_mix_fp32_shared<C, SHARED_UNROLL>(const carm_launch&, cudaStream_t, const void**);
 CARM_MIX_INSTANTIATE(1) CARM_MIX_INSTANTIATE(2) CARM_MIX_INSTANTIATE(4) CARM_MIX_INSTANTIATE(8)
 CARM_MIX_INSTANTIATE(16) CARM_MIX_INSTANTIATE(32) CARM_MIX_INSTANTIATE(64) CARM_MIX_INSTANTIATE(128)
 CARM_MIX_INSTANTIATE(256)
-// exploration: 2 and 8 loads per step near the ridges
-#define CARM_MIX_VARIANTS(C)                                                                                   \
-  template cudaError_t carm_launch_mix_fp32_global<C, 2, 8>(const carm_launch&, cudaStream_t, const void**);  \
-  template cudaError_t carm_launch_mix_fp32_global<C, 8, 4>(const carm_launch&, cudaStream_t, const void**);
-CARM_MIX_VARIANTS(8) CARM_MIX_VARIANTS(16) CARM_MIX_VARIANTS(32) CARM_MIX_VARIANTS(64)
+// more loads in flight per thread near the ridges (fewer, fatter threads), and shorter shared steps
+#define CARM_MIX_VARIANTS(C)                                                                                    \
+  template cudaError_t carm_launch_mix_fp32_global<C, 8, 4>(const carm_launch&, cudaStream_t, const void**);   \
+  template cudaError_t carm_launch_mix_fp32_global<C, 16, 2>(const carm_launch&, cudaStream_t, const void**);  \
+  template cudaError_t carm_launch_mix_fp32_shared<C, 4>(const carm_launch&, cudaStream_t, const void**);
+CARM_MIX_VARIANTS(4) CARM_MIX_VARIANTS(8) CARM_MIX_VARIANTS(16) CARM_MIX_VARIANTS(32) CARM_MIX_VARIANTS(64)

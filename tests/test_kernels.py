@@ -80,7 +80,11 @@ def test_mixed_sweep_intensity_follows_compute_iterations(lib):
     # -> AI = 8C / 16 = C / 2
     assert lib.benchmark("mix_fp32_hbm_c16").flops_per_byte == 8.0
     # TMA bulk L2 reads: one 16 KiB copy per 32-thread block iteration = 512 bytes per thread-item
-    assert lib.benchmark("l2_read_bulk").bytes_per_item == 16384 / 32 and lib.benchmark("l2_read_bulk").min_arch == 90
+    for name in ("l2_read_bulk", "hbm_read_bulk"):
+        assert lib.benchmark(name).bytes_per_item == 16384 / 32 and lib.benchmark(name).min_arch == 90
+    # every FP32 sweep implementation (plain, 8 or 16 loads per step, TMA-fed, 4 shared loads per step) keeps AI = C/2
+    for name in ("mix_fp32_l2_u8_c16", "mix_fp32_hbm_u16_c16", "mix_fp32_hbm_tma_c16", "mix_fp32_shared_s4_c16"):
+        assert lib.benchmark(name).flops_per_byte == 8.0
     assert lib.benchmark("mix_fp32_shared_c4").flops_per_byte == 2.0
     # BF16 mma.sync: C instructions (4096 FLOPs) per warp per 32 16-byte loads -> AI = 8C
     assert lib.benchmark("mix_bf16_hbm_c2").flops_per_byte == 16.0
