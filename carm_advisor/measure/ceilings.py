@@ -424,6 +424,7 @@ def ceilings_command(args) -> int:
 
         profile = measure_ceilings(device=args.device, quick=args.quick, everything=getattr(args, "everything", False),
                                    verify_counters=getattr(args, "verify_counters", False),
+                                   exclude=tuple(x for x in (getattr(args, "exclude", "") or "").split(",") if x),
                                    command=" ".join(["carm-advise"] + sys.argv[1:]))
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:

@@ -1,0 +1,43 @@
+"""The helpers of the benchmark scripts that run on the GPU machine, checked here on recorded text."""
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The shape of `cuobjdump -sass` output (two kernels; one with a predicated load and a local spill)
+SASS = """
+        Function : _Z22mix_fp32_global_kernelILi4ELi4ELi8EEvPK5uint4xxffPff
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                  /* 0x00000a00ff017b82 */
+        /*0010*/                   LDG.E.128.STRONG.GPU R4, desc[UR4][R2.64] ;   /* 0x000000040204798 */
+        /*0020*/                   FFMA R4, R4, UR6, R5 ;                 /* 0x0000000604047c23 */
+        /*0030*/                   FFMA R5, R5, UR6, R6 ;                 /* 0x0000000605057c23 */
+        /*0040*/               @!P0 BRA 0x10 ;                            /* 0x0000000000008947 */
+        Function : _Z13other_kernelv
+        /*0000*/                   FFMA R1, R1, R1, R1 ;                  /* 0x0000000101017223 */
+        Function : _Z14l2_bulk_kernelPKhxxPff
+        /*0000*/               @P0 LDG.E R4, desc[UR4][R2.64] ;          /* 0x000000040204098 */
+        /*0010*/                   STL [R1], R4 ;                         /* 0x0000000401007387 */
+"""
+
+
+def test_sass_summary_counts_opcodes_of_the_matching_kernels_only():
+    mod = _load("sass_summary")
+    out = mod.summarize(SASS, ["mix_", "l2_bulk"])
+    assert set(out) == {"_Z22mix_fp32_global_kernelILi4ELi4ELi8EEvPK5uint4xxffPff", "_Z14l2_bulk_kernelPKhxxPff"}
+    mix = out["_Z22mix_fp32_global_kernelILi4ELi4ELi8EEvPK5uint4xxffPff"]
+    assert mix == {"FFMA": 2, "LDC": 1, "LDG": 1, "BRA": 1}      # predicates and modifiers stripped
+    assert out["_Z14l2_bulk_kernelPKhxxPff"] == {"LDG": 1, "STL": 1}
+
+
+def test_size_sweep_sizes_double_from_min_to_max():
+    mod = _load("size_sweep")
+    assert [s / 2**20 for s in mod.sizes_bytes(1, 8)] == [1, 2, 4, 8]
