@@ -38,16 +38,43 @@ def ceilings_table(d: dict) -> str:
                 f"maximum at {c['fp32']['sm_clock_mhz']:.0f} MHz) | cuBLAS FP32 {r['cublas_fp32']['value'] / 1e12:.1f} |")
     rows.append(f"| shared memory | {c['shared']['value'] / 1e12:.1f} TB/s ({q['shared_vs_per_clock_max']:.2f} of the "
                 f"per-clock maximum) | |")
-    rows.append(f"| L2 / HBM read | {c['l2']['value'] / 1e12:.2f} / {c['hbm']['value'] / 1e12:.2f} TB/s | torch `copy_` "
-                f"4 GiB: {r['torch_copy_4gib']['value'] / 1e12:.2f} TB/s |")
+    how = {k: c[k].get("provenance", {}).get("method", "") for k in ("l2", "hbm")}
+    ldg = [by_name[n]["rate"] / 1e12 for n in ("l2_read_full_u8", "hbm_read") if n in by_name]
+    rows.append(f"| L2 / HBM read | {c['l2']['value'] / 1e12:.2f} / {c['hbm']['value'] / 1e12:.2f} TB/s"
+                + (" (TMA bulk copies" + (f"; `ld.global`: {ldg[0]:.2f} / {ldg[1]:.2f}" if len(ldg) == 2 else "") + ")"
+                   if "bulk" in how["l2"] + how["hbm"] else "")
+                + f" | torch `copy_` 4 GiB: {r['torch_copy_4gib']['value'] / 1e12:.2f} TB/s |")
     checks = (d.get("counter_check") or {}).get("rows") or []
     worst = [x for x in checks if not x["ok"]]
     rows.append("")
     rows.append(f"All ceilings with power: {d['ceilings_wall_s']:.0f} s, `--quick` {d['ceilings_quick_wall_s']:.0f} s. "
-                f"CARM fitness of the mixed sweep: {q['sweep_fitness']:.2f}. Nsight Compute counter check: "
+                f"CARM fitness of the mixed sweep: {q['sweep_fitness']:.2f}{_sweep_detail(d.get('sweep') or {})}. "
+                f"Nsight Compute counter check: "
                 f"{len(checks) - len(worst)} of {len(checks)} benchmarks within 5% of their declared FLOPs and bytes"
-                + (f" (off: {', '.join(x['name'] for x in worst)})" if worst else "") + ".")
+                + _counter_detail(worst) + ".")
     return "\n".join(rows)
+
+
+def _counter_detail(worst: list) -> str:
+    under = [x["name"] for x in worst if any(v is not None and v < 0.95 for v in (x.get("flops_ratio"), x.get("bytes_ratio")))]
+    over = [x for x in worst if x["name"] not in under]
+    parts = []
+    if over:
+        lo, hi = min(x["bytes_ratio"] for x in over), max(x["bytes_ratio"] for x in over)
+        parts.append(f"{len(over)} see {lo:.2f}-{hi:.2f}x the declared bytes at their level, more never less "
+                     f"(instruction fetches from L2 at high C, TMA traffic): {', '.join(x['name'] for x in over)}")
+    if under:
+        parts.append(f"{len(under)} see less than declared and are left out of roofs and sweep: {', '.join(under)}")
+    return " (" + "; ".join(parts) + ")" if parts else ""
+
+
+def _sweep_detail(sweep: dict) -> str:
+    n, missed = sweep.get("sweep_points"), sweep.get("missed")
+    if not n or missed is None:
+        return ""
+    ratios = {p["name"]: p["ratio"] for p in sweep.get("points", [])}
+    off = ", ".join(f"{m} {ratios[m]:.2f}" for m in missed)
+    return f" ({n - len(missed)} of {n} points within 10% of min(roofs)" + (f"; off: {off}" if off else "") + ")"
 
 
 def vgg_table(run: str) -> str:
