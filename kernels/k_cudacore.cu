@@ -165,6 +165,13 @@ cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** 
 // GEMMs load their operands by), BULK_STAGES copies in flight, each completing on its own mbarrier.
 // Block b copies chunks b, b + grid, ... modulo a power-of-two working set. No L1 involved.
 constexpr int BULK_BYTES = 16384, BULK_STAGES = 4;
+
+// Spin until the mbarrier at shared address `bar` has completed the phase of this parity.
+__device__ __forceinline__ void carm_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+               "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
 int carm_bulk_smem_bytes() { return BULK_BYTES * BULK_STAGES; }
 
 __global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__ src, long long chunk_mask, long long iters,
@@ -191,9 +198,7 @@ __global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__
     for (long long it = 0; it < iters; ++it) {
       const int s = (int)(it % BULK_STAGES);
       const uint32_t parity = (uint32_t)((it / BULK_STAGES) & 1);
-      asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
-                   "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-                   "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar0 + 8 * s), "r"(parity) : "memory");
+      carm_mbar_wait(bar0 + 8 * s, parity);
       sum += reinterpret_cast<volatile uint32_t*>(bulk_buf + s * BULK_BYTES)[it & 1023];  // the data arrived
       if (it + BULK_STAGES < iters) issue(s);
     }
@@ -256,12 +261,6 @@ __global__ void __launch_bounds__(256, MINB) mix_fp32_global_kernel(const uint4*
 // warp: only for a slot to be free. Block b copies chunks b, b + grid, ... of a power-of-two set.
 constexpr int MIX_TMA_STAGES = 4, MIX_TMA_SLOT = 256 * STREAM_UNROLL * 16;
 int carm_mix_tma_smem_bytes() { return MIX_TMA_STAGES * MIX_TMA_SLOT; }
-
-__device__ __forceinline__ void carm_mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-               "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar), "r"(parity) : "memory");
-}
 
 template <int C>
 __global__ void __launch_bounds__(256, 3) mix_fp32_tma_kernel(const uint8_t* __restrict__ src, long long chunk_mask, long long steps,
