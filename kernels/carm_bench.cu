@@ -151,6 +151,7 @@ std::vector<entry> build_table() {
   add({"l2_read_full_u8", "memory", "l2", "l2", "full-u8", "LDG.E.128 (cg) x8", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg8, SHAPE_STREAM, 0, 256, 0, WS_L2_FULL, 1, 0, 50, 8});
   // TMA: per item 1/32 of a 16 KiB bulk copy (one thread of a 32-thread block issues them)
   add({"l2_read_bulk", "memory", "l2", "l2", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_FULL, 1, 0, 2000, 1});
+  add({"l2_read_bulk_partition", "memory", "l2", "l2", "tma-bulk-partition", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_L2_PART, 1, 0, 2000, 1});
   add({"hbm_read_bulk", "memory", "hbm", "hbm", "tma-bulk", "UBLKCP (cp.async.bulk)", "1/32 of a 16 KiB bulk copy", 90, 0, 0, 512, 0, carm_launch_l2_bulk, SHAPE_WRAP, 0, 32, 4, WS_HBM, 1, 0, 20, 1});
   add({"hbm_read", "memory", "hbm", "hbm", "read", "LDG.E.128 (cg)", "one 16-byte load", 80, 0, 0, 16, 0, carm_launch_read_cg, SHAPE_STREAM, 0, 256, 0, WS_HBM, 1, 0, 2, 4});
   add({"hbm_write", "memory", "hbm", "hbm", "write", "STG.E.128 (cg)", "one 16-byte store", 80, 0, 0, 16, 0, carm_launch_write, SHAPE_STREAM, 0, 256, 0, WS_HBM, 2, 0, 2, 4});
