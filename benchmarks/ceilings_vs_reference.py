@@ -90,7 +90,6 @@ def ratios(profile, refs: dict) -> dict:
         "hbm_vs_torch_copy": over("hbm", "torch_copy_4gib"),
         "l2_tb_per_s": c["l2"].value / 1e12 if "l2" in c else None,
         "sweep_fitness": sweep.get("fitness"),
-        "sweep_fitness_with_power_roof": sweep.get("fitness_with_power_roof"),
     }
 
 

@@ -24,8 +24,16 @@ def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str
     }
     doc["device"] = {k: v for k, v in measured["device"].items() if k != "uuid"}   # not this user's GPU
     doc["references"] = side_by_side.get("references")
-    doc["ratios"] = side_by_side.get("ratios")
+    doc["ratios"] = {k: v for k, v in (side_by_side.get("ratios") or {}).items() if k not in DROPPED}
+    sweep = doc.get("sweep")
+    if sweep:   # runs 7-10 also derived a power-capped fitness from 50 ms power windows: too short to trust
+        doc["sweep"] = {k: v for k, v in sweep.items() if k not in DROPPED}
+        doc["sweep"]["points"] = [{k: v for k, v in p.items() if k not in DROPPED} for p in sweep.get("points", [])]
     return doc
+
+
+DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_with_power_roof",
+           "power_bound_flops_per_s", "ratio_with_power_roof", "power_w"}
 
 
 def main(argv: list[str]) -> int:

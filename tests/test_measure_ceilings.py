@@ -193,18 +193,3 @@ def test_measure_ceilings_skips_excluded_benchmarks_and_rejects_unknown_names(tm
     assert "hbm_copy" not in [b["name"] for b in profile.extra["benchmarks"]]
     with pytest.raises(C.MeasurementError, match="cannot exclude unknown benchmark"):
         C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s, quick=True, exclude=("nope",))
-
-
-def test_sweep_fitness_with_the_power_cap_as_a_third_roof():
-    from carm_advisor.carm.power import PowerModel
-
-    pm = PowerModel(100.0, {"fp32": 5e-12}, {"hbm": 1e-10}, power_limit_w=700.0)
-    runs = [C.BenchmarkRun("m", "mixed", "fp32", "hbm", "c32", 0, 0, 1, 690.0, 1500.0, 0.1, flops_per_s=50e12, intensity=16.0)]
-    fit = C.sweep_fitness(runs, {"fp32": 60e12}, {"hbm": 4e12}, power_model=pm)
-    # roofs: min(60e12, 4e12 * 16) = 60e12 -> 50/60 = 0.833, outside 10%
-    # at 60e12 FLOP/s and 3.75e12 B/s: 300 W + 375 W dynamic > 600 W allowed -> 60e12 * 600/675 = 53.33e12
-    p = fit["points"][0]
-    assert p["power_bound_flops_per_s"] == pytest.approx(60e12 * 600 / 675)
-    assert fit["fitness"] == 0.0 and fit["fitness_with_power_roof"] == 1.0
-    assert p["power_w"] == 690.0 and p["sm_clock_mhz"] == 1500.0
-    assert "fitness_with_power_roof" not in C.sweep_fitness(runs, {"fp32": 60e12}, {"hbm": 4e12})

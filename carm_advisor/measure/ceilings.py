@@ -193,7 +193,9 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         sweep_settings = Settings(call_s=settings.sweep_call_s, window_s=settings.sweep_call_s, windows=1)
         for info in mixed:
             bar.update(task, description=f"sweep: {info.name}")
-            runs.append(run_benchmark(lib, info, device, gpu, sweep_settings, clock=clock))   # power and clock too
+            run = run_benchmark(lib, info, device, gpu, sweep_settings, clock=clock)   # for the SM clock
+            run.power_w = None   # a 50 ms window is shorter than the NVML energy counter's updates
+            runs.append(run)
             bar.advance(task)
     for r in runs:
         r.per_clock_max = per_clock_max(r.key if r.kind != "memory" else r.key, arch, dev.sm_count, r.sm_clock_mhz)
@@ -273,29 +275,23 @@ def fit_power_model(runs: list[BenchmarkRun], idle_w: float | None, power_limit_
 
 
 def sweep_fitness(runs: list[BenchmarkRun], peaks: dict[str, float], slopes: dict[str, float],
-                  tolerance: float = 0.10, power_model=None) -> dict[str, Any]:
+                  tolerance: float = 0.10) -> dict[str, Any]:
     """Fraction of mixed-intensity points within `tolerance` of min(roof, slope * AI).
 
     A point is one (compute path, memory level, AI); where several implementations measure it (plain and
     software-pipelined loads), the fastest stands for it, as the fastest variant stands for a roof. Any
     implementation above the roofs is listed in above_roofs: a roof that a kernel beats is wrong.
-
-    With a PowerModel that has a power limit, each point also gets the power-capped bound (the cap as a
-    third roof: a kernel that needs more than the limit at the roofs' rates runs slower) and
-    fitness_with_power_roof is the same fraction against min(roofs, power roof).
+    Each point keeps the SM clock seen while it ran (the sweep's 50 ms calls are too short for the
+    NVML energy counter, so no power is recorded for them).
     """
     points = []
     for r in runs:
         if r.kind != "mixed" or not r.intensity or r.key not in peaks or r.memory_key not in slopes:
             continue
         bound = min(peaks[r.key], slopes[r.memory_key] * r.intensity)
-        point = {"name": r.name, "path": r.key, "level": r.memory_key, "ai": r.intensity,
-                 "flops_per_s": r.flops_per_s, "bound_flops_per_s": bound, "ratio": r.flops_per_s / bound,
-                 "power_w": r.power_w, "sm_clock_mhz": r.sm_clock_mhz}
-        capped = _power_capped_bound(power_model, bound, r.intensity, r.key, r.memory_key)
-        if capped is not None:
-            point.update(power_bound_flops_per_s=capped, ratio_with_power_roof=r.flops_per_s / capped)
-        points.append(point)
+        points.append({"name": r.name, "path": r.key, "level": r.memory_key, "ai": r.intensity,
+                       "flops_per_s": r.flops_per_s, "bound_flops_per_s": bound, "ratio": r.flops_per_s / bound,
+                       "sm_clock_mhz": r.sm_clock_mhz})
     if not points:
         return {"fitness": None, "points": []}
     best: dict[tuple, dict] = {}
@@ -306,23 +302,9 @@ def sweep_fitness(runs: list[BenchmarkRun], peaks: dict[str, float], slopes: dic
     for p in points:
         p["stands_for_point"] = any(b is p for b in best.values())
     within = sum(1 for p in best.values() if abs(p["ratio"] - 1) <= tolerance)
-    out = {"fitness": within / len(best), "tolerance": tolerance, "sweep_points": len(best), "points": points,
-           "missed": sorted(p["name"] for p in best.values() if abs(p["ratio"] - 1) > tolerance),
-           "above_roofs": [p["name"] for p in points if p["ratio"] > 1 + tolerance]}
-    if all("ratio_with_power_roof" in p for p in best.values()):
-        out["fitness_with_power_roof"] = sum(1 for p in best.values() if abs(p["ratio_with_power_roof"] - 1) <= tolerance) / len(best)
-        out["missed_with_power_roof"] = sorted(p["name"] for p in best.values() if abs(p["ratio_with_power_roof"] - 1) > tolerance)
-    return out
-
-
-def _power_capped_bound(power_model, bound_flops_per_s: float, ai: float, path: str, level: str) -> float | None:
-    """min(roofs) stretched by the power cap: over one second at the roofs' rate, the time the cap allows."""
-    if power_model is None or power_model.power_limit_w is None:
-        return None
-    if path not in power_model.joules_per_flop or level not in power_model.joules_per_byte:
-        return None
-    t = power_model.capped_time_s(1.0, bound_flops_per_s, bound_flops_per_s / ai, path, level)
-    return bound_flops_per_s / t
+    return {"fitness": within / len(best), "tolerance": tolerance, "sweep_points": len(best), "points": points,
+            "missed": sorted(p["name"] for p in best.values() if abs(p["ratio"] - 1) > tolerance),
+            "above_roofs": [p["name"] for p in points if p["ratio"] > 1 + tolerance]}
 
 
 def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None,
@@ -355,7 +337,7 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     peaks = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "compute"}
     slopes = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "memory"}
     pm = fit_power_model(trusted, idle_w, power_limit)
-    fitness = sweep_fitness(trusted, peaks, slopes, power_model=_power_model_or_none(pm))
+    fitness = sweep_fitness(trusted, peaks, slopes)
     doc = {
         "schema": SCHEMA,
         "device": {
@@ -378,14 +360,6 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     if pm and pm["joules_per_flop"] and pm["joules_per_byte"]:
         doc["power_model"] = pm
     return profile_from_dict(doc, origin="measured profile")
-
-
-def _power_model_or_none(pm: dict | None):
-    from carm_advisor.carm.power import PowerModel
-
-    if not pm or not pm["joules_per_flop"] or not pm["joules_per_byte"] or pm.get("power_limit_w") is None:
-        return None
-    return PowerModel(pm["constant_w"], pm["joules_per_flop"], pm["joules_per_byte"], pm["power_limit_w"])
 
 
 def _undercounted(counter_check) -> set[str]:
