@@ -1,6 +1,6 @@
 """Markdown tables of a recorded GPU run, read from benchmarks/results (for README.md and notes).
 
-    python benchmarks/summarize.py [--run run3]
+    python benchmarks/summarize.py [--run run10]
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def vgg_table(run: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="run3")
+    parser.add_argument("--run", default="run10")
     args = parser.parse_args()
     print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
     print()
