@@ -3,8 +3,9 @@ validation against per-clock maxima, the mixed-intensity CARM fitness sweep, and
 
 Each benchmark call runs >= 100 ms (CUDA-event timed); calls are grouped into NVML energy windows of
 >= 1 s (0.3 s with --quick); the roof is the median rate of the calls, its spread (max-min)/median.
-Where several variants measure one roof (random vs zero data, HBM read/write/copy, L2 partition vs
-whole), the roof is the highest: a roof is an upper bound. The power model is fitted from the same
+Where several variants measure one roof (random vs zero data, HBM read/write/copy, ld.global vs TMA
+bulk copies, L2 partition vs whole), the roof is the highest: a roof is an upper bound; with
+--verify-counters, variants whose counters see less work than they declare are left out first. The power model is fitted from the same
 runs: constant = idle power, e_flop[path] = (P - idle) / FLOP rate of the random-data variant,
 e_byte[level] = (P - idle) / byte rate.
 """
