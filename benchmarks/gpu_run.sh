@@ -11,8 +11,9 @@ OUT=${OUT:-/tmp/out}
 R=$OUT/results
 mkdir -p "$R"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
-# The device tool kills a command at 600 s: pack whatever exists by 550 s (the final pack overwrites it).
-( sleep 550; tar czf "$OUT/results.tgz" -C "$OUT" results ) &
+# The device tool kills a command at 600 s (or less): pack whatever exists by WATCHDOG_S (default 550 s;
+# the final pack overwrites it).
+( sleep "${WATCHDOG_S:-550}"; tar czf "$OUT/results.tgz" -C "$OUT" results ) &
 WATCHDOG=$!
 step nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv | tee "$R/nvidia-smi-before.csv"
@@ -30,9 +31,9 @@ L = K.load(arch=detect_arch()); r = L.run(sys.argv[1]); print(sys.argv[1], round
   || { echo "probe failed: $1 (leaving out ${2:-$1})"; EXCLUDE="$EXCLUDE,$(python3 -c "import re, sys; from carm_advisor.measure.build import detect_arch; from carm_advisor.measure.kernels import KernelLibrary as K
 print(','.join(b.name for b in K.load(arch=detect_arch()).benchmarks() if re.fullmatch(sys.argv[1], b.name)))" "${2:-$1}")"; }
 }
-[ -n "${SKIP_CEILINGS:-}" ] || { probe l2_read_bulk; probe mix_bf16_wgmma_hbm_c4 'mix_bf16_wgmma_.*'; probe mix_fp32_l2_tma_c16 'mix_fp32_.*_tma_c.*'; }
+[ -n "${SKIP_CEILINGS:-}" ] || { probe l2_read_bulk '.*_read_bulk.*'; probe mix_bf16_wgmma_hbm_c4 'mix_bf16_wgmma_.*'; probe mix_fp32_l2_tma_c16 'mix_fp32_.*_tma_c.*'; }
 step size-sweep
-case ",$EXCLUDE," in *,l2_read_bulk,*) ROWS=l2_read_partition,l2_read_partition_u8,hbm_read ;; *) ROWS=l2_read_bulk,l2_read_partition,l2_read_partition_u8,hbm_read ;; esac
+case ",$EXCLUDE," in *,l2_read_bulk*) ROWS=l2_read_partition,l2_read_partition_u8,hbm_read ;; *) ROWS=l2_read_bulk,l2_read_partition,l2_read_partition_u8,hbm_read ;; esac
 [ -n "${SKIP_CEILINGS:-}" ] || timeout 120 python3 benchmarks/size_sweep.py --rows "$ROWS" --out "$R"
 step ceilings-vs-reference
 [ -n "${SKIP_CEILINGS:-}" ] || timeout 330 python3 benchmarks/ceilings_vs_reference.py --verify-counters --exclude "${EXCLUDE#,}" --out "$R" --profile-out "$R/measured_profile.json"

@@ -2,7 +2,7 @@
 check that a benchmark runs the instructions it claims (FFMA, HGMMA, LDG, LDS) with no local-memory
 spills (LDL/STL). Needs cuobjdump (CUDA toolkit). Writes a JSON {kernel: {opcode: count}}.
 
-    python benchmarks/sass_summary.py [--lib PATH] [--match mix_,l2_wrap] --out FILE
+    python benchmarks/sass_summary.py [--lib PATH] [--match mix_,l2_bulk] --out FILE
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def summarize(sass: str, match: list[str]) -> dict[str, dict[str, int]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib")
-    ap.add_argument("--match", default="mix_,l2_wrap,wgmma_kernel,shared_read")
+    ap.add_argument("--match", default="mix_,l2_bulk,wgmma_kernel,shared_read")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     tool = shutil.which("cuobjdump")

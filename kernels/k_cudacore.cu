@@ -163,7 +163,7 @@ cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** 
 // ---------------------------------------------------------------- L2 reads by the Tensor Memory Accelerator (sm_90)
 // One thread per block streams 16 KiB chunks L2 -> shared memory with cp.async.bulk (the path Hopper
 // GEMMs load their operands by), BULK_STAGES copies in flight, each completing on its own mbarrier.
-// Block b copies chunks b, b + grid, ... modulo a power-of-two working set. No L1 involved.
+// Which chunk a block copies is carm_chunk_walk's; no L1 involved.
 constexpr int BULK_BYTES = 16384, BULK_STAGES = 4;
 
 // Spin until the mbarrier at shared address `bar` has completed the phase of this parity.
@@ -173,6 +173,16 @@ __device__ __forceinline__ void carm_mbar_wait(uint32_t bar, uint32_t parity) {
                "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
 int carm_bulk_smem_bytes() { return BULK_BYTES * BULK_STAGES; }
+
+// The k-th chunk block b copies out of a power-of-two set of chunks. Sets of >= 8 chunks per block (the
+// HBM working sets) are cut into one contiguous slice per block, walked cyclically: no chunk is read by
+// two blocks, so a block that drifts behind never finds another block's chunk still in L2 (an
+// interleaved walk did: 5.4 TB/s "from HBM" at 512 MiB, H200 run 10). Smaller sets (L2 rows, where
+// re-reading from L2 is the point) are walked interleaved: chunks b, b + grid, ...
+__device__ __forceinline__ long long carm_chunk_walk(long long k, long long chunk_mask) {
+  const long long per_block = (chunk_mask + 1) / gridDim.x;
+  return per_block >= 8 ? blockIdx.x * per_block + k % per_block : (blockIdx.x + k * gridDim.x) & chunk_mask;
+}
 
 __global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__ src, long long chunk_mask, long long iters,
                                                      float* out, float sentinel) {
@@ -186,13 +196,13 @@ __global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__
 #pragma unroll
     for (int s = 0; s < BULK_STAGES; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8 * s) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    long long chunk = blockIdx.x;
+    long long k_copy = 0;
     auto issue = [&](int s) {
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar0 + 8 * s), "r"(BULK_BYTES) : "memory");
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   :: "r"(buf0 + s * BULK_BYTES), "l"(src + (chunk & chunk_mask) * BULK_BYTES), "r"(BULK_BYTES), "r"(bar0 + 8 * s)
+                   :: "r"(buf0 + s * BULK_BYTES), "l"(src + carm_chunk_walk(k_copy++, chunk_mask) * BULK_BYTES), "r"(BULK_BYTES),
+                      "r"(bar0 + 8 * s)
                    : "memory");
-      chunk += gridDim.x;
     };
     for (int s = 0; s < BULK_STAGES && s < iters; ++s) issue(s);
     for (long long it = 0; it < iters; ++it) {
@@ -258,7 +268,7 @@ __global__ void __launch_bounds__(256, MINB) mix_fp32_global_kernel(const uint4*
 // MIX_TMA_STAGES bulk copies (one 16 KiB step of the block each) in flight into a shared-memory ring;
 // every thread waits for its step's copy (full barrier), reads its U float4 with ld.shared, releases
 // the slot (empty barrier, 256 arrivals) and computes. Memory traffic never waits for the FMAs of a
-// warp: only for a slot to be free. Block b copies chunks b, b + grid, ... of a power-of-two set.
+// warp: only for a slot to be free. Chunks as in carm_chunk_walk.
 constexpr int MIX_TMA_STAGES = 4, MIX_TMA_SLOT = 256 * STREAM_UNROLL * 16;
 int carm_mix_tma_smem_bytes() { return MIX_TMA_STAGES * MIX_TMA_SLOT; }
 
@@ -281,13 +291,13 @@ __global__ void __launch_bounds__(256, 3) mix_fp32_tma_kernel(const uint8_t* __r
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  long long chunk = blockIdx.x;
+  long long k_copy = 0;
   auto produce = [&](int s) {  // thread 0 only
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(full0 + 8 * s), "r"(MIX_TMA_SLOT) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(ring0 + s * MIX_TMA_SLOT), "l"(src + (chunk & chunk_mask) * MIX_TMA_SLOT), "r"(MIX_TMA_SLOT), "r"(full0 + 8 * s)
+                 :: "r"(ring0 + s * MIX_TMA_SLOT), "l"(src + carm_chunk_walk(k_copy++, chunk_mask) * MIX_TMA_SLOT), "r"(MIX_TMA_SLOT),
+                    "r"(full0 + 8 * s)
                  : "memory");
-    chunk += gridDim.x;
   };
   if (threadIdx.x == 0)
     for (int s = 0; s < MIX_TMA_STAGES && s < steps; ++s) produce(s);
