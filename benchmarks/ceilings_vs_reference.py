@@ -108,14 +108,16 @@ def main() -> int:
     gpu = open_gpu(0)
     start = time.perf_counter()
     # with --verify-counters the profile leaves out benchmarks the counters contradict (undercounted work)
-    profile = measure_ceilings(device=0, quick=False, gpu=gpu, verify_counters=args.verify_counters,
-                               exclude=tuple(x for x in args.exclude.split(",") if x),
-                               command="carm-advise ceilings --verify-counters (via benchmarks/ceilings_vs_reference.py)")
+    exclude = tuple(x.strip() for x in args.exclude.split(",") if x.strip())
+    profile = measure_ceilings(device=0, quick=False, gpu=gpu, verify_counters=args.verify_counters, exclude=exclude,
+                               command="carm-advise ceilings" + (" --verify-counters" if args.verify_counters else "")
+                               + (f" --exclude {','.join(exclude)}" if exclude else "")
+                               + " (via benchmarks/ceilings_vs_reference.py)")
     full_s = profile.provenance["wall_s"]   # measuring alone, without the counter check
     quick_s = None
     if not args.skip_quick:
         t0 = time.perf_counter()
-        measure_ceilings(device=0, quick=True, gpu=gpu, progress=False, exclude=tuple(x for x in args.exclude.split(",") if x))
+        measure_ceilings(device=0, quick=True, gpu=gpu, progress=False, exclude=exclude)
         quick_s = time.perf_counter() - t0
     refs = torch_references(gpu)
     counter_check = None

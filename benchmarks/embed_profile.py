@@ -1,7 +1,12 @@
 """Turn a profile measured by `carm-advise ceilings` (and its side-by-side reference run) into the
 recorded profile shipped with the package, keeping every figure as measured and saying where from.
 
-    python benchmarks/embed_profile.py MEASURED_PROFILE.json CEILINGS_VS_REFERENCE.json OUT.json
+    python benchmarks/embed_profile.py MEASURED_PROFILE.json CEILINGS_VS_REFERENCE.json OUT.json \
+        [--drop 'GLOB=why' ...]
+
+--drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
+then selected again from the run's own recorded figures (carm_advisor.measure.ceilings.reselect_recorded);
+the reason is kept in the profile's provenance.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str
     if sweep:   # runs 7-10 also derived a power-capped fitness from 50 ms power windows: too short to trust
         doc["sweep"] = {k: v for k, v in sweep.items() if k not in DROPPED}
         doc["sweep"]["points"] = [{k: v for k, v in p.items() if k not in DROPPED} for p in sweep.get("points", [])]
+    doc["benchmarks"] = [{**b, "power_w": None} if b.get("kind") == "mixed" else b for b in doc.get("benchmarks", [])]
     return doc
 
 
@@ -37,13 +43,38 @@ DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_w
 
 
 def main(argv: list[str]) -> int:
-    measured_path, side_path, out = map(Path, argv)
-    doc = embed(json.loads(measured_path.read_text()), json.loads(side_path.read_text()), measured_path.name, side_path.name)
+    import argparse
+    import fnmatch
+
+    from carm_advisor.measure.ceilings import reselect_recorded
     from carm_advisor.profiles.profile import profile_from_dict
 
-    profile_from_dict(doc, origin=str(out))   # validate before writing
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out}")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("measured", type=Path)
+    ap.add_argument("side_by_side", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--drop", action="append", default=[], metavar="GLOB=WHY")
+    args = ap.parse_args(argv)
+    measured = json.loads(args.measured.read_text())
+    drop = {}
+    for item in args.drop:
+        pattern, _, why = item.partition("=")
+        names = [b["name"] for b in measured["benchmarks"] if fnmatch.fnmatchcase(b["name"], pattern)]
+        if not names or not why:
+            ap.error(f"--drop {item!r}: expected GLOB=WHY matching a recorded benchmark")
+        drop.update({n: why for n in names})
+    if drop:
+        measured = reselect_recorded(measured, drop)
+    side = json.loads(args.side_by_side.read_text())
+    doc = embed(measured, side, args.measured.name, args.side_by_side.name)
+    profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
+    if drop:   # the ratios to the references, of the roofs selected again
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from ceilings_vs_reference import ratios
+
+        doc["ratios"] = {k: v for k, v in ratios(profile, side["references"]).items() if k not in DROPPED}
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {args.out}" + (f" ({len(drop)} benchmarks dropped)" if drop else ""))
     return 0
 
 

@@ -56,15 +56,23 @@ def ceilings_table(d: dict) -> str:
 
 
 def _counter_detail(worst: list) -> str:
-    under = [x["name"] for x in worst if any(v is not None and v < 0.95 for v in (x.get("flops_ratio"), x.get("bytes_ratio")))]
-    over = [x for x in worst if x["name"] not in under]
+    from carm_advisor.measure.verify import TOLERANCE
+
+    def ratios(x):
+        return [v for v in (x.get("flops_ratio"), x.get("bytes_ratio")) if v is not None]
+
+    under = [x["name"] for x in worst if any(v < 1 - TOLERANCE for v in ratios(x))]
+    over = [x for x in worst if x["name"] not in under and ratios(x)]
+    unread = [x["name"] for x in worst if not ratios(x)]
     parts = []
     if over:
-        lo, hi = min(x["bytes_ratio"] for x in over), max(x["bytes_ratio"] for x in over)
-        parts.append(f"{len(over)} see {lo:.2f}-{hi:.2f}x the declared bytes at their level, more never less "
+        lo, hi = min(max(ratios(x)) for x in over), max(max(ratios(x)) for x in over)
+        parts.append(f"{len(over)} see {lo:.2f}-{hi:.2f}x the declared work at their level, more never less "
                      f"(instruction fetches from L2 at high C, TMA traffic): {', '.join(x['name'] for x in over)}")
     if under:
         parts.append(f"{len(under)} see less than declared and are left out of roofs and sweep: {', '.join(under)}")
+    if unread:
+        parts.append(f"{len(unread)} not profiled: {', '.join(unread)}")
     return " (" + "; ".join(parts) + ")" if parts else ""
 
 

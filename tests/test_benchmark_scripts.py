@@ -41,3 +41,20 @@ def test_sass_summary_counts_opcodes_of_the_matching_kernels_only():
 def test_size_sweep_sizes_double_from_min_to_max():
     mod = _load("size_sweep")
     assert [s / 2**20 for s in mod.sizes_bytes(1, 8)] == [1, 2, 4, 8]
+
+
+def test_size_sweep_cell_names_the_set_that_ran_when_it_is_not_the_one_asked():
+    mod = _load("size_sweep")
+    assert mod._cell({"bytes_per_s": 8.79e12, "size_bytes": 2**20}, 2**20) == "8.79"
+    assert mod._cell({"bytes_per_s": 8.79e12, "size_bytes": 16.5 * 2**20}, 2**20) == "8.79 (16.5 MiB)"
+
+
+def test_summarize_counter_detail_handles_rows_without_ratios_and_splits_over_from_under():
+    mod = _load("summarize")
+    worst = [{"name": "a", "flops_ratio": None, "bytes_ratio": 1.2, "ok": False},
+             {"name": "b", "flops_ratio": 1.08, "bytes_ratio": None, "ok": False},
+             {"name": "c", "flops_ratio": None, "bytes_ratio": 0.5, "ok": False},
+             {"name": "d", "flops_ratio": None, "bytes_ratio": None, "ok": False}]
+    text = mod._counter_detail(worst)
+    assert "2 see 1.08-1.20x" in text and "1 see less than declared" in text and ": c" in text
+    assert "1 not profiled: d" in text

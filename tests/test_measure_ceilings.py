@@ -170,15 +170,19 @@ def test_benchmarks_the_counters_undercount_set_no_roof_and_no_sweep_point(tmp_p
     gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
     lib = FakeLibrary(gpu)
     lib.table.append((info(6, "hbm_read_fast", "memory", "hbm", "cached", 0, 1e6, "hbm"), 6e12))
+    lib.table.append((info(7, "mix_fp32_hbm_fast_c8", "mixed", "fp32", "c8", 4e6, 1e6, "hbm"), 15e12))
     settings = C.Settings(call_s=0.1, window_s=0.2, windows=1, sweep_call_s=0.05)
     runs = [C.run_benchmark(lib, b, 0, gpu, settings, clock=gpu.now_s) for b in lib.benchmarks()]
     # hbm_read_fast: half its declared bytes reach HBM (served by a cache above it): 6e12 is not an HBM rate
     check = [{"name": "hbm_read_fast", "flops_ratio": None, "bytes_ratio": 0.5, "ok": False},
              {"name": "hbm_read", "flops_ratio": None, "bytes_ratio": 1.01, "ok": True},
-             {"name": "mix_fp32_hbm_c8", "flops_ratio": 1.0, "bytes_ratio": 1.2, "ok": False}]  # extra bytes: kept
+             {"name": "mix_fp32_hbm_c8", "flops_ratio": 1.0, "bytes_ratio": 1.2, "ok": False},   # extra bytes: kept
+             {"name": "mix_fp32_hbm_fast_c8", "flops_ratio": 0.9, "bytes_ratio": 1.0, "ok": False}]  # too few FLOPs
     profile = C.build_profile(runs, lib.device_info(), gpu, 100.0, 90, wall_s=1.0, counter_check=check)
     assert profile.ceilings["hbm"].value == pytest.approx(4e12)          # from hbm_read, not the 6e12 row
-    assert [p["name"] for p in profile.extra["sweep"]["points"]] == ["mix_fp32_hbm_c8"]
+    assert [p["name"] for p in profile.extra["sweep"]["points"]] == ["mix_fp32_hbm_c8"]   # not the undercounted one
+    unchecked_sweep = C.build_profile(runs, lib.device_info(), gpu, 100.0, 90, wall_s=1.0).extra["sweep"]
+    assert [p["name"] for p in unchecked_sweep["points"]] == ["mix_fp32_hbm_c8", "mix_fp32_hbm_fast_c8"]
     assert any(f.startswith("hbm_read_fast: left out") for f in profile.provenance["flags"])
     unchecked = C.build_profile(runs, lib.device_info(), gpu, 100.0, 90, wall_s=1.0)
     assert unchecked.ceilings["hbm"].value == pytest.approx(6e12)        # without counters the max stands
@@ -190,6 +194,30 @@ def test_measure_ceilings_skips_excluded_benchmarks_and_rejects_unknown_names(tm
     gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1000.0)
     lib = FakeLibrary(gpu)
     profile = C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s, quick=True, exclude=("hbm_copy",))
-    assert "hbm_copy" not in [b["name"] for b in profile.extra["benchmarks"]]
+    ran = [b["name"] for b in profile.extra["benchmarks"]]
+    assert "hbm_copy" not in ran and {"hbm_read", "fp32_fma", "mix_fp32_hbm_c8"} <= set(ran)
     with pytest.raises(C.MeasurementError, match="cannot exclude unknown benchmark"):
         C.measure_ceilings(library=lib, gpu=gpu, progress=False, clock=gpu.now_s, quick=True, exclude=("nope",))
+
+
+def test_reselect_recorded_leaves_out_dropped_runs_and_keeps_every_figure_as_measured():
+    run = lambda name, kind, key, rate, **kw: C.BenchmarkRun(name, kind, key, key if kind == "memory" else kw.pop("level", ""),  # noqa: E731
+                                                             "v", rate, 0.01, 3, 500.0, 1980.0, 0.1, **kw).to_dict()
+    doc = {"device": {"idle_power_w": 100.0, "power_limit_w": 700.0}, "provenance": {"created": "2026-12-02T23:00:00",
+                                                                                     "flags": ["x: counters see flops x1.1"]},
+           "benchmarks": [run("fp32_fma", "compute", "fp32", 60e12, flops_per_s=60e12),
+                          run("hbm_read", "memory", "hbm", 4.6e12, bytes_per_s=4.6e12),
+                          run("hbm_read_bulk", "memory", "hbm", 5.0e12, bytes_per_s=5.0e12),
+                          run("mix_c8", "mixed", "fp32", 0, level="hbm", flops_per_s=17.5e12, bytes_per_s=4.375e12,
+                              intensity=4.0)]}
+    out = C.reselect_recorded(doc, {"hbm_read_bulk": "flawed walk"})
+    assert out["ceilings"]["hbm"]["value"] == 4.6e12           # the next best HBM run, unchanged
+    assert out["ceilings"]["hbm"]["provenance"]["date"] == "2026-12-02"
+    # the sweep point against the new slope: 17.5e12 / (4.6e12 * 4) = 0.951 (0.875 against the 5e12 slope)
+    assert out["sweep"]["points"][0]["ratio"] == pytest.approx(17.5 / 18.4)
+    assert out["provenance"]["dropped"] == {"hbm_read_bulk": "flawed walk"}
+    assert out["provenance"]["flags"][0].startswith("hbm_read_bulk: left out") and "x: counters see flops x1.1" in out["provenance"]["flags"]
+    assert out["power_model"]["joules_per_byte"]["hbm"] == pytest.approx(400 / 4.6e12)
+    assert C.reselect_recorded(doc, {})["ceilings"]["hbm"]["value"] == 5.0e12
+    with pytest.raises(C.MeasurementError, match="does not hold"):
+        C.reselect_recorded(doc, {"nope": "?"})

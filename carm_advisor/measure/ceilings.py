@@ -308,19 +308,22 @@ def sweep_fitness(runs: list[BenchmarkRun], peaks: dict[str, float], slopes: dic
             "above_roofs": [p["name"] for p in points if p["ratio"] > 1 + tolerance]}
 
 
-def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None,
-                  counter_check=None):
-    from carm_advisor.profiles.profile import profile_from_dict, SCHEMA
+def select_roofs(runs: list[BenchmarkRun], counter_check, idle_w: float | None, power_limit_w: float | None,
+                 date: str, drop: dict[str, str] | None = None) -> dict[str, Any]:
+    """The roofs, power model and sweep fitness that a set of benchmark runs supports.
 
-    today = _dt.date.today().isoformat()
+    Left out first: runs the counters undercount, and `drop` ({name: reason}), runs known to be flawed.
+    Returns {"ceilings", "flags", "power_model", "sweep"}.
+    """
     flags = []
     untrusted = _undercounted(counter_check)
     for name in sorted(untrusted):
         flags.append(f"{name}: left out of roofs and sweep: the counters see less work at its level than it declares")
-    trusted = [r for r in runs if r.name not in untrusted]
-    best = best_runs(trusted)
+    for name, reason in sorted((drop or {}).items()):
+        flags.append(f"{name}: left out of roofs and sweep: {reason}")
+    trusted = [r for r in runs if r.name not in untrusted and r.name not in (drop or {})]
     ceilings = {}
-    for key, r in best.items():
+    for key, r in best_runs(trusted).items():
         if key not in COMPUTE_PATHS and key not in MEMORY_LEVELS:
             continue
         ratio = r.rate / r.per_clock_max if r.per_clock_max else None
@@ -331,14 +334,43 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
             "value": r.rate, "sm_clock_mhz": r.sm_clock_mhz, "power_w": r.power_w, "repeats": r.repeats,
             "spread": r.spread,
             "provenance": {"source": "measured", "method": f"carm micro-benchmark {r.name} ({r.variant})",
-                           "date": today, "per_clock_max_ratio": ratio},
+                           "date": date, "per_clock_max_ratio": ratio},
         }
-    driver = _safe(gpu.driver_version)
-    power_limit = _safe(gpu.power_limit_w)
     peaks = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "compute"}
     slopes = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "memory"}
-    pm = fit_power_model(trusted, idle_w, power_limit)
-    fitness = sweep_fitness(trusted, peaks, slopes)
+    pm = fit_power_model(trusted, idle_w, power_limit_w)
+    return {"ceilings": ceilings, "flags": flags, "sweep": sweep_fitness(trusted, peaks, slopes),
+            "power_model": pm if pm and pm["joules_per_flop"] and pm["joules_per_byte"] else None}
+
+
+def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
+    """A measured profile's JSON with its roofs, power model and sweep selected again from its own recorded
+    runs, leaving out `drop` ({benchmark name: why}); every figure stays as measured."""
+    runs = [BenchmarkRun(**b) for b in doc["benchmarks"]]
+    unknown = sorted(set(drop) - {r.name for r in runs})
+    if unknown:
+        raise MeasurementError(f"cannot drop benchmark(s) the record does not hold: {', '.join(unknown)}")
+    date = (doc.get("provenance", {}).get("created") or "")[:10] or None
+    sel = select_roofs(runs, doc.get("counter_check"), doc["device"].get("idle_power_w"),
+                       doc["device"].get("power_limit_w"), date, drop)
+    out = dict(doc)
+    out["ceilings"], out["sweep"] = sel["ceilings"], sel["sweep"]
+    out.pop("power_model", None)
+    if sel["power_model"]:
+        out["power_model"] = sel["power_model"]
+    checks = [f for f in doc.get("provenance", {}).get("flags", []) if "counters see flops" in f]
+    out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"] + checks, "dropped": dict(drop)}
+    return out
+
+
+def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None,
+                  counter_check=None):
+    from carm_advisor.profiles.profile import profile_from_dict, SCHEMA
+
+    driver = _safe(gpu.driver_version)
+    power_limit = _safe(gpu.power_limit_w)
+    sel = select_roofs(runs, counter_check, idle_w, power_limit, _dt.date.today().isoformat())
+    ceilings, flags, pm, fitness = sel["ceilings"], sel["flags"], sel["power_model"], sel["sweep"]
     doc = {
         "schema": SCHEMA,
         "device": {
@@ -358,7 +390,7 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
         doc["counter_check"] = counter_check
         flags += [f"{r['name']}: counters see flops x{r['flops_ratio']}, bytes x{r['bytes_ratio']} of what it declares"
                   for r in counter_check if not r["ok"]]
-    if pm and pm["joules_per_flop"] and pm["joules_per_byte"]:
+    if pm:
         doc["power_model"] = pm
     return profile_from_dict(doc, origin="measured profile")
 
@@ -399,7 +431,7 @@ def ceilings_command(args) -> int:
 
         profile = measure_ceilings(device=args.device, quick=args.quick, everything=getattr(args, "everything", False),
                                    verify_counters=getattr(args, "verify_counters", False),
-                                   exclude=tuple(x for x in (getattr(args, "exclude", "") or "").split(",") if x),
+                                   exclude=tuple(x.strip() for x in (getattr(args, "exclude", "") or "").split(",") if x.strip()),
                                    command=" ".join(["carm-advise"] + sys.argv[1:]))
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:
