@@ -166,13 +166,24 @@ cudaError_t carm_launch_copy(const carm_launch& l, cudaStream_t s, const void** 
 // Which chunk a block copies is carm_chunk_walk's; no L1 involved.
 constexpr int BULK_BYTES = 16384, BULK_STAGES = 4;
 
+int carm_bulk_smem_bytes() { return BULK_BYTES * BULK_STAGES; }
+
+// mbarrier and bulk-copy primitives of the TMA kernels (sm_90 PTX; called only under __CUDA_ARCH__ >= 900).
+__device__ __forceinline__ void carm_mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(arrivals) : "memory");
+}
 // Spin until the mbarrier at shared address `bar` has completed the phase of this parity.
 __device__ __forceinline__ void carm_mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile("{\n.reg .pred P1;\nLAB_WAIT:\n"
                "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
                "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
-int carm_bulk_smem_bytes() { return BULK_BYTES * BULK_STAGES; }
+// One bulk copy global -> shared that completes `bytes` on the mbarrier `bar` (this thread's arrival).
+__device__ __forceinline__ void carm_bulk_copy(uint32_t dst, const uint8_t* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 
 // The k-th chunk block b copies out of a power-of-two set of chunks. Sets of >= 8 chunks per block (the
 // HBM working sets) are cut into one contiguous slice per block, walked cyclically: no chunk is read by
@@ -194,15 +205,11 @@ __global__ void __launch_bounds__(32) l2_bulk_kernel(const uint8_t* __restrict__
   const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bulk_bar);
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < BULK_STAGES; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8 * s) : "memory");
+    for (int s = 0; s < BULK_STAGES; ++s) carm_mbar_init(bar0 + 8 * s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     long long k_copy = 0;
     auto issue = [&](int s) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar0 + 8 * s), "r"(BULK_BYTES) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   :: "r"(buf0 + s * BULK_BYTES), "l"(src + carm_chunk_walk(k_copy++, chunk_mask) * BULK_BYTES), "r"(BULK_BYTES),
-                      "r"(bar0 + 8 * s)
-                   : "memory");
+      carm_bulk_copy(buf0 + s * BULK_BYTES, src + carm_chunk_walk(k_copy++, chunk_mask) * BULK_BYTES, BULK_BYTES, bar0 + 8 * s);
     };
     for (int s = 0; s < BULK_STAGES && s < iters; ++s) issue(s);
     for (long long it = 0; it < iters; ++it) {
@@ -285,19 +292,15 @@ __global__ void __launch_bounds__(256, 3) mix_fp32_tma_kernel(const uint8_t* __r
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < MIX_TMA_STAGES; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(full0 + 8 * s) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(empty0 + 8 * s), "r"(blockDim.x) : "memory");
+      carm_mbar_init(full0 + 8 * s, 1);
+      carm_mbar_init(empty0 + 8 * s, blockDim.x);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   long long k_copy = 0;
   auto produce = [&](int s) {  // thread 0 only
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(full0 + 8 * s), "r"(MIX_TMA_SLOT) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(ring0 + s * MIX_TMA_SLOT), "l"(src + carm_chunk_walk(k_copy++, chunk_mask) * MIX_TMA_SLOT), "r"(MIX_TMA_SLOT),
-                    "r"(full0 + 8 * s)
-                 : "memory");
+    carm_bulk_copy(ring0 + s * MIX_TMA_SLOT, src + carm_chunk_walk(k_copy++, chunk_mask) * MIX_TMA_SLOT, MIX_TMA_SLOT, full0 + 8 * s);
   };
   if (threadIdx.x == 0)
     for (int s = 0; s < MIX_TMA_STAGES && s < steps; ++s) produce(s);
