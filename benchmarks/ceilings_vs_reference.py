@@ -94,12 +94,14 @@ def ratios(profile, refs: dict) -> dict:
 
 
 def main() -> int:
+    from carm_advisor.cli import benchmark_names
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--profile-out", help="also save the measured profile JSON here")
     parser.add_argument("--skip-quick", action="store_true", help="do not time --quick mode")
     parser.add_argument("--verify-counters", action="store_true", help="check each benchmark under Nsight Compute")
-    parser.add_argument("--exclude", default="", help="comma-separated benchmark names not to run")
+    parser.add_argument("--exclude", type=benchmark_names, default=(), help="comma-separated benchmark names not to run")
     args = parser.parse_args()
 
     from carm_advisor.measure.ceilings import measure_ceilings
@@ -108,7 +110,7 @@ def main() -> int:
     gpu = open_gpu(0)
     start = time.perf_counter()
     # with --verify-counters the profile leaves out benchmarks the counters contradict (undercounted work)
-    exclude = tuple(x.strip() for x in args.exclude.split(",") if x.strip())
+    exclude = args.exclude
     profile = measure_ceilings(device=0, quick=False, gpu=gpu, verify_counters=args.verify_counters, exclude=exclude,
                                command="carm-advise ceilings" + (" --verify-counters" if args.verify_counters else "")
                                + (f" --exclude {','.join(exclude)}" if exclude else "")

@@ -56,12 +56,13 @@ def ceilings_table(d: dict) -> str:
 
 
 def _counter_detail(worst: list) -> str:
-    from carm_advisor.measure.verify import TOLERANCE
+    from carm_advisor.measure.ceilings import undercounted
 
     def ratios(x):
         return [v for v in (x.get("flops_ratio"), x.get("bytes_ratio")) if v is not None]
 
-    under = [x["name"] for x in worst if any(v < 1 - TOLERANCE for v in ratios(x))]
+    left_out = undercounted(worst)   # the rows the profile leaves out of roofs and sweep
+    under = [x["name"] for x in worst if x["name"] in left_out]
     over = [x for x in worst if x["name"] not in under and ratios(x)]
     unread = [x["name"] for x in worst if not ratios(x)]
     parts = []

@@ -28,6 +28,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def benchmark_names(text: str) -> tuple[str, ...]:
+    """`a, b,c` -> ('a', 'b', 'c'): the argparse type of --exclude (here and in benchmarks/)."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(t) for t in text.split(","))
@@ -70,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with Nsight Compute installed, check that counters see each benchmark's FLOPs and bytes")
     c.add_argument("--all", dest="everything", action="store_true",
                    help="also run benchmarks that set no roof here (mma.sync on Hopper)")
-    c.add_argument("--exclude", default="", metavar="NAME[,NAME]",
+    c.add_argument("--exclude", type=benchmark_names, default=(), metavar="NAME[,NAME]",
                    help="benchmarks not to run (names as in kernels/README.md), e.g. one that fails on this GPU")
     c.add_argument("--show", action="store_true", help="show the profile that analyze would use, measure nothing")
     c.add_argument("--profile", help="with --show: a profile JSON to show")

@@ -152,3 +152,11 @@ def test_unknown_chart_format_is_refused_before_the_analysis(capsys, tmp_path):
 def test_input_shape_with_a_model_file_is_refused(capsys, tmp_path):
     code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--input-shape", "32,32,3")
     assert_one_line_error(code, err, "input-shape")
+
+
+def test_ceilings_exclude_takes_comma_separated_names_with_or_without_spaces():
+    from carm_advisor.cli import build_parser
+
+    args = build_parser().parse_args(["ceilings", "--exclude", "l2_read_bulk, hbm_read_bulk,"])
+    assert args.exclude == ("l2_read_bulk", "hbm_read_bulk")
+    assert build_parser().parse_args(["ceilings"]).exclude == ()

@@ -204,7 +204,8 @@ def test_reselect_recorded_leaves_out_dropped_runs_and_keeps_every_figure_as_mea
     run = lambda name, kind, key, rate, **kw: C.BenchmarkRun(name, kind, key, key if kind == "memory" else kw.pop("level", ""),  # noqa: E731
                                                              "v", rate, 0.01, 3, 500.0, 1980.0, 0.1, **kw).to_dict()
     doc = {"device": {"idle_power_w": 100.0, "power_limit_w": 700.0}, "provenance": {"created": "2026-12-02T23:00:00",
-                                                                                     "flags": ["x: counters see flops x1.1"]},
+                                                                                     "flags": ["stale flag"]},
+           "counter_check": [{"name": "x", "flops_ratio": 1.1, "bytes_ratio": None, "ok": False}],
            "benchmarks": [run("fp32_fma", "compute", "fp32", 60e12, flops_per_s=60e12),
                           run("hbm_read", "memory", "hbm", 4.6e12, bytes_per_s=4.6e12),
                           run("hbm_read_bulk", "memory", "hbm", 5.0e12, bytes_per_s=5.0e12),
@@ -216,8 +217,11 @@ def test_reselect_recorded_leaves_out_dropped_runs_and_keeps_every_figure_as_mea
     # the sweep point against the new slope: 17.5e12 / (4.6e12 * 4) = 0.951 (0.875 against the 5e12 slope)
     assert out["sweep"]["points"][0]["ratio"] == pytest.approx(17.5 / 18.4)
     assert out["provenance"]["dropped"] == {"hbm_read_bulk": "flawed walk"}
-    assert out["provenance"]["flags"][0].startswith("hbm_read_bulk: left out") and "x: counters see flops x1.1" in out["provenance"]["flags"]
+    assert out["provenance"]["flags"][0].startswith("hbm_read_bulk: left out")
+    assert "x: counters see flops x1.1, bytes xNone of what it declares" in out["provenance"]["flags"]
+    assert "stale flag" not in out["provenance"]["flags"]        # flags are derived again, not carried
     assert out["power_model"]["joules_per_byte"]["hbm"] == pytest.approx(400 / 4.6e12)
+    assert out["power_model"]["provenance"]["date"] == "2026-12-02"   # the run's day, not the day of re-selection
     assert C.reselect_recorded(doc, {})["ceilings"]["hbm"]["value"] == 5.0e12
     with pytest.raises(C.MeasurementError, match="does not hold"):
         C.reselect_recorded(doc, {"nope": "?"})

@@ -244,7 +244,8 @@ def best_runs(runs: list[BenchmarkRun]) -> dict[str, BenchmarkRun]:
     return best
 
 
-def fit_power_model(runs: list[BenchmarkRun], idle_w: float | None, power_limit_w: float | None) -> dict | None:
+def fit_power_model(runs: list[BenchmarkRun], idle_w: float | None, power_limit_w: float | None,
+                    date: str | None = None) -> dict | None:
     if idle_w is None:
         return None
     e_flop: dict[str, float] = {}
@@ -270,7 +271,7 @@ def fit_power_model(runs: list[BenchmarkRun], idle_w: float | None, power_limit_
             "source": "measured",
             "method": "constant_w = idle power before the run (NVML energy counter over 0.5 s); "
                       "e[path or level] = (average power of its benchmark - idle) / its rate, random-data variants",
-            "date": _dt.date.today().isoformat(),
+            "date": date or _dt.date.today().isoformat(),   # the day the runs were measured
         },
     }
 
@@ -279,8 +280,8 @@ def sweep_fitness(runs: list[BenchmarkRun], peaks: dict[str, float], slopes: dic
                   tolerance: float = 0.10) -> dict[str, Any]:
     """Fraction of mixed-intensity points within `tolerance` of min(roof, slope * AI).
 
-    A point is one (compute path, memory level, AI); where several implementations measure it (plain and
-    software-pipelined loads), the fastest stands for it, as the fastest variant stands for a roof. Any
+    A point is one (compute path, memory level, AI); where several implementations measure it (4, 8 or 16
+    loads per step, TMA-fed), the fastest stands for it, as the fastest variant stands for a roof. Any
     implementation above the roofs is listed in above_roofs: a roof that a kernel beats is wrong.
     Each point keeps the SM clock seen while it ran (the sweep's 50 ms calls are too short for the
     NVML energy counter, so no power is recorded for them).
@@ -313,10 +314,10 @@ def select_roofs(runs: list[BenchmarkRun], counter_check, idle_w: float | None, 
     """The roofs, power model and sweep fitness that a set of benchmark runs supports.
 
     Left out first: runs the counters undercount, and `drop` ({name: reason}), runs known to be flawed.
-    Returns {"ceilings", "flags", "power_model", "sweep"}.
+    Returns {"ceilings", "flags", "power_model", "sweep"}; the flags also name every counter deviation.
     """
     flags = []
-    untrusted = _undercounted(counter_check)
+    untrusted = undercounted(counter_check)
     for name in sorted(untrusted):
         flags.append(f"{name}: left out of roofs and sweep: the counters see less work at its level than it declares")
     for name, reason in sorted((drop or {}).items()):
@@ -338,7 +339,9 @@ def select_roofs(runs: list[BenchmarkRun], counter_check, idle_w: float | None, 
         }
     peaks = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "compute"}
     slopes = {k: c["value"] for k, c in ceilings.items() if c["kind"] == "memory"}
-    pm = fit_power_model(trusted, idle_w, power_limit_w)
+    pm = fit_power_model(trusted, idle_w, power_limit_w, date)
+    flags += [f"{r['name']}: counters see flops x{r['flops_ratio']}, bytes x{r['bytes_ratio']} of what it declares"
+              for r in counter_check or [] if not r["ok"]]
     return {"ceilings": ceilings, "flags": flags, "sweep": sweep_fitness(trusted, peaks, slopes),
             "power_model": pm if pm and pm["joules_per_flop"] and pm["joules_per_byte"] else None}
 
@@ -358,8 +361,7 @@ def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
     out.pop("power_model", None)
     if sel["power_model"]:
         out["power_model"] = sel["power_model"]
-    checks = [f for f in doc.get("provenance", {}).get("flags", []) if "counters see flops" in f]
-    out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"] + checks, "dropped": dict(drop)}
+    out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"], "dropped": dict(drop)}
     return out
 
 
@@ -388,14 +390,12 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     }
     if counter_check is not None:
         doc["counter_check"] = counter_check
-        flags += [f"{r['name']}: counters see flops x{r['flops_ratio']}, bytes x{r['bytes_ratio']} of what it declares"
-                  for r in counter_check if not r["ok"]]
     if pm:
         doc["power_model"] = pm
     return profile_from_dict(doc, origin="measured profile")
 
 
-def _undercounted(counter_check) -> set[str]:
+def undercounted(counter_check) -> set[str]:
     """Benchmarks whose Nsight Compute counters see fewer FLOPs, or fewer bytes at their level, than the
     table declares (beyond the check's tolerance): their rates would be inflated, so no roof or sweep point
     may rest on them. More bytes than declared (instruction fetches, say) only understates a rate."""
@@ -431,7 +431,7 @@ def ceilings_command(args) -> int:
 
         profile = measure_ceilings(device=args.device, quick=args.quick, everything=getattr(args, "everything", False),
                                    verify_counters=getattr(args, "verify_counters", False),
-                                   exclude=tuple(x.strip() for x in (getattr(args, "exclude", "") or "").split(",") if x.strip()),
+                                   exclude=getattr(args, "exclude", ()),
                                    command=" ".join(["carm-advise"] + sys.argv[1:]))
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:
