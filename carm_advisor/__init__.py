@@ -18,7 +18,7 @@ _LAZY = {
     "Profile": "carm_advisor.profiles.profile",
     "Report": "carm_advisor.report.model",
     "CARM": "carm_advisor.carm.roofline",
-    "PowerModel": "carm_advisor.carm.power",
+    "PowerModel": "carm_advisor.carm.power_model",
     "CarmError": "carm_advisor.errors",
 }
 

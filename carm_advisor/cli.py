@@ -44,7 +44,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from carm_advisor.models import KERAS_POLICIES
+    from carm_advisor.model_loader import KERAS_POLICIES
 
     parser = _Parser(prog="carm-advise", description="Cache-Aware Roofline advice for Keras models on NVIDIA Tensor Cores.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -148,7 +148,7 @@ def _analyze(args) -> int:
     from rich.console import Console
 
     from carm_advisor.analysis import analyze
-    from carm_advisor.models import is_model_file, load_model
+    from carm_advisor.model_loader import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
 
     profile = load_profile(args.profile) if args.profile else None

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from carm_advisor.carm.power import PowerModel, gflops_per_watt
+from carm_advisor.carm.power_model import PowerModel, gflops_per_watt
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import ProfileError
 

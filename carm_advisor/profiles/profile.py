@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power import PowerModel
+from carm_advisor.carm.power_model import PowerModel
 from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 

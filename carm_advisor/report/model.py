@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power import gflops_per_watt
+from carm_advisor.carm.power_model import gflops_per_watt
 
 REPORT_SCHEMA = "carm-advisor/report/1"
 
