@@ -20,6 +20,8 @@ _LAZY = {
     "CARM": "carm_advisor.carm.roofline",
     "PowerModel": "carm_advisor.carm.power_model",
     "CarmError": "carm_advisor.errors",
+    "tune": "carm_advisor.tune",
+    "TuneResult": "carm_advisor.tune",
 }
 
 
@@ -36,4 +38,4 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     return _measure(device=device, quick=quick, progress=progress)
 
 
-__all__ = ["analyze", "measure_ceilings", "load_profile", "Profile", "Report", "CARM", "PowerModel", "CarmError"]
+__all__ = ["analyze", "measure_ceilings", "load_profile", "Profile", "Report", "CARM", "PowerModel", "CarmError", "tune", "TuneResult"]

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--show", action="store_true", help="show the profile that analyze would use, measure nothing")
     c.add_argument("--profile", help="with --show: a profile JSON to show")
 
+    _add_tune_parser(sub)
+
     b = sub.add_parser("build-kernels", help="compile the CUDA micro-benchmarks (and the TensorFlow op)")
     b.add_argument("--arch", help="e.g. sm_90a; default: the visible GPU's, else sm_90a and sm_80")
     b.add_argument("--force", action="store_true", help="rebuild even if cached")
@@ -89,14 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's start-up chatter is not our output
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(tune_shorthand(sys.argv[1:] if argv is None else list(argv)))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
     from carm_advisor.errors import CarmError
 
     try:
-        return {"analyze": _analyze, "ceilings": _ceilings, "build-kernels": _build}[args.command](args)
+        return {"analyze": _analyze, "ceilings": _ceilings, "build-kernels": _build, "tune": _tune}[args.command](args)
     except CarmError as exc:
         _fail(str(exc))
         return EXIT_USAGE
@@ -207,6 +209,122 @@ def _build(args) -> int:
 
     result = build_kernels(arch=args.arch, force=args.force)
     Console().print(result)
+    return 0
+
+
+# ---- tune ---------------------------------------------------------------------------------------
+
+_SUBCOMMANDS = ("analyze", "ceilings", "build-kernels", "tune")
+
+
+def tune_shorthand(argv: list[str]) -> list[str]:
+    """`carm-advise MODEL --objective ...` means `carm-advise tune MODEL --objective ...`."""
+    if argv and argv[0] not in _SUBCOMMANDS and not argv[0].startswith("-") and any(
+            a == "--objective" or a.startswith("--objective=") or a == "--pareto" for a in argv[1:]):
+        return ["tune", *argv]
+    return argv
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, received: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, received: {text!r}")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 32,64,128, received: {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers like 32,64,128, received: {text!r}")
+    return values
+
+
+def _backend_list(text: str) -> tuple[str, ...]:
+    from carm_advisor.tune.space import BACKENDS
+
+    names = benchmark_names(text)
+    bad = [n for n in names if n not in BACKENDS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected backends from {','.join(BACKENDS)}, received: {text!r}")
+    return names
+
+
+def _add_tune_parser(sub) -> None:
+    from carm_advisor.tune.objectives import OBJECTIVES
+
+    t = sub.add_parser("tune", help="search precision, batch size, layout, compilation, backend (and clocks) "
+                                    "for the best objective: measured on a GPU, predicted elsewhere")
+    t.add_argument("model", help="a keras.applications name (vgg16, ...), a .keras file, or package.module:builder")
+    t.add_argument("--objective", action="append", choices=tuple(OBJECTIVES),
+                   help="what to optimise (default gflops_per_watt); twice: a multi-objective study")
+    t.add_argument("--pareto", action="store_true", help="multi-objective: energy efficiency and throughput")
+    t.add_argument("--trials", type=_positive_int, default=30, help="trials in the study in all (default 30)")
+    t.add_argument("--timeout", type=_positive_float, help="stop starting trials after this many seconds")
+    t.add_argument("--storage", help="Optuna storage: sqlite:///x.db, a .db file, postgresql://..., journal:PATH "
+                                     "(default carm-tune-MODEL.db here); the same storage and study resume")
+    t.add_argument("--study", help="study name (default: model, objectives, mode and source)")
+    t.add_argument("--mode", choices=("inference", "training"), default="inference")
+    t.add_argument("--max-slowdown", type=_positive_float, help="infeasible if slower than the baseline by more than X times")
+    t.add_argument("--max-output-error", type=_positive_float,
+                   help="infeasible if max |y - y_ref| / max |y_ref| against float32 (TF32 off) exceeds E")
+    t.add_argument("--backends", type=_backend_list, help="Keras backends to search (default: those installed)")
+    t.add_argument("--batch-sizes", type=_int_list, help="batch sizes to search (default 32,64,128,256)")
+    t.add_argument("--apply-clocks", action="store_true",
+                   help="lock SM clocks per trial through NVML (needs root; restored on every exit)")
+    t.add_argument("--predict", action="store_true", help="predict from the CARM only, even on a GPU")
+    t.add_argument("--profile", help="GPU profile JSON for the CARM bounds (default: the recorded H200 / this GPU's)")
+    t.add_argument("--json", dest="json_path", help="write the result as JSON here")
+    t.add_argument("--plot", dest="plot_dir", help="write Optuna's history, importance (and Pareto) plots into this directory")
+    t.add_argument("--no-carm-pruning", action="store_true", help="measure every configuration the sampler proposes")
+    t.add_argument("--heartbeat-s", type=_positive_float, default=None, help=argparse.SUPPRESS)
+    t.add_argument("--fake-measure-s", type=float, default=None, help=argparse.SUPPRESS)  # tests: FakeRunner
+
+
+def _tune(args) -> int:
+    _import_keras()
+    from rich.console import Console
+
+    from carm_advisor.tune.study import tune
+
+    for out in (args.json_path,):
+        if out and not Path(out).resolve().parent.is_dir():
+            raise OSError(f"output directory does not exist: {Path(out).parent}")
+    if args.plot_dir and not Path(args.plot_dir).is_dir():
+        raise OSError(f"plot directory does not exist: {args.plot_dir}")
+    objectives = args.objective or ["gflops_per_watt"]
+    runner = None
+    kwargs = {}
+    if args.heartbeat_s is not None:
+        kwargs["heartbeat_s"] = args.heartbeat_s
+    if args.fake_measure_s is not None:
+        from carm_advisor.profiles.profile import load_profile
+        from carm_advisor.tune.builder import model_spec
+        from carm_advisor.tune.predicted import ConfigPredictor
+        from carm_advisor.tune.runner import FakeRunner
+
+        runner = FakeRunner(ConfigPredictor(model_spec(args.model), load_profile(args.profile) if args.profile else None),
+                            delay_s=args.fake_measure_s)
+    console = Console()
+    result = tune(
+        args.model, objective=objectives, n_trials=args.trials, storage=args.storage, study_name=args.study,
+        mode=args.mode, pareto=args.pareto, backends=args.backends, batch_sizes=args.batch_sizes,
+        timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
+        predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
+        runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, **kwargs,
+    )
+    console.print(result)
+    if args.json_path:
+        result.to_json(args.json_path)
+        console.print(f"result written to {args.json_path}")
+    if args.plot_dir:
+        for path in result.plot(args.plot_dir):
+            console.print(f"plot written to {path}")
     return 0
 
 

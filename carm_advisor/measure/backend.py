@@ -293,3 +293,69 @@ def nvtx_range(name: str) -> Iterator[None]:
         yield
     finally:
         pop()
+
+
+# ---- for the tuner: float32 math switches, compiler caches, out-of-memory -----------------------
+
+
+@contextlib.contextmanager
+def float32_math(tf32: bool | None, backend: str | None = None) -> Iterator[None]:
+    """Run float32 convolutions and matmuls with TF32 on (True), off (False) or as the backend defaults
+    (None); the previous switches come back on exit."""
+    backend = _resolve(backend)
+    if tf32 is None:
+        yield
+        return
+    if backend == "torch":
+        import torch
+
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    elif backend == "jax":
+        import jax
+
+        with jax.default_matmul_precision("tensorfloat32" if tf32 else "float32"):
+            yield
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        saved = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+        try:
+            yield
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(saved)
+    else:
+        yield
+
+
+def reset_compiled(backend: str | None = None) -> None:
+    """Forget compiled functions between configurations (torch.compile stops recompiling after 8 shapes
+    and falls back to eager; jax keeps every executable), and hand cached device memory back."""
+    import gc
+
+    backend = _resolve(backend)
+    gc.collect()
+    if backend == "torch":
+        import torch
+
+        torch._dynamo.reset()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    elif backend == "jax":
+        import jax
+
+        jax.clear_caches()
+    elif backend == "tensorflow":
+        keras.backend.clear_session(free_memory=True)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a framework error means the device ran out of memory."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return ("outofmemory" in text or "out of memory" in text or "resource_exhausted" in text
+            or "resourceexhausted" in text or "failed to allocate" in text)

@@ -1,0 +1,33 @@
+"""The energy-efficiency tuner: an Optuna study over precision, batch size, layout, compilation, backend
+(and SM clock), every trial measured on the GPU (or predicted from the CARM where there is none).
+
+    import carm_advisor as advisor
+    result = advisor.tune("vgg16", objective="gflops_per_watt", n_trials=30)
+    print(result.best.config, result.gain()); result.to_json("vgg16-tune.json"); result.plot("plots/")
+
+Modules: objectives (what is optimised), space (what is searched), builder (rebuilding the model per
+configuration), predicted (every CARM prediction, one adapter), runner and worker (measuring in
+child processes), storage (Optuna storage), study (tune itself), result, render, plots.
+"""
+
+from carm_advisor.tune.objectives import OBJECTIVES, Objective, get_objective
+from carm_advisor.tune.result import TuneResult
+from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config, installed_backends
+from carm_advisor.tune.study import tune
+
+__all__ = ["tune", "TuneResult", "SearchSpace", "TrialConfig", "OBJECTIVES", "Objective", "get_objective",
+           "baseline_config", "installed_backends"]
+
+
+# `carm_advisor.tune` names both this package and the function: importing any tune module binds the
+# package to that attribute of carm_advisor, so the package itself calls tune() when called.
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _CallablePackage(_types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return tune(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallablePackage

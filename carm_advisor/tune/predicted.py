@@ -1,0 +1,176 @@
+"""Every CARM prediction the tuner uses, in one adapter (so the Predictor and the calibration of
+issues 10/11 replace what is here in one place).
+
+- `ConfigPredictor.predict(config)`: the CARM bound of a configuration: each layer's time from the
+  roofs (stretched where the power limit forbids running that fast), its energy from the profile's
+  power model; summed over the layers. No real run of that configuration can be faster; its energy
+  is the power model's, so the pruning that compares it with measurements keeps a margin.
+- `predict_at_sm_clock`: the same at another SM clock. PREDICTED, from a stated assumption (below)
+  until the profile carries a DVFS power model.
+- `layer_changes`: which layers change roof (or bound time) between two configurations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from carm_advisor.tune.builder import ModelSpec, build
+from carm_advisor.tune.space import TrialConfig
+
+SOURCE_BOUND = "predicted (CARM bound)"
+SOURCE_CLOCK = "predicted (CARM bound at another SM clock; assumes joules per FLOP and per byte independent of the clock)"
+
+# float32 math of each precision name, per backend (what the predictor's compute-path choice reads).
+_FLOAT32_MATH = {"float32_tf32": {"conv": "tf32", "matmul": "tf32"},
+                 "float32_no_tf32": {"conv": "fp32", "matmul": "fp32"}}
+
+
+@dataclass
+class Prediction:
+    """Per-batch figures of one configuration from the CARM. Units: s, J, FLOP."""
+
+    time_s: float
+    energy_j: float | None
+    flops: float
+    batch_size: int
+    source: str = SOURCE_BOUND
+    rows: list = field(default_factory=list, repr=False)
+
+    @property
+    def power_w(self) -> float | None:
+        return self.energy_j / self.time_s if self.energy_j and self.time_s else None
+
+
+def math_mode_for(config: TrialConfig) -> dict[str, str]:
+    from carm_advisor.analysis import resolve_math_mode
+
+    mode = dict(resolve_math_mode(config.backend))
+    mode.update(_FLOAT32_MATH.get(config.precision, {}))
+    return mode
+
+
+def _rows(costs_model, batch_size: int, dtype: str, profile, math_mode) -> list:
+    """Layer rows with bound time and energy: the Predictor where it exists, else analysis.predict_rows."""
+    try:
+        from carm_advisor.predict import Predictor  # issue 11's public predictor, once merged
+    except ImportError:
+        from carm_advisor.analysis import predict_rows
+        from carm_advisor.mapping import map_model
+
+        return predict_rows(map_model(costs_model, batch_size=batch_size, compute_dtype=dtype), profile, math_mode)
+    return Predictor(profile, math_mode).rows(costs_model, batch_size=batch_size, dtype=dtype)
+
+
+class ConfigPredictor:
+    """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
+
+    def __init__(self, spec: ModelSpec, profile=None, model=None) -> None:
+        from carm_advisor.profiles.profile import Profile, load_profile
+
+        self.spec = spec
+        self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self._models: dict[str, Any] = {}
+        if model is not None:
+            self._models[_layout_key(spec, None)] = model
+        self._cache: dict[tuple, Prediction] = {}
+
+    def model(self, layout: str):
+        """The model built in this layout (float32; the precision enters as the compute dtype)."""
+        key = _layout_key(self.spec, layout)
+        if key not in self._models:
+            import keras
+
+            # Variables on the CPU: the tuner's own process must not take GPU memory from the trials.
+            with keras.device("cpu"):
+                self._models[key] = build(self.spec, "float32", layout, seed=0)
+        return self._models[key]
+
+    def predict(self, config: TrialConfig) -> Prediction:
+        mode = math_mode_for(config)
+        key = (config.precision if config.compute_dtype != "float32" else "float32",
+               mode.get("conv"), mode.get("matmul"), config.batch_size, _layout_key(self.spec, config.layout))
+        if key not in self._cache:
+            rows = _rows(self.model(config.layout), config.batch_size, config.compute_dtype, self.profile, mode)
+            known = [r for r in rows if r.known and r.predicted_time_s is not None]
+            energies = [r.predicted_energy_j for r in known]
+            self._cache[key] = Prediction(
+                time_s=sum(r.predicted_time_s for r in known),
+                energy_j=sum(energies) if energies and None not in energies else None,
+                flops=float(sum(r.flops for r in rows if r.known)),
+                batch_size=config.batch_size,
+                rows=rows,
+            )
+        return self._cache[key]
+
+    def flops(self, config: TrialConfig) -> float:
+        """Analytic FLOPs of one batch (1 multiply-add = 2 FLOPs)."""
+        return self.predict(config).flops
+
+
+def _layout_key(spec: ModelSpec, layout: str | None) -> str:
+    return "own" if not spec.rebuilds_per_precision or spec.kind == "model" else str(layout)
+
+
+def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float, reference_mhz: float | None = None) -> Prediction:
+    """PREDICTED figures of the same configuration with the SM clock locked at `sm_clock_mhz`.
+
+    Until the profile carries a DVFS power model (issue 9), this assumes, and says so in `source`:
+    compute roofs and the on-chip bandwidths (shared, L1, L2) scale with the SM clock, HBM bandwidth
+    does not; joules per FLOP and per byte and the constant power do not change with the clock (the
+    profile has no voltage-frequency data: a lower voltage at a lower clock would save more than this
+    predicts). The power limit still caps the time.
+    """
+    from carm_advisor.carm.roofline import CARM
+
+    ref = reference_mhz or _reference_clock_mhz(profile)
+    scale = sm_clock_mhz / ref
+    base = profile.carm()
+    carm = CARM({p: f * scale for p, f in base.peak_flops_per_s.items()},
+                {lvl: b * (1.0 if lvl == "hbm" else scale) for lvl, b in base.bandwidth_bytes_per_s.items()})
+    pm = profile.power_model
+    time_s = 0.0
+    energy_j = 0.0 if pm is not None else None
+    for r in prediction.rows:
+        if not (r.known and (r.flops or r.bytes)) or r.predicted_time_s is None:
+            continue
+        t = carm.time_s(r.flops, r.bytes, r.path, r.level)
+        if pm is not None and r.path in pm.joules_per_flop and r.level in pm.joules_per_byte:
+            t = pm.capped_time_s(t, r.flops, r.bytes, r.path, r.level)
+            energy_j += pm.energy_j(t, r.flops, r.bytes, r.path, r.level)
+        time_s += t
+    return Prediction(time_s, energy_j, prediction.flops, prediction.batch_size, SOURCE_CLOCK, prediction.rows)
+
+
+def _reference_clock_mhz(profile) -> float:
+    """The SM clock the compute roofs were sustained at (their recorded median), else the device's maximum."""
+    clocks = sorted(c.sm_clock_mhz for c in profile.ceilings.values() if c.kind == "compute" and c.sm_clock_mhz)
+    if clocks:
+        return clocks[len(clocks) // 2]
+    return float(profile.device.get("max_sm_clock_mhz") or 1980.0)
+
+
+def layer_changes(before: Prediction, after: Prediction, limit: int = 8) -> list[dict[str, Any]]:
+    """Layers whose roof changed between two configurations, or whose bound time moved most (CARM bound)."""
+    old = {r.name: r for r in before.rows if r.known}
+    out = []
+    for r in after.rows:
+        o = old.get(r.name)
+        if o is None or not r.known or not (o.predicted_time_s and r.predicted_time_s):
+            continue
+        per_sample_old = o.predicted_time_s / before.batch_size
+        per_sample_new = r.predicted_time_s / after.batch_size
+        out.append({
+            "layer": r.name, "type": r.type,
+            "bound_before": o.bound, "bound_after": r.bound,
+            "path_before": o.path, "path_after": r.path,
+            "time_per_sample_before_s": per_sample_old, "time_per_sample_after_s": per_sample_new,
+            "speedup": per_sample_old / per_sample_new if per_sample_new else math.nan,
+            "source": SOURCE_BOUND,
+        })
+    changed = [c for c in out if c["bound_before"] != c["bound_after"] or c["path_before"] != c["path_after"]]
+    rest = [c for c in out if c not in changed]
+    rest.sort(key=lambda c: -abs(math.log(c["speedup"])) if c["speedup"] and c["speedup"] == c["speedup"] else 0)
+    changed.sort(key=lambda c: -c["time_per_sample_before_s"])
+    return (changed + rest)[:limit]

@@ -1,0 +1,96 @@
+"""Rich rendering of a TuneResult: one panel (baseline vs best, gain, slowdown, error), the next best,
+the layers that moved roof, the CARM pruning, the predicted clock recommendation."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from carm_advisor.tune.objectives import OBJECTIVES
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None or value != value else f"{value * 100:.1f}%"
+
+
+def _label(source: str) -> str:
+    return {"measured": "MEASURED", "predicted": "PREDICTED (CARM bound on the recorded profile; nothing ran)",
+            "fake": "FAKE (made-up figures for testing)"}.get(source, source.upper())
+
+
+def render(result) -> Iterator:
+    from carm_advisor.tune.result import throughput, value_of
+
+    o = result.objectives[0]
+    lines = Text()
+    lines.append(f"{_label(result.source)}", style="bold")
+    lines.append(f"   study {result.study_name}   storage {result.storage_url}")
+    if result.device.get("name"):
+        lines.append(f"\ndevice {result.device['name']}")
+    table = Table(box=None, show_header=True, pad_edge=False)
+    for col in ("", "configuration", o.name, "±spread", "samples/J", "samples/s", "output error", "compile s"):
+        table.add_column(col, justify="left" if col in ("", "configuration") else "right")
+    for tag, t in (("baseline", result.baseline), ("best", result.best)):
+        if t is None or t.measurement is None:
+            table.add_row(tag, "(not measured)", *["-"] * 6)
+            continue
+        m = t.measurement
+        spread = m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread")
+        table.add_row(tag, t.config.label(), _fmt(value_of(o, t)), _pct(spread),
+                      _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3), _fmt(throughput(t), 4),
+                      _fmt(m.get("output_error"), 2), _fmt(m.get("compile_s"), 2))
+    summary = Text()
+    gain = result.gain()
+    if gain is not None:
+        summary.append(f"gain {gain:.2f}x in {o.name}", style="bold green" if gain > 1 else "bold")
+        summary.append(f"   {result.gain('samples_per_joule') or float('nan'):.2f}x samples/J")
+        if result.slowdown:
+            summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
+    c = result.counts
+    summary.append(f"\n{c['measured']} configurations measured, {c['repeats_reused']} repeats reused, "
+                   f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
+                   f"{c['failed']} failed, {c['infeasible']} infeasible")
+    b = result.blind_search
+    summary.append(f"\nthe whole space has {b['grid_size']} configurations (clocks aside): the CARM bound rules out "
+                   f"{b['ruled_out_by_carm_bound']} of them against the best found")
+    if result.budget_stopped:
+        summary.append("\nstopped before the time budget: rerun the same command to resume the study")
+    from rich.console import Group
+
+    yield Panel(Group(lines, table, summary), title="carm_advisor tune", subtitle=f"{result.wall_s:.0f} s")
+    if result.next_best:
+        nb = Table(title=f"next best ({result.source})", box=None)
+        nb.add_column("configuration")
+        nb.add_column(o.name, justify="right")
+        nb.add_column("output error", justify="right")
+        for t in result.next_best:
+            nb.add_row(t.config.label(), _fmt(t.values[0]), _fmt((t.measurement or {}).get("output_error"), 2))
+        yield nb
+    if len(result.objectives) > 1 and result.pareto:
+        pf = Table(title=f"Pareto front ({result.source})", box=None)
+        pf.add_column("configuration")
+        for obj in result.objectives:
+            pf.add_column(obj.name, justify="right")
+        for t in result.pareto:
+            pf.add_row(t.config.label(), *[_fmt(v) for v in t.values])
+        yield pf
+    if result.layer_changes:
+        lc = Table(title="layers baseline -> best (CARM bound, per sample)", box=None)
+        for col in ("layer", "roof before", "roof after", "bound speed-up"):
+            lc.add_column(col, justify="right" if col == "bound speed-up" else "left")
+        for ch in result.layer_changes:
+            lc.add_row(ch["layer"], str(ch["bound_before"]), str(ch["bound_after"]), f"{ch['speedup']:.2f}x")
+        yield lc
+    clock = result.clock_recommendation
+    if clock:
+        yield Text(f"SM clock (PREDICTED, not measured: {clock['source']}): {clock['recommended_sm_clock_mhz']:g} MHz, "
+                   f"{clock['predicted_gain']:.2f}x {clock['objective']} over the GPU's own clock management")

@@ -1,0 +1,219 @@
+"""TuneResult: what a study found, from its storage: baseline, best, next best, Pareto front, the CARM
+pruning it did, the layers that moved roof, a predicted clock recommendation; as rich text, JSON, plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from carm_advisor.tune.objectives import OBJECTIVES, Objective
+from carm_advisor.tune.predicted import SOURCE_BOUND, layer_changes, predict_at_sm_clock
+from carm_advisor.tune.space import SearchSpace, TrialConfig
+
+SCHEMA = "carm-advisor/tune/1"
+# SM clocks the predicted clock recommendation considers (an H200's range, in its 15 MHz steps).
+PREDICTED_CLOCKS_MHZ = (1980.0, 1785.0, 1590.0, 1395.0, 1200.0, 1005.0)
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    state: str
+    config: TrialConfig | None
+    values: list[float] | None
+    measurement: dict[str, Any] | None
+    bound: dict[str, Any] | None
+    feasible: bool
+    pruned_reason: str | None = None
+    pruned_detail: str | None = None
+    error: str | None = None
+    repeat_of: int | None = None
+    role: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,
+                "key": self.config.key if self.config else None, "values": self.values,
+                "measurement": self.measurement, "bound": self.bound, "feasible": self.feasible,
+                "pruned_reason": self.pruned_reason, "pruned_detail": self.pruned_detail, "error": self.error,
+                "repeat_of": self.repeat_of, "role": self.role}
+
+
+@dataclass
+class TuneResult:
+    objectives: list[Objective]
+    source: str                          # "measured", "predicted" or "fake": where every trial figure comes from
+    trials: list[TrialRecord]
+    baseline: TrialRecord | None
+    best: TrialRecord | None
+    next_best: list[TrialRecord]
+    pareto: list[TrialRecord]
+    counts: dict[str, int]
+    blind_search: dict[str, Any]
+    layer_changes: list[dict[str, Any]]
+    clock_recommendation: dict[str, Any] | None
+    space: SearchSpace
+    storage_url: str
+    study_name: str
+    device: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    command: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
+    budget_stopped: bool = False
+    study: Any = field(default=None, repr=False)
+
+    # --- figures -----------------------------------------------------------------------------
+
+    def gain(self, objective: str | None = None) -> float | None:
+        """best / baseline in the objective (>1 is better, whatever its direction)."""
+        o = OBJECTIVES[objective] if objective else self.objectives[0]
+        if not (self.best and self.baseline and self.best.measurement and self.baseline.measurement):
+            return None
+        return o.gain(value_of(o, self.best), value_of(o, self.baseline))
+
+    @property
+    def slowdown(self) -> float | None:
+        """Baseline throughput over the best's (>1: the best is slower)."""
+        if not (self.best and self.baseline and self.best.measurement and self.baseline.measurement):
+            return None
+        return throughput(self.baseline) / throughput(self.best)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "source": self.source, "objectives": [o.name for o in self.objectives],
+            "study": {"name": self.study_name, "storage": self.storage_url}, "device": self.device,
+            "space": self.space.to_dict(), "limits": self.limits,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "best": self.best.to_dict() if self.best else None,
+            "gain": {o.name: self.gain(o.name) for o in OBJECTIVES.values()},
+            "slowdown": self.slowdown,
+            "next_best": [t.to_dict() for t in self.next_best],
+            "pareto": [t.to_dict() for t in self.pareto],
+            "counts": self.counts, "blind_search": self.blind_search,
+            "layer_changes": self.layer_changes, "clock_recommendation": self.clock_recommendation,
+            "trials": [t.to_dict() for t in self.trials], "wall_s": self.wall_s, "command": self.command,
+            "budget_stopped": self.budget_stopped,
+        }
+
+    def to_json(self, path: str | Path) -> None:
+        from carm_advisor.tune._io import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n")
+
+    def plot(self, directory: str | Path) -> list[Path]:
+        from carm_advisor.tune.plots import plot_study
+
+        return plot_study(self, Path(directory))
+
+    def __rich_console__(self, console, options):
+        from carm_advisor.tune.render import render
+
+        yield from render(self)
+
+
+def _json_default(obj):
+    if isinstance(obj, float):
+        return None
+    return str(obj)
+
+
+def value_of(o: Objective, t: TrialRecord) -> float:
+    from carm_advisor.tune.runner import Measurement
+
+    return o.value(Measurement.from_dict(t.measurement))
+
+
+def throughput(t: TrialRecord) -> float:
+    return t.measurement["batch_size"] / t.measurement["time_s"]
+
+
+def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
+    cfg = t.user_attrs.get("config")
+    constraints = t.user_attrs.get("constraints", [0.0])
+    return TrialRecord(
+        number=t.number, state=t.state.name, config=TrialConfig.from_dict(cfg) if cfg else None,
+        values=list(t.values) if t.values is not None else None, measurement=t.user_attrs.get("measurement"),
+        bound=t.user_attrs.get("bound"), feasible=t.state == optuna.trial.TrialState.COMPLETE and all(c <= 0 for c in constraints),
+        pruned_reason=t.user_attrs.get("pruned_reason"), pruned_detail=t.user_attrs.get("pruned_detail"),
+        error=t.user_attrs.get("error"), repeat_of=t.user_attrs.get("repeat_of"), role=t.user_attrs.get("role"),
+    )
+
+
+def _dominates(objectives, a: list[float], b: list[float]) -> bool:
+    return all(not o.better(y, x) for o, x, y in zip(objectives, a, b)) and any(o.better(x, y) for o, x, y in zip(objectives, a, b))
+
+
+def pareto_front(objectives: list[Objective], records: list[TrialRecord]) -> list[TrialRecord]:
+    """Feasible, distinct configurations no other feasible one beats in every objective."""
+    pool = [r for r in records if r.feasible and r.values]
+    return [r for r in pool if not any(_dominates(objectives, q.values, r.values) for q in pool if q is not r)]
+
+
+def build_result(study, objectives: list[Objective], space: SearchSpace, predictor, baseline_cfg: TrialConfig, *,
+                 source: str, storage_url: str, wall_s: float, device: dict, command: str, prune_margin: float,
+                 max_slowdown, max_output_error, budget_stopped: bool = False) -> TuneResult:
+    from carm_advisor.tune.study import _carm_prune_reason
+
+    records = [_record(t) for t in study.get_trials(deepcopy=False)]
+    distinct: dict[str, TrialRecord] = {}
+    for r in records:
+        if r.state == "COMPLETE" and r.config is not None and r.repeat_of is None:
+            distinct.setdefault(r.config.key, r)
+    measured = list(distinct.values())
+    baseline = distinct.get(baseline_cfg.key)
+    primary = objectives[0]
+    feasible = [r for r in measured if r.feasible]
+    ranked = sorted(feasible, key=lambda r: r.values[0], reverse=primary.direction == "maximize")
+    best = ranked[0] if ranked else None
+    pareto = pareto_front(objectives, measured) if len(objectives) > 1 else ([best] if best else [])
+    pareto.sort(key=lambda r: r.values[0], reverse=primary.direction == "maximize")
+    counts = {
+        "trials": len(records),
+        "complete": sum(r.state == "COMPLETE" for r in records),
+        "measured": len(measured),
+        "repeats_reused": sum(r.state == "COMPLETE" and r.repeat_of is not None for r in records),
+        "pruned_by_carm": sum(r.pruned_reason == "carm_bound" for r in records),
+        "pruned_out_of_memory": sum(r.pruned_reason == "out_of_memory" for r in records),
+        "failed": sum(r.state == "FAIL" for r in records),
+        "infeasible": sum(r.state == "COMPLETE" and not r.feasible and r.repeat_of is None for r in records),
+        "running_or_waiting": sum(r.state in ("RUNNING", "WAITING") for r in records),
+    }
+    # How much a blind search of the whole space (clocks aside) would measure that the bound rules out.
+    grid = space.grid()
+    best_values = [[*r.values] for r in feasible]
+    ruled_out = sum(1 for c in grid if c.key != baseline_cfg.key and _carm_prune_reason(
+        objectives, [o.value(predictor.predict(c)) for o in objectives], best_values, prune_margin))
+    blind = {"grid_size": len(grid), "ruled_out_by_carm_bound": ruled_out,
+             "note": "configurations of the whole space (clocks aside) whose CARM bound cannot beat the best found"}
+    changes = []
+    if best is not None and best.config is not None:
+        changes = layer_changes(predictor.predict(baseline_cfg), predictor.predict(best.config))
+    clock = _clock_recommendation(best, predictor, primary) if best is not None and best.config.sm_clock_mhz is None else None
+    return TuneResult(
+        objectives=objectives, source=source, trials=records, baseline=baseline, best=best, next_best=ranked[1:4],
+        pareto=pareto, counts=counts, blind_search=blind, layer_changes=changes, clock_recommendation=clock,
+        space=space, storage_url=storage_url, study_name=study.study_name, device=device, wall_s=wall_s,
+        command=command, limits={"max_slowdown": max_slowdown, "max_output_error": max_output_error,
+                                 "prune_margin": prune_margin},
+        budget_stopped=budget_stopped, study=study,
+    )
+
+
+def _clock_recommendation(best: TrialRecord, predictor, objective: Objective) -> dict[str, Any]:
+    """PREDICTED: the best configuration's objective at a few locked SM clocks (see predict_at_sm_clock)."""
+    base = predictor.predict(best.config)
+    rows = []
+    for mhz in PREDICTED_CLOCKS_MHZ:
+        p = predict_at_sm_clock(base, predictor.profile, mhz)
+        rows.append({"sm_clock_mhz": mhz, "value": objective.value(p), "time_s": p.time_s, "energy_j": p.energy_j})
+    pick = rows[objective.select([r["value"] for r in rows])]
+    default = objective.value(base)
+    return {"objective": objective.name, "source": rows and predict_at_sm_clock(base, predictor.profile, 1980.0).source,
+            "at_default_clock": default, "bound_source": SOURCE_BOUND, "clocks": rows,
+            "recommended_sm_clock_mhz": pick["sm_clock_mhz"],
+            "predicted_gain": objective.gain(pick["value"], default) if default else math.nan}

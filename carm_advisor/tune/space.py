@@ -1,0 +1,173 @@
+"""The configuration space: which precisions, batch sizes, layouts, compilers, backends and clocks a
+study may try, each only where the backend supports it.
+
+Parameters by name (Optuna's): `backend`, `precision`, `batch_size`, `layout`, then one compile
+parameter per backend (`compile_torch`: eager or torch.compile; `compile_tensorflow`: graph or xla;
+jax always compiles with XLA: Keras on jax without jit runs op by op, which nobody deploys) and,
+with --apply-clocks only, `sm_clock_mhz`.
+
+Precisions: "float32" is the backend's default float32 math (what a user runs today: torch TF32
+convolutions and FP32 matmuls, jax and tensorflow TF32 for both); "float32_tf32" turns TF32 on for
+convolutions and matmuls; "float32_no_tf32" turns it off (IEEE FP32 on CUDA cores); "mixed_float16"
+and "mixed_bfloat16" are Keras' mixed policies. Keras' float8/int8 quantisation (`model.quantize`) is
+left out: it replaces Dense and EinsumDense kernels only, so VGG16's convolutions (93% of its FLOPs)
+would stay as they are, and its accuracy needs calibration data a random-weights study does not have.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+PRECISIONS = ("float32", "float32_tf32", "float32_no_tf32", "mixed_float16", "mixed_bfloat16")
+LAYOUTS = ("channels_last", "channels_first")
+BACKENDS = ("torch", "jax", "tensorflow")
+COMPILERS = {"torch": ("eager", "torch.compile"), "tensorflow": ("graph", "xla"), "jax": ("xla",)}
+DEFAULT_BATCH_SIZES = (32, 64, 128, 256)
+# What Keras runs when the user changes nothing (model.predict / model(x) on each backend).
+DEFAULT_COMPILER = {"torch": "eager", "tensorflow": "graph", "jax": "xla"}
+DEFAULT_BATCH_SIZE = 32  # keras.Model.predict's default batch size
+# Where no float32 math switch changes anything, two precision names are the same configuration.
+_SAME_AS_DEFAULT_FLOAT32 = {"jax": "float32_tf32", "tensorflow": "float32_tf32"}
+PRECISION_DTYPE = {"float32": "float32", "float32_tf32": "float32", "float32_no_tf32": "float32",
+                   "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
+KERAS_POLICY = {"float32": "float32", "float32_tf32": "float32", "float32_no_tf32": "float32",
+                "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One point of the space. sm_clock_mhz None: the GPU's own clock management."""
+
+    backend: str
+    precision: str = "float32"
+    batch_size: int = DEFAULT_BATCH_SIZE
+    layout: str = "channels_last"
+    compiler: str = "eager"
+    sm_clock_mhz: float | None = None
+
+    @property
+    def key(self) -> str:
+        """Canonical identity: two configurations that run the same way share it."""
+        precision = self.precision
+        if _SAME_AS_DEFAULT_FLOAT32.get(self.backend) == precision:
+            precision = "float32"
+        clock = "auto" if self.sm_clock_mhz is None else f"{self.sm_clock_mhz:g}MHz"
+        return f"{self.backend}/{precision}/b{self.batch_size}/{self.layout}/{self.compiler}/{clock}"
+
+    @property
+    def keras_policy(self) -> str:
+        return KERAS_POLICY[self.precision]
+
+    @property
+    def compute_dtype(self) -> str:
+        return PRECISION_DTYPE[self.precision]
+
+    @property
+    def tf32(self) -> bool | None:
+        """TF32 for float32 work: True on, False off, None the backend's default."""
+        return {"float32_tf32": True, "float32_no_tf32": False}.get(self.precision)
+
+    def label(self) -> str:
+        parts = [self.backend, self.precision, f"b{self.batch_size}", self.layout, self.compiler]
+        if self.sm_clock_mhz is not None:
+            parts.append(f"SM {self.sm_clock_mhz:g} MHz")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
+        return cls(**{k: data[k] for k in ("backend", "precision", "batch_size", "layout", "compiler", "sm_clock_mhz")
+                      if k in data})
+
+    def params(self) -> dict[str, Any]:
+        """The Optuna parameters that produce this configuration (for enqueue_trial)."""
+        out: dict[str, Any] = {"backend": self.backend, "precision": self.precision,
+                               "batch_size": self.batch_size, "layout": self.layout}
+        if len(COMPILERS[self.backend]) > 1:
+            out[f"compile_{self.backend}"] = self.compiler
+        if self.sm_clock_mhz is not None:
+            out["sm_clock_mhz"] = self.sm_clock_mhz
+        return out
+
+
+def installed_backends() -> tuple[str, ...]:
+    """Keras backends whose framework is importable here (found without importing it)."""
+    return tuple(b for b in BACKENDS if importlib.util.find_spec(b if b != "tensorflow" else "tensorflow") is not None)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    backends: tuple[str, ...]
+    precisions: tuple[str, ...] = PRECISIONS
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    layouts: tuple[str, ...] = LAYOUTS
+    compilers: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(COMPILERS))
+    sm_clocks_mhz: tuple[float, ...] = ()  # empty: the clock is not searched (measured at the GPU's own)
+
+    def __post_init__(self):
+        if not self.backends:
+            raise ValueError("Expected at least one Keras backend in the space, Received: none installed or named")
+        for b in self.backends:
+            if b not in BACKENDS:
+                raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, received: {b!r}")
+        for p in self.precisions:
+            if p not in PRECISIONS:
+                raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, received: {p!r}")
+        for lay in self.layouts:
+            if lay not in LAYOUTS:
+                raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, received: {lay!r}")
+        if not self.batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch sizes must be positive integers, received: {self.batch_sizes!r}")
+
+    @classmethod
+    def default(cls, backends: Iterable[str] | None = None, batch_sizes: Iterable[int] | None = None,
+                sm_clocks_mhz: Iterable[float] = ()) -> "SearchSpace":
+        available = installed_backends()
+        if backends is None:
+            chosen = available
+        else:
+            chosen = tuple(backends)
+            missing = [b for b in chosen if b in BACKENDS and b not in available]
+            if missing:
+                raise ValueError(f"backend {', '.join(missing)} is not installed here (installed: {', '.join(available) or 'none'})")
+        return cls(backends=tuple(chosen), batch_sizes=tuple(sorted(batch_sizes or DEFAULT_BATCH_SIZES)),
+                   sm_clocks_mhz=tuple(sm_clocks_mhz))
+
+    def suggest(self, trial) -> TrialConfig:
+        """Draw a configuration from an Optuna trial (define-by-run; compile is conditional on the backend)."""
+        backend = trial.suggest_categorical("backend", list(self.backends))
+        precision = trial.suggest_categorical("precision", list(self.precisions))
+        batch_size = trial.suggest_categorical("batch_size", list(self.batch_sizes))
+        layout = trial.suggest_categorical("layout", list(self.layouts))
+        compilers = self.compilers[backend]
+        compiler = trial.suggest_categorical(f"compile_{backend}", list(compilers)) if len(compilers) > 1 else compilers[0]
+        clock = trial.suggest_categorical("sm_clock_mhz", list(self.sm_clocks_mhz)) if self.sm_clocks_mhz else None
+        return TrialConfig(backend, precision, batch_size, layout, compiler, clock)
+
+    def grid(self, with_clocks: bool = False) -> list[TrialConfig]:
+        """Every distinct configuration (by key), clocks aside unless asked."""
+        seen: dict[str, TrialConfig] = {}
+        clocks = self.sm_clocks_mhz if (with_clocks and self.sm_clocks_mhz) else (None,)
+        for backend in self.backends:
+            for p, b, lay, c, clk in itertools.product(self.precisions, self.batch_sizes, self.layouts,
+                                                        self.compilers[backend], clocks):
+                cfg = TrialConfig(backend, p, b, lay, c, clk)
+                seen.setdefault(cfg.key, cfg)
+        return list(seen.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backends": list(self.backends), "precisions": list(self.precisions),
+                "batch_sizes": list(self.batch_sizes), "layouts": list(self.layouts),
+                "compilers": {b: list(self.compilers[b]) for b in self.backends},
+                "sm_clocks_mhz": list(self.sm_clocks_mhz)}
+
+
+def baseline_config(backend: str, layout: str = "channels_last") -> TrialConfig:
+    """The user's configuration when they change nothing: Keras defaults on the current backend."""
+    return TrialConfig(backend=backend, precision="float32", batch_size=DEFAULT_BATCH_SIZE, layout=layout,
+                       compiler=DEFAULT_COMPILER[backend])

@@ -1,0 +1,69 @@
+"""Where a study lives: Optuna storage from what the user typed.
+
+- nothing: a SQLite file `carm-tune-<model>.db` in the working directory;
+- a path ending .db/.sqlite/.sqlite3: that SQLite file;
+- any SQLAlchemy URL (`sqlite:///...`, `postgresql://...`): Optuna's RDBStorage;
+- `journal:PATH` or a path ending .log: Optuna's JournalStorage on a file (several processes may share it).
+
+RDB studies send a heartbeat while a trial runs: a trial left RUNNING by a killed process goes stale
+after `grace_s` and is marked FAIL (optuna.storages.fail_stale_trials) when a study resumes, so it is
+neither counted as finished nor waited for. `optuna-dashboard <url>` opens the same storage.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+
+HEARTBEAT_S = 5.0
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def default_storage_url(model_name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", model_name).strip("-") or "model"
+    return f"sqlite:///{Path.cwd() / f'carm-tune-{safe}.db'}"
+
+
+def storage_url(spec: str | None, model_name: str) -> str:
+    """The normalised form of what was typed (a URL, or journal:PATH)."""
+    if spec is None or spec == "":
+        return default_storage_url(model_name)
+    if spec.startswith("journal:"):
+        path = spec[len("journal:"):]
+        if not path:
+            raise ValueError("Expected journal:PATH, Received: journal: with no path")
+        return "journal:" + str(Path(path).resolve())
+    if "://" in spec:
+        return spec
+    path = Path(spec)
+    if path.suffix == ".log":
+        return "journal:" + str(path.resolve())
+    if path.suffix in _SQLITE_SUFFIXES:
+        if not path.resolve().parent.is_dir():
+            raise ValueError(f"the storage file's directory does not exist: {path.parent}")
+        return f"sqlite:///{path.resolve()}"
+    raise ValueError(
+        f"Expected a storage URL (sqlite:///file.db, postgresql://...), a .db file or journal:PATH / a .log file, "
+        f"Received: {spec!r}"
+    )
+
+
+def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBEAT_S):
+    """An Optuna storage object for `spec` (see the module docstring)."""
+    url = storage_url(spec, model_name)
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url[len("journal:"):])
+        if not path.parent.is_dir():
+            raise ValueError(f"the journal file's directory does not exist: {path.parent}")
+        return JournalStorage(JournalFileBackend(str(path)))
+    try:
+        return optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+                                          grace_period=max(2, round(3 * heartbeat_s)))
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}") from None
+    except Exception as exc:  # sqlalchemy's ArgumentError and friends: a malformed URL
+        raise ValueError(f"could not open the storage {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None

@@ -1,0 +1,487 @@
+"""tune(): configuration space -> Optuna study -> trial runner -> measurement -> storage -> TuneResult.
+
+Order of trials: the user's configuration (Keras defaults unless given) first, as the baseline; then,
+per backend, the configurations whose CARM bound is best (the CARM orders the space); then the
+sampler (TPE, or NSGA-II for several objectives), with Optuna constraints for --max-output-error and
+--max-slowdown. Before a configuration is measured its CARM bound is computed: when even the bound
+(made `prune_margin` more optimistic, for the power model's error) cannot beat the best feasible
+measurement so far, the trial is pruned unmeasured and says why in its user attributes. A
+configuration measured before (same key) is not measured again: its figures are reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shlex
+import sys
+import tempfile
+import time
+from typing import Any, Iterable, Sequence
+
+import optuna
+
+from carm_advisor.tune.builder import ModelSpec, model_spec
+from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
+from carm_advisor.tune.predicted import ConfigPredictor
+from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
+                                      WorkerRunner, WorkerSettings)
+from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
+from carm_advisor.tune.storage import HEARTBEAT_S, open_storage, storage_url
+
+PRUNE_MARGIN = 0.10   # the bound's energy comes from a fitted power model: keep 10% benefit of the doubt
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+MODES = ("inference", "training")
+
+
+def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> list[Objective]:
+    names = [objective] if isinstance(objective, str) else list(objective)
+    if pareto and len(names) < 2:
+        names = list(PARETO_DEFAULT) if not names or names[0] == PARETO_DEFAULT[0] else [names[0], "throughput"]
+    if len(set(names)) != len(names):
+        raise ValueError(f"objectives must differ, received: {names}")
+    return [get_objective(n) for n in names]
+
+
+def gpu_present() -> bool:
+    from carm_advisor.power.nvml import gpu_count
+
+    try:
+        return gpu_count() > 0
+    except Exception:
+        return False
+
+
+def _current_backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+def tune(
+    model_or_builder: Any,
+    objective: str | Sequence[str] = "gflops_per_watt",
+    n_trials: int = 30,
+    storage: str | None = None,
+    study_name: str | None = None,
+    space: SearchSpace | None = None,
+    mode: str = "inference",
+    *,
+    pareto: bool = False,
+    backends: Iterable[str] | None = None,
+    batch_sizes: Iterable[int] | None = None,
+    timeout_s: float | None = None,
+    budget_s: float | None = None,
+    max_slowdown: float | None = None,
+    max_output_error: float | None = None,
+    baseline: TrialConfig | None = None,
+    predict: bool | str = "auto",
+    profile=None,
+    apply_clocks: bool = False,
+    sm_clocks_mhz: Iterable[float] | None = None,
+    runner=None,
+    worker_settings: WorkerSettings | None = None,
+    trial_timeout_s: float = 900.0,
+    carm_pruning: bool = True,
+    carm_order: bool = True,
+    prune_margin: float = PRUNE_MARGIN,
+    heartbeat_s: float = HEARTBEAT_S,
+    seed: int = 0,
+    progress: bool = True,
+    command: str | None = None,
+):
+    """Search the configuration space for the best `objective` and return a TuneResult.
+
+    model_or_builder: a keras.applications name, a .keras file, "module:function", a builder function
+    `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only,
+    or saved to a file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
+    `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
+    and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
+    the same storage and name resume a study (finished trials are kept, not measured again).
+    """
+    from carm_advisor.errors import GPUUnavailableError
+    from carm_advisor.tune.result import build_result
+
+    start_s = time.perf_counter()
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, received: {mode!r}")
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ValueError(f"n_trials must be a positive integer, received: {n_trials!r}")
+    for name, value in (("max_slowdown", max_slowdown), ("max_output_error", max_output_error)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number, received: {value!r}")
+    objectives = resolve_objectives(objective, pareto)
+    spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder)
+    built = model_or_builder if spec.kind == "model" else None
+
+    if runner is not None:
+        source = runner.source
+    elif predict == "auto":
+        source = "measured" if gpu_present() else "predicted"
+    elif predict is True:
+        source = "predicted"
+    elif predict is False:
+        if not gpu_present():
+            raise GPUUnavailableError("measuring needs an NVIDIA GPU; none is visible here (use predict=True / --predict)")
+        source = "measured"
+    else:
+        raise ValueError(f"predict must be 'auto', True or False, received: {predict!r}")
+    if source == "predicted" and mode == "training":
+        raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
+                         "training needs a GPU to measure")
+    if apply_clocks and source != "measured":
+        raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
+    gpu = _clock_gpu(apply_clocks)
+    clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (_default_clocks(gpu) if apply_clocks else ())
+
+    if space is None:
+        space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks)
+    if not spec.rebuilds_per_precision:  # a saved model keeps its dtype policy and layout
+        space = SearchSpace(space.backends, tuple(p for p in space.precisions if p.startswith("float32")) or ("float32",),
+                            space.batch_sizes, space.layouts[:1], space.compilers, space.sm_clocks_mhz)
+    if baseline is None:
+        import keras
+
+        current = _current_backend()
+        layout = keras.config.image_data_format()
+        baseline = baseline_config(current if current in space.backends else space.backends[0],
+                                   layout if layout in space.layouts else space.layouts[0])
+    space = _with_baseline(space, baseline)
+    predictor = ConfigPredictor(spec, profile, model=built)
+
+    quiet = _quiet_optuna()
+    url = storage_url(storage, spec.name)
+    try:
+        store = open_storage(storage, spec.name, heartbeat_s)
+    except BaseException:
+        quiet()
+        raise
+    study_name = study_name or f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
+    constrained = max_output_error is not None or max_slowdown is not None
+    constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) if constrained else None
+    if len(objectives) == 1:
+        sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, n_startup_trials=6)
+    else:
+        sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints_func, population_size=10)
+    try:
+        study = optuna.create_study(storage=store, study_name=study_name, sampler=sampler, load_if_exists=True,
+                                    directions=[o.direction for o in objectives])
+    except ValueError as exc:
+        quiet()
+        raise ValueError(f"cannot resume study {study_name!r} in {url}: {exc}") from None
+    _fail_stale(study)
+    study.set_user_attr("space", space.to_dict())
+    study.set_user_attr("objectives", [o.name for o in objectives])
+    study.set_user_attr("source", source)
+    study.set_user_attr("baseline", baseline.to_dict())
+
+    if runner is None:
+        if source == "predicted":
+            runner = PredictedRunner(predictor)
+        else:
+            model_ref = _portable_model(spec, built)
+            runner = WorkerRunner(model_ref, predictor, worker_settings or WorkerSettings(mode=mode),
+                                  trial_timeout_s=trial_timeout_s)
+    _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
+
+    state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error)
+    objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu)
+    remaining = n_trials - _finished_count(study)
+    deadline_s = None if budget_s is None else start_s + budget_s
+    try:
+        if remaining > 0:
+            with _progress(progress, n_trials, state) as callback:
+                callbacks = [callback, _budget_callback(deadline_s, state)]
+                study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
+                               callbacks=callbacks, gc_after_trial=False)
+    finally:
+        runner.close()
+        _fail_stale(study)
+        quiet()
+    return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+                        wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
+                        command=command or shlex.join(sys.argv), prune_margin=prune_margin,
+                        max_slowdown=max_slowdown, max_output_error=max_output_error,
+                        budget_stopped=state.budget_stopped)
+
+
+# ---- pieces -------------------------------------------------------------------------------------
+
+
+class _StudyState:
+    """What the objective function needs to know about the study so far (read from storage)."""
+
+    def __init__(self, study, objectives, baseline, max_slowdown, max_output_error) -> None:
+        self.study = study
+        self.objectives = objectives
+        self.baseline = baseline
+        self.max_slowdown = max_slowdown
+        self.max_output_error = max_output_error
+        self.budget_stopped = False
+        self.trial_s: list[float] = []
+
+    def complete(self) -> list:
+        return self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+    def measured_by_key(self) -> dict[str, Any]:
+        out = {}
+        for t in self.complete():
+            key = t.user_attrs.get("config_key")
+            if key is not None and "repeat_of" not in t.user_attrs:
+                out.setdefault(key, t)
+        return out
+
+    def baseline_throughput(self) -> float | None:
+        t = self.measured_by_key().get(self.baseline.key)
+        if t is None:
+            return None
+        m = t.user_attrs["measurement"]
+        return m["batch_size"] / m["time_s"]
+
+    def feasible_values(self) -> list[list[float]]:
+        return [list(t.values) for t in self.complete()
+                if all(c <= 0 for c in t.user_attrs.get("constraints", [0.0]))]
+
+
+def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPredictor, runner, carm_pruning: bool,
+                    margin: float, gpu):
+    objectives = state.objectives
+
+    def objective(trial: optuna.Trial):
+        started = time.perf_counter()
+        try:
+            return _evaluate(trial)
+        finally:
+            state.trial_s.append(time.perf_counter() - started)
+
+    def _evaluate(trial: optuna.Trial):
+        config = space.suggest(trial)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", config.key)
+        earlier = state.measured_by_key().get(config.key)
+        if earlier is not None:   # measured before: the same figures, not a second measurement
+            for k in ("measurement", "bound", "constraints"):
+                if k in earlier.user_attrs:
+                    trial.set_user_attr(k, earlier.user_attrs[k])
+            trial.set_user_attr("repeat_of", earlier.number)
+            return list(earlier.values) if len(objectives) > 1 else earlier.values[0]
+
+        bound = predictor.predict(config)
+        bound_values = [o.value(bound) for o in objectives]
+        trial.set_user_attr("bound", {"time_s": bound.time_s, "energy_j": bound.energy_j, "flops": bound.flops,
+                                      "values": bound_values, "source": bound.source})
+        if carm_pruning and config.key != state.baseline.key:
+            reason = _carm_prune_reason(objectives, bound_values, state.feasible_values(), margin)
+            if reason:
+                trial.set_user_attr("pruned_reason", "carm_bound")
+                trial.set_user_attr("pruned_detail", reason)
+                raise optuna.TrialPruned(reason)
+        try:
+            with _clock_lock(gpu, config.sm_clock_mhz):
+                m = runner.run(config)
+        except TrialOutOfMemory as exc:
+            trial.set_user_attr("pruned_reason", "out_of_memory")
+            trial.set_user_attr("pruned_detail", str(exc)[:500])
+            raise optuna.TrialPruned(f"out of memory: {exc}") from None
+        except TrialFailed as exc:
+            trial.set_user_attr("error", str(exc)[:1000])
+            raise
+        trial.set_user_attr("measurement", m.to_dict())
+        values = [o.value(m) for o in objectives]
+        if any(v != v for v in values):
+            trial.set_user_attr("error", "the measurement has no energy figure (no NVML?)")
+            raise TrialFailed("no energy figure for an energy objective")
+        trial.set_user_attr("constraints", _constraints(m, state))
+        return values if len(objectives) > 1 else values[0]
+
+    return objective
+
+
+def _constraints(m: Measurement, state: _StudyState) -> list[float]:
+    """Optuna constraints (<= 0 is feasible): [output error - limit, slowdown - limit]."""
+    error_c = slow_c = 0.0
+    if state.max_output_error is not None and m.output_error is not None:
+        error_c = m.output_error - state.max_output_error
+    base = state.baseline_throughput()
+    if state.max_slowdown is not None and base:
+        slow_c = base / (m.batch_size / m.time_s) - state.max_slowdown
+    return [error_c, slow_c]
+
+
+def _carm_prune_reason(objectives: list[Objective], bound_values: list[float], measured: list[list[float]],
+                       margin: float) -> str | None:
+    """Why a configuration cannot win (its optimistic bound is beaten by a measurement), or None."""
+    if not measured:
+        return None
+    optimistic = [v * (1 + margin) if o.direction == "maximize" else v / (1 + margin)
+                  for o, v in zip(objectives, bound_values)]
+    if len(objectives) == 1:
+        o = objectives[0]
+        best = measured[o.select([m[0] for m in measured])][0]
+        if not o.better(optimistic[0], best):
+            return (f"CARM bound {bound_values[0]:.4g} {o.unit} (+{margin:.0%} margin: {optimistic[0]:.4g}) "
+                    f"cannot beat the best measured {best:.4g}")
+        return None
+    for values in measured:
+        if all(not o.better(b, v) for o, b, v in zip(objectives, optimistic, values)):
+            return (f"CARM bound {', '.join(f'{b:.4g}' for b in bound_values)} is dominated by a measured "
+                    f"trial ({', '.join(f'{v:.4g}' for v in values)})")
+    return None
+
+
+def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: ConfigPredictor,
+                   objectives: list[Objective], carm_order: bool) -> None:
+    """Baseline first, then per backend its configurations with the best CARM bound (once per study)."""
+    if study.user_attrs.get("enqueued"):
+        return
+    study.enqueue_trial(baseline.params(), user_attrs={"role": "baseline"}, skip_if_exists=True)
+    if carm_order:
+        primary = objectives[0]
+        for backend in space.backends:
+            configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key]
+            if not configs:
+                continue
+            values = [primary.value(predictor.predict(c)) for c in configs]
+            best_value = values[primary.select(values)]
+            best = [c for c, v in zip(configs, values) if v == best_value]
+            # The bound does not see the compiler: take the best bound once per compiler of this backend.
+            for compiler in space.compilers[backend]:
+                pick = next((c for c in best if c.compiler == compiler), None)
+                if pick is not None:
+                    study.enqueue_trial(pick.params(), user_attrs={"role": "carm_order"}, skip_if_exists=True)
+    study.set_user_attr("enqueued", True)
+
+
+def _with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:
+    """The space widened (if need be) so the baseline is one of its points (Optuna can enqueue only those)."""
+    def add(values, value):
+        return tuple(values) if value in values else tuple(values) + (value,)
+
+    compilers = dict(space.compilers)
+    compilers[baseline.backend] = add(compilers[baseline.backend], baseline.compiler)
+    return SearchSpace(add(space.backends, baseline.backend), add(space.precisions, baseline.precision),
+                       tuple(sorted(add(space.batch_sizes, baseline.batch_size))), add(space.layouts, baseline.layout),
+                       compilers, space.sm_clocks_mhz)
+
+
+def _finished_count(study) -> int:
+    """COMPLETE and PRUNED trials, and trials that failed with an error of theirs (not stale RUNNING ones)."""
+    n = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state in FINISHED or (t.state == optuna.trial.TrialState.FAIL and "error" in t.user_attrs):
+            n += 1
+    return n
+
+
+def _fail_stale(study) -> None:
+    with contextlib.suppress(Exception):  # a storage without heartbeats has nothing to fail
+        optuna.storages.fail_stale_trials(study)
+
+
+def _budget_callback(deadline_s: float | None, state: _StudyState):
+    def callback(study, trial) -> None:
+        if deadline_s is None:
+            return
+        longest_s = max(state.trial_s[-5:], default=0.0)
+        # Stop while another trial (as long as the longest recent one, +20%) still fits the budget.
+        if time.perf_counter() + 1.2 * longest_s + 5.0 > deadline_s:
+            state.budget_stopped = True
+            study.stop()
+
+    return callback
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int, state: _StudyState):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    o = state.objectives[0]
+    bar = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), disable=not enabled, transient=False)
+    with bar:
+        task = bar.add_task("", total=total, completed=_finished_count(state.study))
+
+        def callback(study, trial) -> None:
+            feasible = state.feasible_values()
+            text = ""
+            if feasible:
+                best = feasible[o.select([v[0] for v in feasible])][0]
+                text = f"best {o.name} {best:.4g} {o.unit}"
+            bar.update(task, completed=_finished_count(study), description=text)
+
+        yield callback
+
+
+def _quiet_optuna():
+    """Optuna logs every trial (and failures with tracebacks) and flags heartbeats as experimental; our
+    progress bar and result say what matters once."""
+    import warnings
+
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    catcher = warnings.catch_warnings()
+    catcher.__enter__()
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+    def restore() -> None:
+        catcher.__exit__(None, None, None)
+        optuna.logging.set_verbosity(previous)
+
+    return restore
+
+
+def _portable_model(spec: ModelSpec, built) -> str:
+    if spec.kind == "model":
+        path = os.path.join(tempfile.mkdtemp(prefix="carm-tune-"), f"{spec.name}.keras")
+        built.save(path)
+        return path
+    return spec.portable()
+
+
+# ---- clocks -------------------------------------------------------------------------------------
+
+
+def _clock_gpu(apply_clocks: bool):
+    """The GPU whose clocks trials may lock; refuses at once (NoPermissionError) where that is not allowed."""
+    if not apply_clocks:
+        return None
+    from carm_advisor.errors import NoPermissionError
+    from carm_advisor.power.clocks import ENV_NO_CLOCK_CONTROL, ClockController, clock_control_disabled_by_env
+    from carm_advisor.power.nvml import open_gpu
+
+    if clock_control_disabled_by_env():
+        raise NoPermissionError(f"--apply-clocks refused: {ENV_NO_CLOCK_CONTROL} is set (this GPU's settings must not change)")
+    gpu = open_gpu(0)
+    # Probe the permission now, not after an hour of trials: lock at the top clock and restore.
+    with ClockController(gpu, allow_changes=True) as ctl:
+        top = max(gpu.supported_sm_clocks_mhz())
+        ctl.lock_sm_clocks_mhz(top, top)
+    return gpu
+
+
+def _default_clocks(gpu) -> tuple[float, ...]:
+    supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
+    # The top clock and four steps down to about 55% of it: where DVFS savings usually lie.
+    top = supported[0]
+    targets = [top * f for f in (1.0, 0.9, 0.8, 0.7, 0.55)]
+    return tuple(sorted({min(supported, key=lambda c: abs(c - t)) for t in targets}, reverse=True))
+
+
+@contextlib.contextmanager
+def _clock_lock(gpu, sm_clock_mhz: float | None):
+    """Lock the SM clock for one trial through the ClockController (restored on every way out)."""
+    if gpu is None or sm_clock_mhz is None:
+        yield
+        return
+    from carm_advisor.power.clocks import ClockController
+
+    with ClockController(gpu, allow_changes=True, sm_clocks_mhz=(sm_clock_mhz, sm_clock_mhz)):
+        yield
+
+
+# Exposed for tests and the benchmark script.
+__all__ = ["tune", "resolve_objectives", "OBJECTIVES", "FakeRunner", "PredictedRunner", "WorkerRunner"]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

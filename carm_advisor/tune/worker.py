@@ -1,0 +1,243 @@
+"""The trial worker: a child process that runs under one Keras backend and measures configurations.
+
+    KERAS_BACKEND=jax python -m carm_advisor.tune.worker     (started by runner.WorkerRunner)
+
+Protocol, one JSON object per line: the parent sends {"op": "init", "model", "settings"} then
+{"op": "measure", "config"} messages; the worker answers each with {"ok": true, ...} or
+{"ok": false, "kind": "oom" | "error", "error": "..."}. Its stdout carries only these lines
+(anything a library prints goes to stderr, which the parent keeps in a log file).
+
+Per configuration: the model is built once per (dtype policy, layout) and kept (weights copied from
+the float32 model built with a fixed seed, so every trial runs the same weights); it is compiled the
+trial's way (`model.compile(jit_compile=...)`: torch.compile for torch, XLA for jax and tensorflow)
+and run with `predict_on_batch` on inputs already on the device. The first call is timed apart
+(compile time); then warm-up calls, then NVML energy windows through power.energy.measure_energy,
+more windows while their spread exceeds the target. Accuracy: the first `accuracy_samples` outputs of
+the trial against the float32 model with TF32 off on the same inputs (reference computed once per layout).
+Compiled functions are dropped and device caches freed after each trial, then an idle gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+from typing import Any
+
+_KEEP_MODELS = 3  # trial models kept besides the float32 weight sources (VGG16: 0.55 GB each in float32)
+
+
+class Worker:
+    def __init__(self, message: dict[str, Any]) -> None:
+        import keras
+
+        from carm_advisor.measure import backend as _backend
+        from carm_advisor.tune.builder import model_spec
+        from carm_advisor.tune.runner import WorkerSettings
+
+        self.keras = keras
+        self.backend = _backend.active_backend()
+        self.spec = model_spec(message["model"])
+        self.settings = WorkerSettings(**message.get("settings", {}))
+        self.gpu = self._open_gpu()
+        self.references: dict[str, Any] = {}   # layout -> float32 model (the weights every trial runs)
+        self.reference_outputs: dict[str, Any] = {}
+        self.models: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.inputs: dict[tuple[str, int], Any] = {}
+
+    def _open_gpu(self):
+        from carm_advisor.measure.backend import has_gpu
+        from carm_advisor.power.nvml import gpu_count, open_gpu
+
+        try:
+            return open_gpu(0) if has_gpu() and gpu_count() > 0 else None
+        except Exception:  # no NVML: times only
+            return None
+
+    def info(self) -> dict[str, Any]:
+        from carm_advisor.measure import backend as _backend
+
+        device = {"backend": self.backend, "backend_version": _backend.backend_version(self.backend),
+                  "backend_device": _backend.device_name(self.backend), "energy": self.gpu is not None}
+        if self.gpu is not None:
+            device["name"] = self.gpu.name()
+        return {"ok": True, "device": device, "math_mode": _backend.math_mode(self.backend)}
+
+    # --- models and inputs ------------------------------------------------------------------------
+
+    def reference(self, layout: str):
+        from carm_advisor.tune.builder import build
+
+        if layout not in self.references:
+            self.references[layout] = build(self.spec, "float32", layout, seed=self.settings.seed)
+        return self.references[layout]
+
+    def model_for(self, policy: str, layout: str):
+        ref = self.reference(layout)
+        if policy == "float32" or not self.spec.rebuilds_per_precision:
+            return ref
+        key = (policy, layout)
+        if key in self.models:
+            self.models.move_to_end(key)
+            return self.models[key]
+        from carm_advisor.tune.builder import build
+
+        model = build(self.spec, policy, layout, seed=self.settings.seed)
+        model.set_weights(ref.get_weights())  # the same weights as every other trial
+        self.models[key] = model
+        while len(self.models) > _KEEP_MODELS:
+            self.models.popitem(last=False)
+        return model
+
+    def host_inputs(self, layout: str, batch_size: int):
+        """Inputs in the model's own shape; the first rows are the same for every batch size (one seed)."""
+        import numpy as np
+
+        key = (layout, batch_size)
+        if key not in self.inputs:
+            model = self.reference(layout)
+            tensor = model.inputs[0]
+            shape = (batch_size,) + tuple(tensor.shape[1:])
+            rng = np.random.default_rng(self.settings.seed + 1)
+            self.inputs = {k: v for k, v in self.inputs.items() if k[0] == layout}  # one layout's inputs at a time
+            self.inputs[key] = rng.standard_normal(shape).astype(str(tensor.dtype) if "float" in str(tensor.dtype) else "float32")
+        return self.inputs[key]
+
+    def reference_outputs_for(self, layout: str):
+        """float32 outputs with TF32 off (IEEE FP32) of the first accuracy samples, once per layout."""
+        import numpy as np
+
+        from carm_advisor.measure.backend import float32_math, inference_context
+
+        if layout not in self.reference_outputs:
+            k = self.settings.accuracy_samples
+            x = self.host_inputs(layout, max(k, 1))[:k]
+            with float32_math(False), inference_context(self.backend):
+                y = self.reference(layout)(self.keras.ops.convert_to_tensor(x), training=False)
+            self.reference_outputs[layout] = np.asarray(self.keras.ops.convert_to_numpy(_first(y)), dtype="float64")
+        return self.reference_outputs[layout]
+
+    # --- one trial ------------------------------------------------------------------------------
+
+    def measure(self, cfg_dict: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        from carm_advisor.measure import backend as _backend
+        from carm_advisor.power.energy import measure_energy
+        from carm_advisor.tune.space import TrialConfig
+
+        cfg = TrialConfig.from_dict(cfg_dict)
+        if cfg.backend != self.backend:
+            raise ValueError(f"Expected a {self.backend} configuration, Received: {cfg.backend}")
+        s = self.settings
+        keras = self.keras
+        try:
+            with _backend.float32_math(cfg.tf32, self.backend):
+                model = self.model_for(cfg.keras_policy, cfg.layout)
+                x_host = self.host_inputs(cfg.layout, cfg.batch_size)
+                x = keras.ops.convert_to_tensor(x_host)
+                jit = cfg.compiler in ("torch.compile", "xla")
+                if s.mode == "training":
+                    weights = model.get_weights()
+                    model.compile(optimizer="sgd", loss="mse", jit_compile=jit)
+                    y0 = model.predict_on_batch(x)
+                    target = keras.ops.convert_to_tensor(np.random.default_rng(7).standard_normal(np.shape(_first(y0))).astype("float32"))
+                    fn = lambda: model.train_on_batch(x, target)  # noqa: E731  (returns host numbers: synchronous)
+                else:
+                    weights = None
+                    model.compile(jit_compile=jit)
+                    fn = lambda: model.predict_on_batch(x)  # noqa: E731  (returns numpy: synchronous)
+                start_s = time.perf_counter()
+                first = fn()
+                first_call_s = time.perf_counter() - start_s
+                m = measure_energy(fn, self.gpu, min_window_s=s.window_s, repeats=s.min_windows, warmup=s.warmup_calls)
+                windows = m.n_windows
+                if _spread(m) > s.spread_target and s.max_windows > s.min_windows:
+                    again = measure_energy(fn, self.gpu, min_window_s=s.window_s, repeats=s.max_windows, warmup=0)
+                    windows += again.n_windows
+                    m = again if _spread(again) < _spread(m) else m
+                output_error = top1 = None
+                if s.mode == "inference" and s.accuracy_samples > 0:
+                    output_error, top1 = _accuracy(np.asarray(_first(first), dtype="float64")[: s.accuracy_samples],
+                                                   self.reference_outputs_for(cfg.layout))
+                if weights is not None:
+                    model.set_weights(weights)
+        finally:
+            _backend.reset_compiled(self.backend)
+            if s.idle_gap_s > 0:
+                time.sleep(s.idle_gap_s)  # the GPU cools to its idle state between configurations
+        return {
+            "time_s": m.time_per_call_s, "energy_j": m.energy_per_call_j, "flops": 0.0, "batch_size": cfg.batch_size,
+            "source": "measured" if self.gpu is not None else "measured (time only: no NVML)",
+            "time_spread": m.time_spread_rel, "energy_spread": m.energy_spread_rel, "power_w": m.power_w,
+            "sm_clock_mhz": m.sm_clock_mhz, "compile_s": max(0.0, first_call_s - m.time_per_call_s),
+            "windows": windows, "output_error": output_error, "top1_agreement": top1,
+            "reference": "float32 with TF32 off, same weights and inputs",
+            "device": self.gpu.name() if self.gpu is not None else None,
+            "extra": {"window_s": s.window_s, "first_call_s": first_call_s, "calls_per_window": m.calls_per_window},
+        }
+
+
+def _first(y):
+    while isinstance(y, (list, tuple)):
+        y = y[0]
+    if isinstance(y, dict):
+        y = next(iter(y.values()))
+    return y
+
+
+def _spread(m) -> float:
+    return m.energy_spread_rel if m.energy_spread_rel is not None else m.time_spread_rel
+
+
+def _accuracy(y, ref) -> tuple[float, float | None]:
+    """(max |y - ref| / max |ref|, top-1 agreement or None when the output is not one score per class)."""
+    import numpy as np
+
+    y = y.reshape(ref.shape)
+    scale = float(np.max(np.abs(ref))) or 1.0
+    error = float(np.max(np.abs(y - ref))) / scale
+    top1 = None
+    if ref.ndim == 2 and ref.shape[1] > 1:
+        top1 = float(np.mean(np.argmax(y, axis=1) == np.argmax(ref, axis=1)))
+    return error, top1
+
+
+def _error_reply(exc: BaseException) -> dict[str, Any]:
+    from carm_advisor.measure.backend import is_out_of_memory
+
+    text = str(exc).strip().splitlines()
+    return {"ok": False, "kind": "oom" if is_out_of_memory(exc) else "error",
+            "error": f"{type(exc).__name__}: {text[0] if text else ''}"[:500]}
+
+
+def main() -> int:
+    # Our protocol owns the real stdout; everything else printed in this process goes to stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker: Worker | None = None
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        message = json.loads(line)
+        try:
+            if message.get("op") == "init":
+                worker = Worker(message)
+                reply = worker.info()
+            elif message.get("op") == "measure" and worker is not None:
+                reply = {"ok": True, "measurement": worker.measure(message["config"])}
+            else:
+                reply = {"ok": False, "kind": "error", "error": f"unexpected message {message.get('op')!r}"}
+        except Exception as exc:  # one trial's failure is reported; the worker stays up for the next
+            reply = _error_reply(exc)
+        proto.write(json.dumps(reply) + "\n")
+        proto.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
