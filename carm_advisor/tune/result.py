@@ -193,7 +193,9 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     changes = []
     if best is not None and best.config is not None:
         changes = layer_changes(predictor.predict(baseline_cfg), predictor.predict(best.config))
-    clock = _clock_recommendation(best, predictor, primary) if best is not None and best.config.sm_clock_mhz is None else None
+    clock = None
+    if best is not None and best.config.sm_clock_mhz is None and predictor.predict(best.config).rows:
+        clock = _clock_recommendation(best, predictor, primary)
     return TuneResult(
         objectives=objectives, source=source, trials=records, baseline=baseline, best=best, next_best=ranked[1:4],
         pareto=pareto, counts=counts, blind_search=blind, layer_changes=changes, clock_recommendation=clock,

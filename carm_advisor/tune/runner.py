@@ -261,6 +261,9 @@ class WorkerRunner:
             self.restarts += 1
             w.close()
         env = dict(os.environ, KERAS_BACKEND=backend)
+        # The worker imports the same carm_advisor as this process, whatever its working directory.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         # Two frameworks share one GPU: jax must not grab 75% of its memory at start.
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -61,9 +61,27 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
             raise ValueError(f"the journal file's directory does not exist: {path.parent}")
         return JournalStorage(JournalFileBackend(str(path)))
     try:
-        return optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
-                                          grace_period=max(2, round(3 * heartbeat_s)))
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+                                             grace_period=max(2, round(3 * heartbeat_s)))
     except (ImportError, ModuleNotFoundError) as exc:
         raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}") from None
     except Exception as exc:  # sqlalchemy's ArgumentError and friends: a malformed URL
         raise ValueError(f"could not open the storage {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    if url.startswith("sqlite"):
+        _sqlite_wal(storage.engine)
+    return storage
+
+
+def _sqlite_wal(engine) -> None:
+    """Write-ahead log, synced at checkpoints: a trial's commit no longer waits for an fsync (13 ms each on
+    a plain disk, hundreds per study), and a killed process still loses nothing it committed."""
+    from sqlalchemy import event
+
+    def on_connect(connection, _record) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()  # connections opened before the listener are dropped; new ones get the pragmas

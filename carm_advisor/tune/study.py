@@ -82,6 +82,8 @@ def tune(
     apply_clocks: bool = False,
     sm_clocks_mhz: Iterable[float] | None = None,
     runner=None,
+    predictor=None,
+    clock_gpu=None,
     worker_settings: WorkerSettings | None = None,
     trial_timeout_s: float = 900.0,
     carm_pruning: bool = True,
@@ -100,6 +102,8 @@ def tune(
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
+    runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
+    clocks --apply-clocks locks (tests, calibrated predictions).
     """
     from carm_advisor.errors import GPUUnavailableError
     from carm_advisor.tune.result import build_result
@@ -131,9 +135,9 @@ def tune(
     if source == "predicted" and mode == "training":
         raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
                          "training needs a GPU to measure")
-    if apply_clocks and source != "measured":
+    if apply_clocks and source == "predicted":
         raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
-    gpu = _clock_gpu(apply_clocks)
+    gpu = _clock_gpu(apply_clocks, clock_gpu)
     clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (_default_clocks(gpu) if apply_clocks else ())
 
     if space is None:
@@ -149,7 +153,7 @@ def tune(
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
     space = _with_baseline(space, baseline)
-    predictor = ConfigPredictor(spec, profile, model=built)
+    predictor = predictor or ConfigPredictor(spec, profile, model=built)
 
     quiet = _quiet_optuna()
     url = storage_url(storage, spec.name)
@@ -160,7 +164,9 @@ def tune(
         raise
     study_name = study_name or f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
     constrained = max_output_error is not None or max_slowdown is not None
-    constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) if constrained else None
+    # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func.
+    constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) \
+        if constrained and not _HAS_SET_CONSTRAINT else None
     if len(objectives) == 1:
         sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, n_startup_trials=6)
     else:
@@ -225,23 +231,23 @@ class _StudyState:
     def complete(self) -> list:
         return self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
-    def measured_by_key(self) -> dict[str, Any]:
+    def measured_by_key(self, complete: list | None = None) -> dict[str, Any]:
         out = {}
-        for t in self.complete():
+        for t in self.complete() if complete is None else complete:
             key = t.user_attrs.get("config_key")
             if key is not None and "repeat_of" not in t.user_attrs:
                 out.setdefault(key, t)
         return out
 
-    def baseline_throughput(self) -> float | None:
-        t = self.measured_by_key().get(self.baseline.key)
+    def baseline_throughput(self, complete: list | None = None) -> float | None:
+        t = self.measured_by_key(complete).get(self.baseline.key)
         if t is None:
             return None
         m = t.user_attrs["measurement"]
         return m["batch_size"] / m["time_s"]
 
-    def feasible_values(self) -> list[list[float]]:
-        return [list(t.values) for t in self.complete()
+    def feasible_values(self, complete: list | None = None) -> list[list[float]]:
+        return [list(t.values) for t in (self.complete() if complete is None else complete)
                 if all(c <= 0 for c in t.user_attrs.get("constraints", [0.0]))]
 
 
@@ -260,12 +266,14 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
         config = space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_key", config.key)
-        earlier = state.measured_by_key().get(config.key)
+        complete = state.complete()  # one read of the storage per trial
+        earlier = state.measured_by_key(complete).get(config.key)
         if earlier is not None:   # measured before: the same figures, not a second measurement
             for k in ("measurement", "bound", "constraints"):
                 if k in earlier.user_attrs:
                     trial.set_user_attr(k, earlier.user_attrs[k])
             trial.set_user_attr("repeat_of", earlier.number)
+            _set_constraints(trial, earlier.user_attrs.get("constraints"))
             return list(earlier.values) if len(objectives) > 1 else earlier.values[0]
 
         bound = predictor.predict(config)
@@ -273,7 +281,7 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
         trial.set_user_attr("bound", {"time_s": bound.time_s, "energy_j": bound.energy_j, "flops": bound.flops,
                                       "values": bound_values, "source": bound.source})
         if carm_pruning and config.key != state.baseline.key:
-            reason = _carm_prune_reason(objectives, bound_values, state.feasible_values(), margin)
+            reason = _carm_prune_reason(objectives, bound_values, state.feasible_values(complete), margin)
             if reason:
                 trial.set_user_attr("pruned_reason", "carm_bound")
                 trial.set_user_attr("pruned_detail", reason)
@@ -293,18 +301,30 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
         if any(v != v for v in values):
             trial.set_user_attr("error", "the measurement has no energy figure (no NVML?)")
             raise TrialFailed("no energy figure for an energy objective")
-        trial.set_user_attr("constraints", _constraints(m, state))
+        constraints = _constraints(m, state, complete)
+        trial.set_user_attr("constraints", constraints)
+        _set_constraints(trial, constraints)
         return values if len(objectives) > 1 else values[0]
 
     return objective
 
 
-def _constraints(m: Measurement, state: _StudyState) -> list[float]:
+_HAS_SET_CONSTRAINT = hasattr(optuna.Trial, "set_constraint")
+_CONSTRAINT_NAMES = ("output_error", "slowdown")
+
+
+def _set_constraints(trial, constraints: list[float] | None) -> None:
+    if _HAS_SET_CONSTRAINT and constraints:
+        for name, value in zip(_CONSTRAINT_NAMES, constraints):
+            trial.set_constraint(name, value)
+
+
+def _constraints(m: Measurement, state: _StudyState, complete: list) -> list[float]:
     """Optuna constraints (<= 0 is feasible): [output error - limit, slowdown - limit]."""
     error_c = slow_c = 0.0
     if state.max_output_error is not None and m.output_error is not None:
         error_c = m.output_error - state.max_output_error
-    base = state.baseline_throughput()
+    base = state.baseline_throughput(complete)
     if state.max_slowdown is not None and base:
         slow_c = base / (m.batch_size / m.time_s) - state.max_slowdown
     return [error_c, slow_c]
@@ -404,6 +424,8 @@ def _progress(enabled: bool, total: int, state: _StudyState):
         task = bar.add_task("", total=total, completed=_finished_count(state.study))
 
         def callback(study, trial) -> None:
+            if not enabled:
+                return
             feasible = state.feasible_values()
             text = ""
             if feasible:
@@ -443,7 +465,7 @@ def _portable_model(spec: ModelSpec, built) -> str:
 # ---- clocks -------------------------------------------------------------------------------------
 
 
-def _clock_gpu(apply_clocks: bool):
+def _clock_gpu(apply_clocks: bool, gpu=None):
     """The GPU whose clocks trials may lock; refuses at once (NoPermissionError) where that is not allowed."""
     if not apply_clocks:
         return None
@@ -453,7 +475,7 @@ def _clock_gpu(apply_clocks: bool):
 
     if clock_control_disabled_by_env():
         raise NoPermissionError(f"--apply-clocks refused: {ENV_NO_CLOCK_CONTROL} is set (this GPU's settings must not change)")
-    gpu = open_gpu(0)
+    gpu = gpu or open_gpu(0)
     # Probe the permission now, not after an hour of trials: lock at the top clock and restore.
     with ClockController(gpu, allow_changes=True) as ctl:
         top = max(gpu.supported_sm_clocks_mhz())

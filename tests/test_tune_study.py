@@ -1,0 +1,164 @@
+"""tune() with hand-built CARM bounds and scripted measurements: baseline first, CARM pruning, OOM,
+failures, constraints, repeats, Pareto front. Every expected figure is worked out in the comments."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
+
+from stubs import ScriptedRunner, TablePredictor  # noqa: E402
+
+from carm_advisor.tune.result import TrialRecord, pareto_front  # noqa: E402
+from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
+from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.tune.study import _carm_prune_reason, tune  # noqa: E402
+
+BASELINE = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+
+
+def space(precisions, batch_sizes=(32,)):
+    return SearchSpace(backends=("torch",), precisions=tuple(precisions), batch_sizes=tuple(batch_sizes),
+                       layouts=("channels_last",), compilers={"torch": ("eager",)})
+
+
+def run(tmp_path, precisions, bounds, measured, n_trials=8, batch_sizes=(32,), **kwargs):
+    runner = kwargs.pop("runner", None) or ScriptedRunner(measured)
+    result = tune("vgg16", n_trials=n_trials, storage=str(tmp_path / "s.db"), space=space(precisions, batch_sizes),
+                  baseline=BASELINE, runner=runner, predictor=TablePredictor(bounds), progress=False, **kwargs)
+    return result, runner
+
+
+# Batch 32, 1e9 FLOPs per sample: 32e9 FLOPs per batch. GFLOP/s per W = 32 / energy_j.
+BOUNDS = {"float32": (0.010, 2.0), "float32_no_tf32": (0.050, 8.0), "mixed_bfloat16": (0.005, 1.0)}
+#          bound GF/W:  16                 4                               32
+MEASURED = {"float32": (0.02, 4.0, 0.0), "float32_no_tf32": (0.1, 16.0, 0.0), "mixed_bfloat16": (0.01, 2.0, 0.01)}
+#          measured GF/W: 8                  2                                 16
+
+
+def test_baseline_runs_first_then_the_best_carm_bound(tmp_path):
+    result, runner = run(tmp_path, BOUNDS, BOUNDS, MEASURED)
+    assert runner.calls[0] == BASELINE.key
+    assert runner.calls[1] == "torch/mixed_bfloat16/b32/channels_last/eager/auto"  # bound 32 GF/W, the best
+    assert result.trials[0].role == "baseline"
+
+
+def test_a_configuration_whose_bound_cannot_beat_the_best_measured_is_pruned_unmeasured(tmp_path):
+    result, runner = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=10)
+    # float32_no_tf32: bound 4 GF/W, +10% = 4.4 < 8 measured by the baseline: never run.
+    assert not any("float32_no_tf32" in k for k in runner.calls)
+    pruned = [t for t in result.trials if t.pruned_reason == "carm_bound"]
+    assert pruned and all(t.config.precision == "float32_no_tf32" for t in pruned)
+    assert result.counts["pruned_by_carm"] == len(pruned)
+    assert "cannot beat the best measured 16" in pruned[-1].pruned_detail or "cannot beat" in pruned[-1].pruned_detail
+    # Best bf16: 16 GF/W over the baseline's 8: gain 2.0; samples/J 32/2 over 32/4: 2.0.
+    assert result.best.config.precision == "mixed_bfloat16"
+    assert result.gain() == pytest.approx(2.0)
+    assert result.gain("samples_per_joule") == pytest.approx(2.0)
+    # The whole space (3 configurations, the baseline aside): only no_tf32's bound (4.4 < 16) is ruled out.
+    assert result.blind_search == {**result.blind_search, "grid_size": 3, "ruled_out_by_carm_bound": 1}
+
+
+def test_prune_rule_by_hand():
+    gfw = OBJECTIVES["gflops_per_watt"]
+    assert _carm_prune_reason([gfw], [9.0], [[10.0]], 0.10) is not None    # 9.9 cannot beat 10
+    assert _carm_prune_reason([gfw], [9.2], [[10.0]], 0.10) is None        # 10.12 might
+    lat = OBJECTIVES["latency"]
+    assert _carm_prune_reason([lat], [0.12], [[0.10]], 0.10) is not None   # 0.109 s is still slower than 0.10 s
+    assert _carm_prune_reason([gfw], [1.0], [], 0.10) is None              # nothing measured yet: run it
+
+
+def test_a_configuration_measured_before_is_not_measured_again(tmp_path):
+    result, runner = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=10, carm_pruning=False)
+    assert len(runner.calls) == len(set(runner.calls))
+    assert result.counts["repeats_reused"] >= 1
+    assert result.counts["complete"] == 10
+
+
+def test_out_of_memory_prunes_the_trial_and_the_study_goes_on(tmp_path):
+    bounds = {"float32": (0.010, 2.0), "mixed_bfloat16": (0.005, 1.0)}
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.01, 2.0, 0.0)}
+    runner = ScriptedRunner(measured, oom_from_batch=64)
+    result, _ = run(tmp_path, bounds, bounds, measured, n_trials=8, batch_sizes=(32, 64), runner=runner,
+                    carm_pruning=False)
+    oom = [t for t in result.trials if t.pruned_reason == "out_of_memory"]
+    assert oom and all(t.state == "PRUNED" and t.config.batch_size == 64 for t in oom)
+    assert len(result.trials) == 8 and result.best is not None and result.best.config.batch_size == 32
+
+
+def test_a_failing_trial_is_recorded_failed_and_the_study_continues(tmp_path):
+    bounds = {"float32": (0.010, 2.0), "mixed_float16": (0.005, 1.0)}
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_float16": (0.01, 2.0, 0.0)}
+    runner = ScriptedRunner(measured, fail_precisions={"mixed_float16"})
+    result, _ = run(tmp_path, bounds, bounds, measured, n_trials=5, runner=runner)
+    failed = [t for t in result.trials if t.state == "FAIL"]
+    assert failed and "worker died on mixed_float16" in failed[0].error
+    assert len(result.trials) == 5 and result.best.config.precision == "float32"
+
+
+def test_constraints_make_trials_over_the_error_or_slowdown_limit_infeasible(tmp_path):
+    precisions = ("float32", "float32_tf32", "mixed_float16", "mixed_bfloat16")
+    measured = {
+        "float32": (0.020, 4.0, 0.0),          # 8 GF/W, 1600 samples/s: the baseline
+        "float32_tf32": (0.015, 3.0, 0.001),   # 10.7 GF/W, feasible
+        "mixed_bfloat16": (0.010, 2.0, 0.01),  # 16 GF/W, but output error 0.01 > 0.005: infeasible
+        "mixed_float16": (0.040, 2.5, 0.0),    # 12.8 GF/W, but 800 samples/s: slowdown 2.0 > 1.2: infeasible
+    }
+    bounds = {p: (t / 2, e / 2) for p, (t, e, _) in measured.items()}
+    result, runner = run(tmp_path, precisions, bounds, measured, n_trials=14, max_output_error=0.005,
+                         max_slowdown=1.2)
+    assert set(runner.calls) == {f"torch/{p}/b32/channels_last/eager/auto" for p in precisions}
+    by_precision = {t.config.precision: t for t in result.trials if t.state == "COMPLETE" and t.repeat_of is None}
+    assert not by_precision["mixed_bfloat16"].feasible and not by_precision["mixed_float16"].feasible
+    assert by_precision["float32_tf32"].feasible
+    assert result.best.config.precision == "float32_tf32"
+    assert result.gain() == pytest.approx(4.0 / 3.0)   # 32/3 over 32/4
+
+
+def _rec(n, values):
+    return TrialRecord(number=n, state="COMPLETE", config=None, values=values, measurement=None, bound=None,
+                       feasible=True)
+
+
+def test_pareto_front_keeps_the_non_dominated_by_hand():
+    objs = [OBJECTIVES["samples_per_joule"], OBJECTIVES["throughput"]]
+    a, b, c = _rec(0, [10.0, 500.0]), _rec(1, [5.0, 900.0]), _rec(2, [4.0, 400.0])   # c: worse than a in both
+    assert {r.number for r in pareto_front(objs, [a, b, c])} == {0, 1}
+
+
+def test_multi_objective_study_reports_its_front(tmp_path):
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.04, 1.0, 0.0), "float32_tf32": (0.04, 8.0, 0.0)}
+    # samples/J, samples/s: float32 8, 1600; bf16 32, 800; tf32 4, 800 (dominated by float32)
+    result, _ = run(tmp_path, measured, {p: (t, e) for p, (t, e, _) in measured.items()}, measured, n_trials=8,
+                    objective=["samples_per_joule", "throughput"], carm_pruning=False)
+    assert {t.config.precision for t in result.pareto} == {"float32", "mixed_bfloat16"}
+    assert len(result.study.directions) == 2
+
+
+def test_result_renders_and_writes_json(tmp_path):
+    import io
+    import json
+
+    from rich.console import Console
+
+    result, _ = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=4)
+    out = io.StringIO()
+    Console(file=out, width=160).print(result)
+    text = out.getvalue()
+    assert "FAKE" in text and "gain 2.00x in gflops_per_watt" in text
+    result.to_json(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["source"] == "fake" and data["best"]["config"]["precision"] == "mixed_bfloat16"
+    assert data["gain"]["gflops_per_watt"] == pytest.approx(2.0)
+
+
+def test_resuming_the_same_study_adds_only_the_missing_trials(tmp_path):
+    first, runner1 = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=3, carm_pruning=False)
+    second, runner2 = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=6, carm_pruning=False)
+    assert len(first.trials) == 3 and len(second.trials) == 6
+    assert not set(runner2.calls) & set(runner1.calls)   # nothing measured twice across the two runs
+    optuna.delete_study(study_name=second.study_name, storage=second.storage_url)
