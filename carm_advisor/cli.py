@@ -287,6 +287,9 @@ def _add_tune_parser(sub) -> None:
 
 
 def _tune(args) -> int:
+    from carm_advisor.tune.storage import storage_url
+
+    storage_url(args.storage, args.model)  # a bad storage is reported before Keras takes seconds to load
     _import_keras()
     from rich.console import Console
 

@@ -1,0 +1,36 @@
+"""The headline command on a machine without a GPU: a 20-trial PREDICTED study of VGG16 on the embedded
+H200 profile, end to end through the CLI, inside the issue's 60 s target."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_twenty_trial_predicted_vgg16_study_within_60_s(tmp_path):
+    out = tmp_path / "vgg16-tune.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "carm_advisor.cli", "vgg16", "--objective", "gflops_per_watt", "--trials", "20",
+         "--predict", "--storage", str(tmp_path / "vgg16.db"), "--json", str(out), "--plot", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    command_s = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    # The study itself (model builds, 20 trials, result, plots aside); the command adds Keras' import.
+    assert result["wall_s"] <= 60.0, (result["wall_s"], command_s)
+    assert result["source"] == "predicted" and "PREDICTED" in done.stdout
+    assert result["counts"]["complete"] + result["counts"]["pruned_by_carm"] == 20
+    assert result["baseline"]["config"]["precision"] == "float32"
+    # On the H200 profile a 16-bit Tensor Core path beats TF32 float32 in GFLOP/s per W (949 vs 490 TFLOP/s roofs).
+    assert result["best"]["config"]["precision"] in ("mixed_bfloat16", "mixed_float16")
+    assert result["gain"]["gflops_per_watt"] > 1.5
+    assert any(ch["bound_after"] != ch["bound_before"] for ch in result["layer_changes"])
+    assert sorted(p.name for p in tmp_path.glob("*.png"))   # history (and importance) plots written

@@ -1,0 +1,64 @@
+"""Trial workers: a child that crashes or hangs makes a failed trial and is started again, the study
+goes on; the real worker measures a tiny Keras model on the CPU (times only: no NVML here)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from carm_advisor.tune.builder import model_spec
+from carm_advisor.tune.runner import TrialFailed, WorkerRunner, WorkerSettings
+from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.tune.study import tune
+
+SUPPORT = Path(__file__).parent / "tune_support"
+sys.path.insert(0, str(SUPPORT))
+from stubs import TablePredictor  # noqa: E402
+
+
+def test_a_crashing_or_hanging_worker_fails_its_trial_and_the_study_continues(tmp_path):
+    runner = WorkerRunner("vgg16", TablePredictor({"float32": (0.01, 1.0), "mixed_float16": (0.01, 1.0)}),
+                          trial_timeout_s=1.5, startup_timeout_s=30,
+                          command=[sys.executable, str(SUPPORT / "fake_worker.py")], log_dir=str(tmp_path))
+    space = SearchSpace(backends=("torch",), precisions=("float32", "mixed_float16"), batch_sizes=(32, 64),
+                        layouts=("channels_last",), compilers={"torch": ("eager",)})
+    result = tune("vgg16", objective="samples_per_joule", n_trials=6, storage=str(tmp_path / "w.db"), space=space,
+                  baseline=TrialConfig("torch"), runner=runner, predictor=runner.predictor, carm_pruning=False,
+                  progress=False)
+    errors = [t.error for t in result.trials if t.state == "FAIL"]
+    assert any("died (exit code 139)" in e and "segmentation fault" in e for e in errors)   # batch 64
+    assert any("timed out after 1.5 s" in e for e in errors)                                 # mixed_float16
+    assert len(result.trials) == 6 and runner.restarts >= 1
+    # The baseline (float32, batch 32) measured: 32 samples / 2 J.
+    assert result.baseline.measurement["energy_j"] == 2.0 and result.best is not None
+
+
+def test_a_worker_that_cannot_start_is_a_failed_trial(tmp_path):
+    runner = WorkerRunner("vgg16", TablePredictor({"float32": (0.01, 1.0)}), startup_timeout_s=30,
+                          command=[sys.executable, "-c", "import sys; sys.exit(3)"], log_dir=str(tmp_path))
+    with pytest.raises(TrialFailed, match="exit code 3"):
+        runner.run(TrialConfig("torch"))
+
+
+def test_the_real_worker_measures_a_tiny_model_on_the_cpu(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PYTHONPATH", str(SUPPORT))
+    spec = model_spec("tiny_models:tiny_cnn")
+    settings = WorkerSettings(window_s=0.05, min_windows=2, max_windows=3, warmup_calls=1, idle_gap_s=0,
+                              accuracy_samples=4)
+    runner = WorkerRunner(spec.portable(), TablePredictor({"float32": (1, 1), "mixed_bfloat16": (1, 1)}, 100.0),
+                          settings, trial_timeout_s=300, log_dir=str(tmp_path))
+    try:
+        f32 = runner.run(TrialConfig("torch", "float32", 4, "channels_last", "eager"))
+        bf16 = runner.run(TrialConfig("torch", "mixed_bfloat16", 4, "channels_first", "eager"))
+    finally:
+        runner.close()
+    assert f32.source.startswith("measured") and f32.energy_j is None      # no NVML on this machine
+    assert f32.time_s > 0 and f32.windows >= 2 and f32.compile_s >= 0 and f32.flops == 400.0
+    # float32 on a CPU is the reference's own arithmetic; bfloat16 keeps ~3 significant digits.
+    assert f32.output_error < 1e-5 and f32.top1_agreement == 1.0
+    assert 1e-5 < bf16.output_error < 0.1
+    assert runner.device.get("backend") == "torch"
