@@ -1,0 +1,182 @@
+"""The issue-8 study on the GPU: VGG16 inference tuned for GFLOP/s per W, every trial measured, with
+its gain over the Keras defaults, the CARM pruning it did, and (from --grid runs) how many trials it
+took to come within 2% of the exhaustive grid's best.
+
+    KERAS_BACKEND=torch CARM_ADVISOR_NO_CLOCK_CONTROL=1 python3 benchmarks/vgg16_tuning.py --trials 30 \
+        --backends torch,jax --storage $OUT/vgg16-study.db --budget-s 480 --out $OUT
+    # the same command again resumes the study (carry the .db); --grid measures the whole space instead:
+    ... --grid --storage $OUT/vgg16-grid.db --budget-s 480 --out $OUT
+    # and a study run names the grid files to compare with: --grid-storage A.db --grid-storage B.db
+
+Writes <out>/<gpu>-vgg16-tuning-<date>.json (or -grid-) with {"device", "baseline", "best",
+"gain_gflops_per_watt", "gain_samples_per_joule", "trials", "grid_best",
+"trials_to_within_2pct_of_grid_best", "pruned_by_carm", "wall_s", "command"} and more. Both the study
+and the grid stop cleanly before --budget-s and resume from their storage. --fake runs on the CPU with
+made-up figures (FakeRunner) for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import result_path, write  # noqa: E402
+
+STUDY = "vgg16-tuning"
+GRID_STUDY = "vgg16-grid"
+OBJECTIVE = "gflops_per_watt"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(t) for t in text.split(",") if t.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="vgg16", help="application name or module:function (tests use a tiny one)")
+    p.add_argument("--trials", type=int, default=30)
+    p.add_argument("--backends", type=_names, default=None, help="default: those installed")
+    p.add_argument("--batch-sizes", type=_ints, default=(32, 64, 128, 256))
+    p.add_argument("--precisions", type=_names, default=None, help="default: all five")
+    p.add_argument("--storage", required=True, help="SQLite file of this run's study (or grid); reused to resume")
+    p.add_argument("--grid", action="store_true", help="measure every configuration of the space (clocks aside)")
+    p.add_argument("--grid-storage", action="append", default=[], help="grid files to compare with (repeatable)")
+    p.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this wall time")
+    p.add_argument("--window-s", type=float, default=2.0, help="NVML energy window per repeat (>= 2 s)")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--fake", action="store_true", help="CPU: made-up figures (FakeRunner), for tests")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    start_s = time.perf_counter()
+    args = parse(argv)
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import optuna
+
+    from carm_advisor.tune.builder import model_spec
+    from carm_advisor.tune.objectives import get_objective
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.runner import FakeRunner, WorkerSettings
+    from carm_advisor.tune.space import PRECISIONS, SearchSpace
+    from carm_advisor.tune.storage import open_storage
+    from carm_advisor.tune.study import tune
+
+    space = SearchSpace.default(args.backends, args.batch_sizes)
+    if args.precisions:
+        space = SearchSpace(space.backends, args.precisions, space.batch_sizes, space.layouts, space.compilers)
+    spec = model_spec(args.model)
+    predictor = ConfigPredictor(spec)
+    runner = FakeRunner(predictor) if args.fake else None
+    objective = get_objective(OBJECTIVE)
+    budget_s = None if args.budget_s is None else max(1.0, args.budget_s - (time.perf_counter() - start_s))
+    settings = WorkerSettings(window_s=args.window_s)
+    common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
+                  worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty())
+    if args.grid:
+        grid = space.grid()
+        study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,
+                                    direction=objective.direction, load_if_exists=True)
+        have = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)
+                if t.state.is_finished() and "error" in t.user_attrs or t.state in
+                (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING)}
+        for cfg in grid:
+            if cfg.key not in have:
+                study.enqueue_trial(cfg.params(), user_attrs={"role": "grid"})
+        result = tune(spec.spec if spec.kind != "callable" else spec.fn, study_name=GRID_STUDY, n_trials=len(grid),
+                      carm_pruning=False, carm_order=False, **common)
+    else:
+        result = tune(spec.spec if spec.kind != "callable" else spec.fn, study_name=STUDY, n_trials=args.trials,
+                      **common)
+    grid_rows = merged_grid([args.storage] if args.grid else args.grid_storage + [], spec.name, objective)
+    doc = summary(result, objective, grid_rows, args)
+    doc["wall_s"] = time.perf_counter() - start_s
+    device = (result.device or {}).get("name") or ("fake GPU" if args.fake else "cpu")
+    path = write(result_path(args.out, device, "vgg16-grid" if args.grid else "vgg16-tuning"), doc)
+    print(f"wrote {path}  ({doc['wall_s']:.0f} s, {len(result.trials)} trials, "
+          f"best {doc['best'] and doc['best']['key']}, gain {doc['gain_gflops_per_watt']})")
+    return 0
+
+
+def merged_grid(files: list[str], model_name: str, objective) -> dict[str, dict]:
+    """Every configuration measured by the grid studies in `files`: its best-spread run, naming the file."""
+    import optuna
+
+    from carm_advisor.tune.storage import open_storage
+
+    rows: dict[str, dict] = {}
+    for f in files:
+        try:
+            study = optuna.load_study(study_name=GRID_STUDY, storage=open_storage(f, model_name))
+        except KeyError:
+            continue
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            m = t.user_attrs.get("measurement")
+            if not m or "repeat_of" in t.user_attrs:
+                continue
+            spread = m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread")
+            row = {"key": t.user_attrs["config_key"], "value": t.values[0], "spread": spread, "run": str(f),
+                   "trial": t.number, "output_error": m.get("output_error")}
+            old = rows.get(row["key"])
+            if old is None or (spread or 0) < (old["spread"] or 0):
+                rows[row["key"]] = row
+    return rows
+
+
+def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
+    def brief(t):
+        if t is None:
+            return None
+        m = t.measurement or {}
+        return {"key": t.config.key if t.config else None, "config": t.config.to_dict() if t.config else None,
+                "gflops_per_watt": t.values[0] if t.values else None,
+                "samples_per_joule": (m["batch_size"] / m["energy_j"]) if m.get("energy_j") else None,
+                "samples_per_s": (m["batch_size"] / m["time_s"]) if m.get("time_s") else None,
+                "energy_spread": m.get("energy_spread"), "time_spread": m.get("time_spread"),
+                "power_w": m.get("power_w"), "sm_clock_mhz": m.get("sm_clock_mhz"), "compile_s": m.get("compile_s"),
+                "output_error": m.get("output_error"), "top1_agreement": m.get("top1_agreement"),
+                "source": m.get("source")}
+
+    trials = [{"number": t.number, "state": t.state, "key": t.config.key if t.config else None,
+               "value": t.values[0] if t.values else None, "repeat_of": t.repeat_of,
+               "pruned_reason": t.pruned_reason, "error": t.error,
+               "spread": (t.measurement or {}).get("energy_spread")} for t in result.trials]
+    grid_best = None
+    if grid_rows:
+        values = [r["value"] for r in grid_rows.values()]
+        grid_best = list(grid_rows.values())[objective.select(values)]
+    within = None
+    if grid_best is not None:
+        best_so_far = None
+        for i, t in enumerate(sorted(result.trials, key=lambda r: r.number), start=1):
+            if t.state == "COMPLETE" and t.feasible and t.values:
+                v = t.values[0]
+                best_so_far = v if best_so_far is None or objective.better(v, best_so_far) else best_so_far
+            if best_so_far is not None and best_so_far >= 0.98 * grid_best["value"]:
+                within = i
+                break
+    return {
+        "device": result.device, "source": result.source, "study": result.study_name, "storage": result.storage_url,
+        "space": result.space.to_dict(), "baseline": brief(result.baseline), "best": brief(result.best),
+        "gain_gflops_per_watt": result.gain("gflops_per_watt"), "gain_samples_per_joule": result.gain("samples_per_joule"),
+        "slowdown": result.slowdown, "next_best": [brief(t) for t in result.next_best], "trials": trials,
+        "grid_best": grid_best, "grid_measured": len(grid_rows), "grid_size": len(result.space.grid()),
+        "grid": sorted(grid_rows.values(), key=lambda r: r["key"]),
+        "trials_to_within_2pct_of_grid_best": within, "pruned_by_carm": result.counts["pruned_by_carm"],
+        "counts": result.counts, "blind_search": result.blind_search, "layer_changes": result.layer_changes,
+        "clock_recommendation": result.clock_recommendation, "budget_stopped": result.budget_stopped,
+        "study_wall_s": result.wall_s,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
