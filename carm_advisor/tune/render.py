@@ -37,17 +37,27 @@ def render(result) -> Iterator:
     if result.device.get("name"):
         lines.append(f"\ndevice {result.device['name']}")
     table = Table(box=None, show_header=True, pad_edge=False)
-    for col in ("", "configuration", o.name, "±spread", "samples/J", "samples/s", "output error", "compile s"):
-        table.add_column(col, justify="left" if col in ("", "configuration") else "right")
-    for tag, t in (("baseline", result.baseline), ("best", result.best)):
-        if t is None or t.measurement is None:
-            table.add_row(tag, "(not measured)", *["-"] * 6)
-            continue
+    table.add_column("")
+    runs = [("baseline", result.baseline), ("best", result.best)]
+    for tag, _ in runs:
+        table.add_column(tag, justify="right")
+
+    def row(label, fn):
+        table.add_row(label, *[(fn(t) if t is not None and t.measurement else "-") for _, t in runs])
+
+    def spread(t):
         m = t.measurement
-        spread = m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread")
-        table.add_row(tag, t.config.label(), _fmt(value_of(o, t)), _pct(spread),
-                      _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3), _fmt(throughput(t), 4),
-                      _fmt(m.get("output_error"), 2), _fmt(m.get("compile_s"), 2))
+        return _pct(m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread"))
+
+    row("configuration", lambda t: t.config.label())
+    row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
+    row("spread over windows", spread)
+    row("samples/J", lambda t: _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3))
+    row("samples/s", lambda t: _fmt(throughput(t), 4))
+    row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
+    row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2))
+    row("top-1 agreement", lambda t: _pct(t.measurement.get("top1_agreement")))
+    row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2))
     summary = Text()
     gain = result.gain()
     if gain is not None:
@@ -56,7 +66,8 @@ def render(result) -> Iterator:
         if result.slowdown:
             summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
     c = result.counts
-    summary.append(f"\n{c['measured']} configurations measured, {c['repeats_reused']} repeats reused, "
+    verb = "measured" if result.source.startswith("measured") else f"evaluated ({result.source})"
+    summary.append(f"\n{c['measured']} configurations {verb}, {c['repeats_reused']} repeats reused, "
                    f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
                    f"{c['failed']} failed, {c['infeasible']} infeasible")
     b = result.blind_search
