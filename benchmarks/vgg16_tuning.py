@@ -52,6 +52,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--grid-storage", action="append", default=[], help="grid files to compare with (repeatable)")
     p.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this wall time")
     p.add_argument("--window-s", type=float, default=2.0, help="NVML energy window per repeat (>= 2 s)")
+    p.add_argument("--trial-timeout-s", type=float, default=300.0,
+                   help="a trial (torch.compile of VGG16 included) running longer fails and its worker restarts")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--fake", action="store_true", help="CPU: made-up figures (FakeRunner), for tests")
     return p.parse_args(argv)
@@ -81,7 +83,8 @@ def main(argv=None) -> int:
     budget_s = None if args.budget_s is None else max(1.0, args.budget_s - (time.perf_counter() - start_s))
     settings = WorkerSettings(window_s=args.window_s)
     common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
-                  worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty())
+                  worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
+                  trial_timeout_s=args.trial_timeout_s)
     if args.grid:
         grid = space.grid()
         study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,
