@@ -47,6 +47,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--backends", type=_names, default=None, help="default: those installed")
     p.add_argument("--batch-sizes", type=_ints, default=(32, 64, 128, 256))
     p.add_argument("--precisions", type=_names, default=None, help="default: all five")
+    p.add_argument("--compilers", type=_names, default=None,
+                   help="keep only these compilers, e.g. eager,xla (torch.compile of VGG16 costs ~1 min a trial)")
     p.add_argument("--storage", required=True, help="SQLite file of this run's study (or grid); reused to resume")
     p.add_argument("--grid", action="store_true", help="measure every configuration of the space (clocks aside)")
     p.add_argument("--grid-storage", action="append", default=[], help="grid files to compare with (repeatable)")
@@ -74,8 +76,16 @@ def main(argv=None) -> int:
     from carm_advisor.tune.study import tune
 
     space = SearchSpace.default(args.backends, args.batch_sizes)
-    if args.precisions:
-        space = SearchSpace(space.backends, args.precisions, space.batch_sizes, space.layouts, space.compilers)
+    compilers = space.compilers
+    if args.compilers:
+        compilers = {b: tuple(c for c in cs if c in args.compilers) for b, cs in space.compilers.items()}
+        compilers = {b: cs for b, cs in compilers.items() if cs}
+        if any(b not in compilers for b in space.backends):
+            raise SystemExit(f"--compilers {','.join(args.compilers)} leaves a backend without a compiler")
+    if args.precisions or args.compilers:
+        space = SearchSpace(space.backends, args.precisions or space.precisions, space.batch_sizes, space.layouts,
+                            compilers)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     spec = model_spec(args.model)
     predictor = ConfigPredictor(spec)
     runner = FakeRunner(predictor) if args.fake else None
@@ -84,7 +94,7 @@ def main(argv=None) -> int:
     settings = WorkerSettings(window_s=args.window_s)
     common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
                   worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
-                  trial_timeout_s=args.trial_timeout_s)
+                  trial_timeout_s=args.trial_timeout_s, log_dir=args.out)
     if args.grid:
         grid = space.grid()
         study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,

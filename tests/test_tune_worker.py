@@ -62,3 +62,26 @@ def test_the_real_worker_measures_a_tiny_model_on_the_cpu(tmp_path, monkeypatch)
     assert f32.output_error < 1e-5 and f32.top1_agreement == 1.0
     assert 1e-5 < bf16.output_error < 0.1
     assert runner.device.get("backend") == "torch"
+
+
+def test_accuracy_figures_by_hand():
+    import numpy as np
+
+    from carm_advisor.tune.worker import _accuracy
+
+    ref = np.array([[1.0, 2.0], [3.0, 5.0]])
+    # max |y - ref| = 1 (last entry), max |ref| = 5: 0.2; arg-max of both rows agrees.
+    assert _accuracy(np.array([[1.0, 2.0], [3.0, 4.0]]), ref) == (pytest.approx(0.2), 1.0)
+    # first row's arg-max flips (class 0 vs 1): half the samples agree.
+    assert _accuracy(np.array([[2.5, 2.0], [3.0, 5.0]]), ref)[1] == 0.5
+
+
+@pytest.mark.parametrize("text, oom", [
+    ("CUDA out of memory. Tried to allocate 3.06 GiB", True),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 12884901888 bytes.", True),
+    ("Exception: shapes (3,) and (4,) are incompatible", False),
+])
+def test_out_of_memory_errors_are_recognised(text, oom):
+    from carm_advisor.measure.backend import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError(text)) is oom

@@ -12,6 +12,7 @@ configuration measured before (same key) is not measured again: its figures are 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -85,6 +86,7 @@ def tune(
     predictor=None,
     clock_gpu=None,
     worker_settings: WorkerSettings | None = None,
+    log_dir: str | None = None,
     trial_timeout_s: float = 900.0,
     carm_pruning: bool = True,
     carm_order: bool = True,
@@ -102,6 +104,7 @@ def tune(
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
+    log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
     clocks --apply-clocks locks (tests, calibrated predictions).
     """
@@ -188,8 +191,8 @@ def tune(
             runner = PredictedRunner(predictor)
         else:
             model_ref = _portable_model(spec, built)
-            runner = WorkerRunner(model_ref, predictor, worker_settings or WorkerSettings(mode=mode),
-                                  trial_timeout_s=trial_timeout_s)
+            settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
+            runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
     _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
 
     state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error)
