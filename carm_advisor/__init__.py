@@ -17,6 +17,7 @@ _LAZY = {
     "load_profile": "carm_advisor.profiles.profile",
     "Profile": "carm_advisor.profiles.profile",
     "Report": "carm_advisor.report.model",
+    "Predictor": "carm_advisor.predict",
     "CARM": "carm_advisor.carm.roofline",
     "PowerModel": "carm_advisor.carm.power_model",
     "CarmError": "carm_advisor.errors",
@@ -36,4 +37,6 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     return _measure(device=device, quick=quick, progress=progress)
 
 
-__all__ = ["analyze", "measure_ceilings", "load_profile", "Profile", "Report", "CARM", "PowerModel", "CarmError"]
+__all__ = [
+    "analyze", "measure_ceilings", "load_profile", "Profile", "Report", "Predictor", "CARM", "PowerModel", "CarmError",
+]
