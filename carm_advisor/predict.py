@@ -1,6 +1,6 @@
 """The predictor: a Keras model's layer costs placed on a profile's CARM, with predicted time and energy.
 
-    predictor = Predictor(load_profile(), resolve_math_mode("torch"), backend="torch")
+    predictor = Predictor.for_backend(load_profile(), "torch")   # or Predictor(profile, math_mode, ...)
     rows = predictor.rows(model, batch_size=64, dtype="bfloat16")
 
 Every time it predicts is the CARM bound (the roofs, stretched where the power limit forbids running
@@ -68,6 +68,13 @@ class Predictor:
         self.backend = backend
         self.calibration = calibration
         self.strict = strict
+
+    @classmethod
+    def for_backend(
+        cls, profile: Profile | str | None, backend: str, *, calibration: Calibration | None = None, strict: bool = False
+    ) -> Predictor:
+        """A predictor with the backend's default float32 math mode (its flags as shipped)."""
+        return cls(profile, resolve_math_mode(backend), backend=backend, calibration=calibration, strict=strict)
 
     def rows(self, model: Any, batch_size: int = 1, dtype: str | None = None) -> list[LayerRow]:
         """Map a built Keras model at `batch_size` (compute dtype `dtype`, None: each layer's policy) and place it."""

@@ -72,6 +72,13 @@ def test_float32_matmul_follows_the_math_mode_and_falls_back_to_a_roof_the_profi
     assert fp32.predicted_time_s == pytest.approx(4e10 / 1e12)
 
 
+def test_for_backend_takes_torchs_shipped_flags():
+    # torch ships cudnn.allow_tf32=True and cuda.matmul.allow_tf32=False
+    predictor = Predictor.for_backend(profile(), "torch")
+    assert predictor.backend == "torch"
+    assert (predictor.math_mode["conv"], predictor.math_mode["matmul"]) == ("tf32", "fp32")
+
+
 def test_a_calibration_adds_its_time_and_energy_beside_the_unchanged_bound():
     calibration = FixedEfficiency(0.5)
     (row,) = Predictor(profile(), TORCH_MODE, backend="torch", calibration=calibration).rows_for_costs([matmul()])
