@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
@@ -10,15 +10,18 @@ from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
 
+if TYPE_CHECKING:
+    from carm_advisor.measure.records import RunMeasurement
+
 # A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
 # the profile or the mapping is wrong and the report says so.
 ABOVE_ROOF_TOLERANCE = 1.02
 
 
-def merge_measurements(rows: list[LayerRow], run, profile: Profile) -> list[str]:
+def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profile) -> list[str]:
     """Attach a run's measured time/energy (and counter intensity) to predicted rows; return warnings.
 
-    run: a measure.records.RunMeasurement (or anything with its `layers`). A measured layer is rebound
+    rows: a Predictor's rows for the same model and batch size. A measured layer is rebound
     to the roof it sits under nearest; `predicted_bound` keeps the CARM's bound.
     """
     warnings: list[str] = []
