@@ -23,7 +23,7 @@ class Calibration(Protocol):
     """Measured efficiency factors over the CARM bound (issue 10 supplies one)."""
 
     def efficiency(self, row: LayerRow, backend: str | None) -> float | None:
-        """Achieved / bound time for this layer on this backend, > 0; None where nothing calibrates it."""
+        """Bound / achieved time for this layer on this backend, in (0, 1]; None where nothing calibrates it."""
 
 
 def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None) -> str:
@@ -139,7 +139,8 @@ class Predictor:
             return
         if not efficiency > 0:
             raise ValueError(f"Expected a calibration efficiency > 0, Received: {efficiency!r} for layer '{row.name}'")
-        row.calibrated_time_s = row.predicted_time_s / efficiency
+        # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
+        row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         pm = self.profile.power_model
         if row.predicted_energy_j is not None and pm is not None:
             # The same work over a longer time: the dynamic energy stays, the constant power runs longer.

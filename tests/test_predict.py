@@ -91,6 +91,11 @@ def test_a_calibration_adds_its_time_and_energy_beside_the_unchanged_bound():
     assert d["calibrated_time_s"] == pytest.approx(4e-3) and d["predicted_time_s"] == pytest.approx(2e-3)
 
 
+def test_a_calibration_never_makes_a_layer_faster_than_its_bound():
+    (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(2.0)).rows_for_costs([matmul()])
+    assert row.calibrated_time_s == pytest.approx(2e-3) and row.calibrated_energy_j == pytest.approx(0.226)
+
+
 def test_without_calibration_rows_serialise_without_calibrated_keys():
     (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(None)).rows_for_costs([matmul()])
     assert row.calibrated_time_s is None

@@ -29,9 +29,6 @@ class LayerRow:
     predicted_energy_j: float | None
     tensor_core: bool
     known: bool
-    # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
-    calibrated_time_s: float | None = None
-    calibrated_energy_j: float | None = None
     time_s: float | None = None       # measured
     energy_j: float | None = None     # measured
     power_w: float | None = None      # measured
@@ -43,6 +40,9 @@ class LayerRow:
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
+    # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
+    calibrated_time_s: float | None = None
+    calibrated_energy_j: float | None = None
 
     @property
     def achieved_flops_per_s(self) -> float | None:
