@@ -41,7 +41,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypedDict
 
 import keras
 
@@ -51,6 +51,9 @@ from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU
 from carm_advisor.power.energy import EnergyMeasurement, measure_energy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack   # typing.Unpack from Python 3.12
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,20 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+class Windows(TypedDict, total=False):
+    """The window keywords every measure_* function takes: a preset and explicit overrides of it."""
+
+    preset: str                  # "fast" | "standard" | "accurate" (PRESETS); default "standard"
+    min_window_s: float | None   # the layer windows (measure_model: the whole-model windows)
+    repeats: int | None
+    warmup: int | None
+
+
+class RunWindows(Windows, total=False):
+    model_min_window_s: float | None   # measure_run's whole-model windows
+    model_repeats: int | None
+
+
 @dataclass(frozen=True)
 class MeasureOptions:
     """The windows of one measurement: a preset's, with any explicit override, resolved once."""
@@ -83,7 +100,10 @@ class MeasureOptions:
     @classmethod
     def resolve(cls, preset: str = "standard", *, min_window_s: float | None = None, repeats: int | None = None,
                 warmup: int | None = None, model_min_window_s: float | None = None,
-                model_repeats: int | None = None) -> "MeasureOptions":
+                model_repeats: int | None = None, scope: str = "layer") -> "MeasureOptions":
+        """scope="model": min_window_s and repeats set the whole-model windows (measure_model's meaning)."""
+        if scope == "model":
+            model_min_window_s, model_repeats, min_window_s, repeats = min_window_s, repeats, None, None
         try:
             p = PRESETS[preset]
         except KeyError:
@@ -374,15 +394,12 @@ def measure_layers(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
     training: bool = False,
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
     graphs: bool = True,
+    **windows: Unpack[Windows],
 ) -> RunMeasurement:
     """Time (and with `gpu`, energy, power and SM clock of) every layer call of `model`, alone.
 
@@ -391,7 +408,7 @@ def measure_layers(
     graph unless `graphs=False` (see the module docstring). The returned record has no whole-model
     figures; see measure_run for both.
     """
-    o = MeasureOptions.resolve(preset, min_window_s=min_window_s, repeats=repeats, warmup=warmup)
+    o = MeasureOptions.resolve(**windows)
     return _measure_layers(model, batch_size, gpu, o, training=training, progress=progress, only=only,
                            command=command, graphs=graphs)
 
@@ -464,10 +481,7 @@ def measure_model(
     batch_size: int,
     gpu: GPU | None = None,
     training_step: bool = True,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
+    **windows: Unpack[Windows],
 ) -> tuple[ModelMeasurement, ModelMeasurement | None]:
     """The whole model: inference `model(x, training=False)` and, optionally, one training step.
 
@@ -475,7 +489,7 @@ def measure_model(
     portable forward + backward + update in every backend. The model is compiled for it (a user's
     compile configuration is restored afterwards) and its weights are restored afterwards.
     """
-    o = MeasureOptions.resolve(preset, model_min_window_s=min_window_s, model_repeats=repeats, warmup=warmup)
+    o = MeasureOptions.resolve(**windows, scope="model")
     return _measure_model(model, batch_size, gpu, o, training_step=training_step)
 
 
@@ -501,11 +515,8 @@ def measure_model_graph(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
     capture: Capture | None = None,
+    **windows: Unpack[Windows],
 ) -> ModelMeasurement | None:
     """Inference `model(x, training=False)` replayed from one CUDA graph: the model's GPU time, no dispatch.
 
@@ -513,7 +524,7 @@ def measure_model_graph(
     The windows default to the preset's *layer* windows: this is the reference the sum of the layers'
     graph times is compared with, measured the same way (times are good to a few percent even so).
     """
-    o = MeasureOptions.resolve(preset, min_window_s=min_window_s, repeats=repeats, warmup=warmup)
+    o = MeasureOptions.resolve(**windows)
     return _measure_model_graph(model, batch_size, gpu, o, capture=capture)
 
 
@@ -593,18 +604,13 @@ def measure_run(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
-    model_min_window_s: float | None = None,
-    model_repeats: int | None = None,
     training_step: bool = True,
     counters: bool = False,
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
     graphs: bool = True,
+    **windows: Unpack[RunWindows],
 ) -> RunMeasurement:
     """Every layer, then the whole model (inference and a training step), in one record.
 
@@ -620,8 +626,7 @@ def measure_run(
     `intensity_source` stays "analytic".
     """
     start_s = time.perf_counter()
-    o = MeasureOptions.resolve(preset, min_window_s=min_window_s, repeats=repeats, warmup=warmup,
-                               model_min_window_s=model_min_window_s, model_repeats=model_repeats)
+    o = MeasureOptions.resolve(**windows)
     run = _measure_layers(model, batch_size, gpu, o, progress=progress, only=only, command=command, graphs=graphs)
     run.inference, run.training_step = _measure_model(model, batch_size, gpu, o, training_step=training_step)
     if graphs:
