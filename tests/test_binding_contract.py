@@ -3,12 +3,15 @@ build (kernels/host_fake.cc): same table, same device, same records, same errors
 reaching carm_bench_run. Expected figures are computed by hand from host_fake.cc's documented formulas.
 
 The host-only build is cached under $CARM_ADVISOR_CACHE (default ~/.cache/carm_advisor): a cold build
-takes ~20 s on 2 cores (the TF op is most of it), a warm one nothing.
+takes ~20 s on 2 cores (the TF op is most of it), a warm one nothing. The TensorFlow binding runs in a
+spawned child process: TensorFlow registers an op name once per process, so the host-only op library
+loaded here would shadow the CUDA one that test_kernels.py loads (and the reverse).
 """
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import shutil
 
 import pytest
@@ -27,18 +30,67 @@ def host_build():
     return build.build_host_fake()
 
 
+def _serve(conn, op_path, lib_path) -> None:
+    """Child process: hold a TensorFlowOps binding and answer (function or method name, args, kwargs)."""
+    binding = TensorFlowOps.load(op_path, lib_path)
+    while (request := conn.recv()) is not None:
+        what, args, kwargs = request
+        try:
+            fn = getattr(binding, what) if isinstance(what, str) else (lambda *a, **k: what(binding, *a, **k))
+            conn.send((True, fn(*args, **kwargs)))
+        except Exception as exc:  # sent back and raised in the test
+            conn.send((False, exc))
+
+
+class InChild:
+    """A TensorFlowOps binding in a spawned process; methods, and apply(fn) = fn(binding), run there."""
+
+    def __init__(self, op_path, lib_path):
+        self.path = lib_path
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(child, op_path, lib_path), daemon=True)
+        self._process.start()
+
+    def apply(self, what, *args, **kwargs):
+        self._conn.send((what, args, kwargs))
+        ok, value = self._conn.recv()
+        if not ok:
+            raise value
+        return value
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.apply(name, *args, **kwargs)
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._process.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tf_binding(host_build):
+    if not HAVE_TF:
+        pytest.skip("tensorflow not importable")
+    child = InChild(host_build.tf_op_path, host_build.lib_path)
+    yield child
+    child.close()
+
+
 @pytest.fixture(scope="module", params=["ctypes", "tensorflow"])
 def binding(request, host_build) -> Binding:
     if request.param == "ctypes":
         return KernelLibrary.load(host_build.lib_path)
-    if not HAVE_TF:
-        pytest.skip("tensorflow not importable")
-    return TensorFlowOps.load(host_build.tf_op_path, host_build.lib_path)
+    return request.getfixturevalue("tf_binding")
 
 
-def last_run(host_build):
-    """What the host-only library last received in carm_bench_run (the one loaded copy both bindings share)."""
-    lib = ctypes.CDLL(str(host_build.lib_path))
+def last_run(binding):
+    """What the host-only library last received in carm_bench_run, read in the binding's own process
+    (there, the binding and this read share the one loaded copy of the library)."""
+    return binding.apply(_last_run) if isinstance(binding, InChild) else _last_run(binding)
+
+
+def _last_run(binding):
+    lib = ctypes.CDLL(str(binding.path))
     runs, index, params = ctypes.c_int(), ctypes.c_int(), _Params()
     assert lib.carm_host_fake_last_run(ctypes.byref(runs), ctypes.byref(index), ctypes.byref(params)) == 0
     return runs.value, index.value, (params.device, params.warmup_launches, params.launches, params.config,
@@ -74,18 +126,16 @@ def test_defaults_fill_in_launches_iterations_and_size(binding):
     assert r.seconds == pytest.approx(65536000 * 3e-9) and r.checksum == 0.0
 
 
-def test_every_argument_reaches_carm_bench_run_unchanged(binding, host_build):
-    before, _, _ = last_run(host_build)
+def test_every_argument_reaches_carm_bench_run_unchanged(binding):
+    before, _, _ = last_run(binding)
     binding.run("fp32_fma", device=0, size=5.0, iterations=7, launches=3, warmup=4, config=2)
-    runs, index, params = last_run(host_build)
+    runs, index, params = last_run(binding)
     assert runs == before + 1 and index == 0
     assert params == (0, 4, 3, 2, 5.0, 7)
 
 
-def test_bindings_return_identical_records_for_the_same_calls(host_build):
-    if not HAVE_TF:
-        pytest.skip("tensorflow not importable")
-    c, t = KernelLibrary.load(host_build.lib_path), TensorFlowOps.load(host_build.tf_op_path, host_build.lib_path)
+def test_bindings_return_identical_records_for_the_same_calls(host_build, tf_binding):
+    c, t = KernelLibrary.load(host_build.lib_path), tf_binding
     assert c.benchmarks() == t.benchmarks() and c.device_info() == t.device_info()
     for name in ("fp32_fma", "hbm_read", "mix_fp32_hbm_c8"):
         for kw in ({}, {"size": 3e6, "iterations": 11, "launches": 2, "warmup": 0, "config": 3}):
@@ -126,13 +176,14 @@ def test_open_binding_rejects_an_unknown_name():
         open_binding("cuda")
 
 
-def test_ceilings_runner_gives_the_same_runs_through_either_binding(host_build):
-    if not HAVE_TF:
-        pytest.skip("tensorflow not importable")
+def _quick_runs(lib):
     from carm_advisor.measure.ceilings import run_ceilings
 
-    runs = [run_ceilings(lib, None, quick=True, progress=False).runs
-            for lib in (KernelLibrary.load(host_build.lib_path), TensorFlowOps.load(host_build.tf_op_path, host_build.lib_path))]
+    return run_ceilings(lib, None, quick=True, progress=False).runs
+
+
+def test_ceilings_runner_gives_the_same_runs_through_either_binding(host_build, tf_binding):
+    runs = [_quick_runs(KernelLibrary.load(host_build.lib_path)), tf_binding.apply(_quick_runs)]
     # the calls per window follow each binding's wall time per call; every per-call figure must agree
     strip = lambda rs: [{k: v for k, v in r.to_dict().items() if k not in ("extra", "repeats")} for r in rs]  # noqa: E731
     assert [r.name for r in runs[0]] == ["fp32_fma", "hbm_read", "mix_fp32_hbm_c8"]

@@ -24,6 +24,9 @@ from carm_advisor.errors import KernelBuildError
 
 LIB_NAME = "libcarm_bench.so"
 TF_LIB_NAME = "tf_carm_ops.so"
+# Its own name: in one process, a loaded library answers every later request for its name, so the
+# host-only ABI must not stand in for (or be stood in by) the CUDA one.
+HOST_LIB_NAME = "libcarm_bench_host.so"
 CUDA_SOURCES = ("carm_bench.cu", "k_cudacore.cu", "k_tensor.cu")
 TF_SOURCE = "tf_carm_ops.cc"
 HOST_FAKE_SOURCE = "host_fake.cc"   # the C ABI without CUDA: known figures, for tests without a GPU
@@ -184,13 +187,13 @@ def _cxx() -> str:
     return cxx
 
 
-def _build_tf_op(src: Path, out_dir: Path, tf_cflags: list[str], tf_lflags: list[str], log: list[str],
+def _build_tf_op(src: Path, out_dir: Path, lib_name: str, tf_cflags: list[str], tf_lflags: list[str], log: list[str],
                  fail: Callable[[str, str], KernelBuildError]) -> None:
-    """tf_carm_ops.so from kernels/tf_carm_ops.cc, linked against out_dir's libcarm_bench.so (CUDA or host-only)."""
+    """tf_carm_ops.so from kernels/tf_carm_ops.cc, linked against out_dir's lib_name (the CUDA or host-only ABI)."""
     tmp_tf = out_dir / (TF_LIB_NAME + ".tmp")
     # TensorFlow's own headers call deprecated absl helpers: their warnings are not ours
     cmd = [_cxx(), *_CXX_FLAGS, "-Wno-deprecated-declarations", *tf_cflags, f"-I{src}", str(src / TF_SOURCE),
-           "-o", str(tmp_tf), f"-L{out_dir}", "-l:" + LIB_NAME, "-Wl,-rpath,$ORIGIN", *tf_lflags]
+           "-o", str(tmp_tf), f"-L{out_dir}", "-l:" + lib_name, "-Wl,-rpath,$ORIGIN", *tf_lflags]
     rc, out = _run(cmd, log)
     if rc:
         raise fail(f"compiling {TF_SOURCE} failed", out)
@@ -206,7 +209,7 @@ def _failing(log: list[str], log_path: Path) -> Callable[[str, str], KernelBuild
 
 
 def build_host_fake(with_tf: bool | None = None, force: bool = False, cache_root: Path | None = None) -> BuildResult:
-    """libcarm_bench.so from kernels/host_fake.cc with the system C++ compiler (no CUDA, no GPU: a small
+    """libcarm_bench_host.so from kernels/host_fake.cc with the system C++ compiler (no CUDA, no GPU: a small
     table and figures computed from each call's configuration), and the TF op library linked against it
     when TensorFlow is importable (with_tf as in build_kernels). Cached like build_kernels."""
     src = kernels_dir()
@@ -218,22 +221,22 @@ def build_host_fake(with_tf: bool | None = None, force: bool = False, cache_root
     _, version = _run([cxx, "--version"], [])
     key = cache_key(src, ("host",), version, with_tf, [*_CXX_FLAGS, *tf_cflags, *tf_lflags])
     out_dir = (cache_root or default_cache_root()) / f"host-{key}"
-    lib = out_dir / LIB_NAME
+    lib = out_dir / HOST_LIB_NAME
     tf_lib = out_dir / TF_LIB_NAME if with_tf else None
     log_path = out_dir / "build.log"
     if not force and lib.is_file() and (tf_lib is None or tf_lib.is_file()):
         return BuildResult(lib, tf_lib, ("host",), out_dir, True, Path(cxx), log_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     fail = _failing(log, log_path)
-    tmp_lib = out_dir / (LIB_NAME + ".tmp")
+    tmp_lib = out_dir / (HOST_LIB_NAME + ".tmp")
     # the soname lets ctypes and the op library share one loaded copy (one table, one last-run record)
-    rc, out = _run([cxx, *_CXX_FLAGS, f"-I{src}", str(src / HOST_FAKE_SOURCE), f"-Wl,-soname,{LIB_NAME}",
+    rc, out = _run([cxx, *_CXX_FLAGS, f"-I{src}", str(src / HOST_FAKE_SOURCE), f"-Wl,-soname,{HOST_LIB_NAME}",
                     "-o", str(tmp_lib)], log)
     if rc:
         raise fail(f"compiling {HOST_FAKE_SOURCE} failed", out)
     tmp_lib.replace(lib)
     if with_tf:
-        _build_tf_op(src, out_dir, tf_cflags, tf_lflags, log, fail)
+        _build_tf_op(src, out_dir, HOST_LIB_NAME, tf_cflags, tf_lflags, log, fail)
     log_path.write_text("\n".join(log))
     return BuildResult(lib, tf_lib, ("host",), out_dir, False, Path(cxx), log_path)
 
@@ -289,7 +292,7 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
 
     if with_tf:
         say("compiling the TensorFlow op library")
-        _build_tf_op(src, out_dir, tf_cflags, tf_lflags, log, fail)
+        _build_tf_op(src, out_dir, LIB_NAME, tf_cflags, tf_lflags, log, fail)
 
     log_path.write_text("\n".join(log))
     say(f"kernels built in {out_dir}")
