@@ -32,7 +32,7 @@ def __getattr__(name):
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True):
     """Measure every CARM roof of GPU `device` with its power; returns (and caches) a measured Profile."""
-    from carm_advisor.measure.ceilings import measure_ceilings as _measure
+    from carm_advisor.profiles.build import measure_ceilings as _measure
 
     return _measure(device=device, quick=quick, progress=progress)
 
