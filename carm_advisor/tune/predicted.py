@@ -1,5 +1,5 @@
-"""Every CARM prediction the tuner uses, in one adapter (so the Predictor and the calibration of
-issues 10/11 replace what is here in one place).
+"""Every CARM prediction the tuner uses, in one adapter over carm_advisor.predict.Predictor (a
+calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
 
 - `ConfigPredictor.predict(config)`: the CARM bound of a configuration: each layer's time from the
   roofs (stretched where the power limit forbids running that fast), its energy from the profile's
@@ -37,6 +37,8 @@ class Prediction:
     batch_size: int
     source: str = SOURCE_BOUND
     rows: list = field(default_factory=list, repr=False)
+    calibrated_time_s: float | None = None      # with a calibration: the expected figures beside the bound
+    calibrated_energy_j: float | None = None
 
     @property
     def power_w(self) -> float | None:
@@ -44,32 +46,23 @@ class Prediction:
 
 
 def math_mode_for(config: TrialConfig) -> dict[str, str]:
-    from carm_advisor.analysis import resolve_math_mode
+    from carm_advisor.predict import resolve_math_mode
 
     mode = dict(resolve_math_mode(config.backend))
     mode.update(_FLOAT32_MATH.get(config.precision, {}))
     return mode
 
 
-def _rows(costs_model, batch_size: int, dtype: str, profile, math_mode) -> list:
-    """Layer rows with bound time and energy: the Predictor where it exists, else analysis.predict_rows."""
-    try:
-        from carm_advisor.predict import Predictor  # issue 11's public predictor, once merged
-    except ImportError:
-        from carm_advisor.analysis import predict_rows
-        from carm_advisor.mapping import map_model
-
-        return predict_rows(map_model(costs_model, batch_size=batch_size, compute_dtype=dtype), profile, math_mode)
-    return Predictor(profile, math_mode).rows(costs_model, batch_size=batch_size, dtype=dtype)
 
 
 class ConfigPredictor:
     """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
 
-    def __init__(self, spec: ModelSpec, profile=None, model=None) -> None:
+    def __init__(self, spec: ModelSpec, profile=None, model=None, calibration=None) -> None:
         from carm_advisor.profiles.profile import Profile, load_profile
 
         self.spec = spec
+        self.calibration = calibration
         self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
         self._models: dict[str, Any] = {}
         if model is not None:
@@ -90,17 +83,25 @@ class ConfigPredictor:
     def predict(self, config: TrialConfig) -> Prediction:
         mode = math_mode_for(config)
         key = (config.precision if config.compute_dtype != "float32" else "float32",
-               mode.get("conv"), mode.get("matmul"), config.batch_size, _layout_key(self.spec, config.layout))
+               mode.get("conv"), mode.get("matmul"), config.batch_size, _layout_key(self.spec, config.layout),
+               config.backend if self.calibration is not None else None)
         if key not in self._cache:
-            rows = _rows(self.model(config.layout), config.batch_size, config.compute_dtype, self.profile, mode)
+            from carm_advisor.predict import Predictor
+
+            predictor = Predictor(self.profile, mode, backend=config.backend, calibration=self.calibration)
+            rows = predictor.rows(self.model(config.layout), batch_size=config.batch_size, dtype=config.compute_dtype)
             known = [r for r in rows if r.known and r.predicted_time_s is not None]
             energies = [r.predicted_energy_j for r in known]
+            calibrated_t = [getattr(r, "calibrated_time_s", None) for r in known]
+            calibrated_e = [getattr(r, "calibrated_energy_j", None) for r in known]
             self._cache[key] = Prediction(
                 time_s=sum(r.predicted_time_s for r in known),
                 energy_j=sum(energies) if energies and None not in energies else None,
                 flops=float(sum(r.flops for r in rows if r.known)),
                 batch_size=config.batch_size,
                 rows=rows,
+                calibrated_time_s=sum(calibrated_t) if known and None not in calibrated_t else None,
+                calibrated_energy_j=sum(calibrated_e) if known and None not in calibrated_e else None,
             )
         return self._cache[key]
 
