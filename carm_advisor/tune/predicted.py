@@ -45,6 +45,14 @@ class Prediction:
         return self.energy_j / self.time_s if self.energy_j and self.time_s else None
 
 
+def expected(p: Prediction) -> Prediction:
+    """The calibrated figures where a calibration gave them (to rank configurations), else the bound."""
+    if p.calibrated_time_s is None:
+        return p
+    return Prediction(p.calibrated_time_s, p.calibrated_energy_j, p.flops, p.batch_size,
+                      "predicted (calibrated)", p.rows)
+
+
 def math_mode_for(config: TrialConfig) -> dict[str, str]:
     from carm_advisor.predict import resolve_math_mode
 

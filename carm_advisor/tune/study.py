@@ -26,7 +26,7 @@ import optuna
 
 from carm_advisor.tune.builder import ModelSpec, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
-from carm_advisor.tune.predicted import ConfigPredictor
+from carm_advisor.tune.predicted import ConfigPredictor, expected
 from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
                                       WorkerRunner, WorkerSettings)
 from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
@@ -84,6 +84,7 @@ def tune(
     sm_clocks_mhz: Iterable[float] | None = None,
     runner=None,
     predictor=None,
+    calibration=None,
     clock_gpu=None,
     worker_settings: WorkerSettings | None = None,
     log_dir: str | None = None,
@@ -104,7 +105,8 @@ def tune(
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
-    log_dir: where the workers' logs go (default a temporary directory).
+    calibration: measured efficiency factors (issue 10) that rank configurations in the CARM order
+    (pruning always compares the bound). log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
     clocks --apply-clocks locks (tests, calibrated predictions).
     """
@@ -156,7 +158,7 @@ def tune(
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
     space = _with_baseline(space, baseline)
-    predictor = predictor or ConfigPredictor(spec, profile, model=built)
+    predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration)
 
     quiet = _quiet_optuna()
     url = storage_url(storage, spec.name)
@@ -366,7 +368,7 @@ def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: 
             configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key]
             if not configs:
                 continue
-            values = [primary.value(predictor.predict(c)) for c in configs]
+            values = [primary.value(expected(predictor.predict(c))) for c in configs]
             best_value = values[primary.select(values)]
             best = [c for c, v in zip(configs, values) if v == best_value]
             # The bound does not see the compiler: take the best bound once per compiler of this backend.
