@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     settings = WorkerSettings(window_s=args.window_s)
     common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
                   worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
-                  trial_timeout_s=args.trial_timeout_s, log_dir=args.out)
+                  trial_timeout_s=args.trial_timeout_s, log_dir=args.out,
+                  log=lambda line: print(line, file=sys.stderr, flush=True))
     if args.grid:
         grid = space.grid()
         study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,

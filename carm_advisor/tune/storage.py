@@ -13,6 +13,7 @@ neither counted as finished nor waited for. `optuna-dashboard <url>` opens the s
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import optuna
@@ -61,8 +62,10 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
             raise ValueError(f"the journal file's directory does not exist: {path.parent}")
         return JournalStorage(JournalFileBackend(str(path)))
     try:
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
-                                             grace_period=max(2, round(3 * heartbeat_s)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable for years
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+                                                 grace_period=max(2, round(3 * heartbeat_s)))
     except (ImportError, ModuleNotFoundError) as exc:
         raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}") from None
     except Exception as exc:  # sqlalchemy's ArgumentError and friends: a malformed URL

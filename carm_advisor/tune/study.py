@@ -95,6 +95,7 @@ def tune(
     heartbeat_s: float = HEARTBEAT_S,
     seed: int = 0,
     progress: bool = True,
+    log=None,
     command: str | None = None,
 ):
     """Search the configuration space for the best `objective` and return a TuneResult.
@@ -105,6 +106,7 @@ def tune(
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
+    log: a function given one line per finished trial (for runs without a terminal).
     calibration: measured efficiency factors (issue 10) that rank configurations in the CARM order
     (pruning always compares the bound). log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
@@ -204,7 +206,7 @@ def tune(
     try:
         if remaining > 0:
             with _progress(progress, n_trials, state) as callback:
-                callbacks = [callback, _budget_callback(deadline_s, state)]
+                callbacks = [callback, _budget_callback(deadline_s, state)] + ([_log_callback(log, state)] if log else [])
                 study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
                                callbacks=callbacks, gc_after_trial=False)
     finally:
@@ -403,6 +405,22 @@ def _finished_count(study) -> int:
 def _fail_stale(study) -> None:
     with contextlib.suppress(Exception):  # a storage without heartbeats has nothing to fail
         optuna.storages.fail_stale_trials(study)
+
+
+def _log_callback(log, state: _StudyState):
+    def callback(study, trial) -> None:
+        attrs = trial.user_attrs
+        what = attrs.get("pruned_detail") or attrs.get("error") or ""
+        if trial.values and "repeat_of" in attrs:
+            what = f"same configuration as trial {attrs['repeat_of']}"
+        m = attrs.get("measurement") or {}
+        if trial.values and not what:
+            what = (f"{m.get('time_s', 0) * 1e3:.2f} ms/batch, spread {m.get('energy_spread') or m.get('time_spread') or 0:.1%}, "
+                    f"{m.get('power_w') or 0:.0f} W, compile {m.get('compile_s') or 0:.1f} s, error {m.get('output_error')}")
+        value = ", ".join(f"{v:.4g}" for v in trial.values) if trial.values else "-"
+        log(f"trial {trial.number} {trial.state.name} {attrs.get('config_key')} {value} ({state.trial_s[-1]:.0f} s) {what}"[:400])
+
+    return callback
 
 
 def _budget_callback(deadline_s: float | None, state: _StudyState):
