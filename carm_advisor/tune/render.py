@@ -62,7 +62,9 @@ def render(result) -> Iterator:
     gain = result.gain()
     if gain is not None:
         summary.append(f"gain {gain:.2f}x in {o.name}", style="bold green" if gain > 1 else "bold")
-        summary.append(f"   {result.gain('samples_per_joule') or float('nan'):.2f}x samples/J")
+        spj = result.gain("samples_per_joule")
+        if spj is not None and spj == spj:
+            summary.append(f"   {spj:.2f}x samples/J")
         if result.slowdown:
             summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
     c = result.counts
