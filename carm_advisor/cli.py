@@ -151,12 +151,12 @@ def _analyze(args) -> int:
     from carm_advisor.model_loader import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
 
+    from carm_advisor.report.files import Outputs
+
     profile = load_profile(args.profile) if args.profile else None
-    for out in (args.json_path, args.plot_path):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise OSError(f"output directory does not exist: {Path(out).parent}")
-        if out and Path(out).is_dir():  # caught here, not after the whole analysis has run
-            raise OSError(f"expected an output file name, received a directory: {out}")
+    outputs = Outputs()   # paths checked now, not after the whole analysis has run
+    outputs.plan(args.json_path, "JSON report")
+    outputs.plan(args.plot_path, "CARM chart")
     if args.plot_path:
         from carm_advisor.report.plot import check_plot_format
 
@@ -185,11 +185,17 @@ def _analyze(args) -> int:
     from carm_advisor.report.render import print_report
 
     print_report(report, console, top=args.top)
+    with outputs:   # every file is renamed into place only once all of them were written
+        if args.json_path:
+            outputs.stage(args.json_path, lambda tmp: tmp.write_text(report.to_json_text()))
+        if args.plot_path:
+            from carm_advisor.report.plot import plot_report
+
+            outputs.stage(args.plot_path, lambda tmp: plot_report(report, tmp))
+        outputs.commit()
     if args.json_path:
-        report.to_json(args.json_path)
         console.print(f"report written to {args.json_path}")
     if args.plot_path:
-        report.plot(args.plot_path)
         console.print(f"CARM chart written to {args.plot_path}")
     return 0
 

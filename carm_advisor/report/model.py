@@ -170,8 +170,14 @@ class Report:
             "warnings": self.warnings,
         }
 
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n"
+
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n")
+        """Write the report as JSON; the file appears whole or not at all (an existing one stays on failure)."""
+        from carm_advisor.report.files import write_text_atomic
+
+        write_text_atomic(path, self.to_json_text())
 
     def print(self, console=None) -> None:
         from carm_advisor.report.render import print_report
@@ -184,9 +190,12 @@ class Report:
         yield from renderables(self, width=options.max_width)
 
     def plot(self, path: str | Path) -> Path:
-        from carm_advisor.report.plot import plot_report
+        """Write the CARM chart to `path` (a file name; its suffix picks PNG/SVG/PDF), whole or not at all."""
+        from carm_advisor.report.files import check_output_path, write_atomic
+        from carm_advisor.report.plot import check_plot_format, plot_report
 
-        return plot_report(self, path)
+        check_plot_format(check_output_path(path))
+        return write_atomic(path, lambda tmp: plot_report(self, tmp))
 
 
 def _jsonable(obj):
