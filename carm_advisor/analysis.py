@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
-from carm_advisor.carm.roofline import CARM
+from carm_advisor.carm.roofline import CARM, apply_launch_floor
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 from carm_advisor.mapping.registry import dtype_bytes_of
@@ -43,7 +43,7 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
             if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
                 time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
                 row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
-            row.predicted_time_s = time_s
+            row.predicted_time_s = apply_launch_floor(time_s, profile.launch_floor_s)
             if c.flops and c.bytes:
                 placement = carm.place(c.ai, path, level)
                 row.bound = placement.bound
