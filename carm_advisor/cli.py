@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from pathlib import Path
+import time
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -118,29 +117,10 @@ def _fail(message: str) -> None:
     sys.stderr.write("carm-advise: error: " + " ".join(message.split()) + "\n")
 
 
-@contextlib.contextmanager
-def _native_stderr_silenced():
-    """TensorFlow's C++ start-up lines go to fd 2 before absl logging is set up, whatever
-    TF_CPP_MIN_LOG_LEVEL says; keep them off the user's terminal while Keras loads its backend."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        sys.stderr.flush()
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _import_keras() -> None:
-    with _native_stderr_silenced():
-        import keras  # noqa: F401  (loads the backend once, quietly)
+    from carm_advisor.keras_import import import_keras
+
+    import_keras()   # loads the backend once, quietly; a missing backend is a one-line error
 
 
 def _analyze(args) -> int:
@@ -184,6 +164,11 @@ def _analyze(args) -> int:
     )
     from carm_advisor.report.render import print_report
 
+    if report.measurement is None:   # these flags only change a measurement, and nothing was measured
+        why = "--no-measure was given" if args.no_measure else "no NVIDIA GPU is usable here"
+        for flag, used in (("--counters", args.counters), ("--training-step", args.training_step)):
+            if used:
+                report.warnings.append(f"{flag} ignored: {why}, so every figure is a prediction")
     print_report(report, console, top=args.top)
     with outputs:   # every file is renamed into place only once all of them were written
         if args.json_path:
@@ -201,9 +186,25 @@ def _analyze(args) -> int:
 
 
 def _ceilings(args) -> int:
+    if args.show and args.exclude:
+        _check_recorded_benchmarks(args.exclude, args.profile)
     from carm_advisor.measure.ceilings import ceilings_command
 
     return ceilings_command(args)
+
+
+def _check_recorded_benchmarks(names: tuple[str, ...], profile_path: str | None) -> None:
+    """--exclude with --show: the benchmark table is read from the built CUDA library, which --show
+    neither needs nor builds, so names are checked against those the profile recorded."""
+    from carm_advisor.errors import CarmError
+    from carm_advisor.profiles.profile import load_profile
+
+    profile = load_profile(profile_path)
+    recorded = {b.get("name") for b in profile.extra.get("benchmarks") or [] if isinstance(b, dict)}
+    unknown = sorted(set(names) - recorded)
+    if unknown:
+        raise CarmError(f"--exclude: unknown benchmark(s) {', '.join(unknown)}; expected names the profile of "
+                        f"{profile.name} recorded (see kernels/README.md), e.g. {', '.join(sorted(recorded)[:4])}")
 
 
 def _build(args) -> int:
@@ -211,8 +212,14 @@ def _build(args) -> int:
 
     from carm_advisor.measure.build import build_kernels
 
-    result = build_kernels(arch=args.arch, force=args.force)
-    Console().print(result)
+    started = time.perf_counter()
+    r = build_kernels(arch=args.arch, force=args.force)
+    elapsed_s = time.perf_counter() - started
+    what = "reused the cached build (sources unchanged)" if r.cached else f"compiled with {r.nvcc}"
+    tf_op = str(r.tf_op_path) if r.tf_op_path else "not built (TensorFlow is not installed here)"
+    Console(highlight=False).print(
+        f"CUDA micro-benchmarks for {', '.join(r.archs)}: {what} in {elapsed_s:.1f} s\n"
+        f"  library:       {r.lib_path}\n  TensorFlow op: {tf_op}\n  build log:     {r.log_path}", soft_wrap=True)
     return 0
 
 
