@@ -86,3 +86,21 @@ def test_a_tiny_dense_layer_is_predicted_at_the_profiles_launch_floor():
     assert row.predicted_time_s == pytest.approx(5e-6)
     no_floor = advisor.analyze(model, profile=profile_from_dict(doc()), measure=False)
     assert next(r for r in no_floor.layers if r.name == "fc").predicted_time_s == pytest.approx(784 / 1e12, rel=0.05)
+
+
+def test_the_ceilings_run_measures_the_launch_floor_and_keeps_it_in_the_profile(tmp_path, monkeypatch):
+    from test_measure_ceilings import FakeLibrary
+
+    from carm_advisor.measure import ceilings as C
+    from carm_advisor.power.fake import FakeGPU
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
+    profile = C.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
+    # The fake's fp32_fma does 1e6 FLOP per inner iteration at 60e12 FLOP/s: 1 iteration = 1e6 / 60e12 s.
+    assert profile.launch_floor_s == pytest.approx(1e6 / 60e12)
+    assert profile.launch_floor["provenance"]["benchmark"] == "fp32_fma"
+    saved = tmp_path / "p.json"
+    profile.save(saved)
+    assert load_profile(saved).launch_floor_s == pytest.approx(1e6 / 60e12)

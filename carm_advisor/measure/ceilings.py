@@ -12,6 +12,7 @@ e_byte[level] = (P - idle) / byte rate.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import statistics
@@ -206,9 +207,13 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         from carm_advisor.measure.verify import verify_with_counters
 
         counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
+    from carm_advisor.measure.launch_floor import measure_launch_floor
+
+    floor = measure_launch_floor(lib, device, arch=arch, clock=clock)
     profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=measure_s,
                             quick=quick, command=command, source_hash=getattr(lib, "source_hash", None) or current_kernel_source_hash(),
                             counter_check=counter_check)
+    profile = dataclasses.replace(profile, launch_floor=floor)
     store_profile(profile)
     return profile
 
