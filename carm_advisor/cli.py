@@ -210,10 +210,11 @@ def _check_recorded_benchmarks(names: tuple[str, ...], profile_path: str | None)
 def _build(args) -> int:
     from rich.console import Console
 
-    from carm_advisor.measure.build import build_kernels
+    from carm_advisor.measure.build import build_kernels, detect_arch
 
     started = time.perf_counter()
-    r = build_kernels(arch=args.arch, force=args.force)
+    # The visible GPU's arch, as its help says and as `ceilings` builds: one cached build serves both.
+    r = build_kernels(arch=args.arch or detect_arch(), force=args.force)
     elapsed_s = time.perf_counter() - started
     what = "reused the cached build (sources unchanged)" if r.cached else f"compiled with {r.nvcc}"
     tf_op = str(r.tf_op_path) if r.tf_op_path else "not built (TensorFlow is not installed here)"

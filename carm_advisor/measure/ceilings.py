@@ -173,6 +173,7 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         from carm_advisor.measure.build import detect_arch
 
         library = KernelLibrary.load(arch=detect_arch())   # only the visible GPU's arch: a faster build
+    load_s = time.perf_counter() - started   # a compile on a cold kernel cache shows here
     lib = library
     dev = lib.device_info(device)
     arch = 10 * dev.cc_major + dev.cc_minor
@@ -209,11 +210,14 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
     from carm_advisor.measure.launch_floor import measure_launch_floor
 
+    floor_started = time.perf_counter()
     floor = measure_launch_floor(lib, device, arch=arch, clock=clock)
+    phases_s = {"load_kernels": load_s, "benchmarks": measure_s - load_s,
+                "launch_floor": time.perf_counter() - floor_started}
     profile = build_profile(runs, dev, gpu, idle_w, arch, wall_s=measure_s,
                             quick=quick, command=command, source_hash=getattr(lib, "source_hash", None) or current_kernel_source_hash(),
                             counter_check=counter_check)
-    profile = dataclasses.replace(profile, launch_floor=floor)
+    profile = dataclasses.replace(profile, launch_floor=floor, provenance={**profile.provenance, "phases_s": phases_s})
     store_profile(profile)
     return profile
 
