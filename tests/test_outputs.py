@@ -6,18 +6,9 @@ import keras
 import pytest
 
 import carm_advisor as advisor
-from carm_advisor.cli import main
 from carm_advisor.errors import CarmError
 from carm_advisor.report.files import Outputs, write_text_atomic
-
-
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from test_cli import run_cli
 
 
 @pytest.fixture

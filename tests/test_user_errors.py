@@ -10,26 +10,10 @@ import keras
 import pytest
 
 import carm_advisor as advisor
-from carm_advisor.cli import main
-from carm_advisor.errors import CarmError, MappingError
+from carm_advisor.errors import MappingError
+from test_cli import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(code, err, fragment):
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("carm-advise: error:"), err
-    assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is not None, reason="jax is installed here")
@@ -37,7 +21,7 @@ def test_a_keras_backend_that_is_not_installed_says_what_to_install():
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", "analyze", "vgg16"], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=300)
-    one_line(proc.returncode, proc.stderr, "pip install jax")
+    assert_one_line_error(proc.returncode, proc.stderr, "pip install jax")
     assert "internal error" not in proc.stderr
 
 
@@ -56,7 +40,7 @@ def test_analyzing_a_bare_layer_says_it_is_a_layer_and_how_to_wrap_it():
 
 def test_an_empty_model_name_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "analyze", "")
-    one_line(code, err, "empty name")
+    assert_one_line_error(code, err, "empty name")
     assert "directory" not in err
 
 
@@ -73,7 +57,7 @@ def test_counters_and_training_step_without_a_gpu_are_said_to_be_ignored(capsys,
 
 def test_ceilings_show_refuses_an_unknown_benchmark_to_exclude(capsys):
     code, _, err = run_cli(capsys, "ceilings", "--show", "--exclude", "nosuchbench")
-    one_line(code, err, "nosuchbench")
+    assert_one_line_error(code, err, "nosuchbench")
 
 
 def test_ceilings_show_accepts_a_recorded_benchmark_to_exclude(capsys):
