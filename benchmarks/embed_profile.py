@@ -8,7 +8,7 @@ recorded profile shipped with the package, keeping every figure as measured and 
 the profile and changes nothing else; without it the profile regenerates byte for byte.
 
 --drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
-then selected again from the run's own recorded figures (carm_advisor.measure.ceilings.reselect_recorded);
+then selected again from the run's own recorded figures (carm_advisor.profiles.build.reselect_recorded);
 the reason is kept in the profile's provenance.
 """
 
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     import argparse
     import fnmatch
 
-    from carm_advisor.measure.ceilings import reselect_recorded
+    from carm_advisor.profiles.build import reselect_recorded
     from carm_advisor.profiles.profile import profile_from_dict
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -92,12 +92,13 @@ def test_the_ceilings_run_measures_the_launch_floor_and_keeps_it_in_the_profile(
     from test_measure_ceilings import FakeLibrary
 
     from carm_advisor.measure import ceilings as C
+    from carm_advisor.profiles import build as P
     from carm_advisor.power.fake import FakeGPU
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
-    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    monkeypatch.setattr(C, "idle_power_w", lambda gpu, seconds=0.5: 100.0)
     gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
-    profile = C.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
+    profile = P.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
     # The fake's fp32_fma does 1e6 FLOP per inner iteration at 60e12 FLOP/s: 1 iteration = 1e6 / 60e12 s.
     assert profile.launch_floor_s == pytest.approx(1e6 / 60e12)
     assert profile.launch_floor["provenance"]["benchmark"] == "fp32_fma"

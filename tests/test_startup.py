@@ -70,11 +70,12 @@ def test_the_measured_profile_says_how_long_loading_the_kernels_took(tmp_path, m
     from test_measure_ceilings import FakeLibrary
 
     from carm_advisor.measure import ceilings as C
+    from carm_advisor.profiles import build as P
     from carm_advisor.power.fake import FakeGPU
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
-    monkeypatch.setattr(C, "_idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    monkeypatch.setattr(C, "idle_power_w", lambda gpu, seconds=0.5: 100.0)
     gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
-    profile = C.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
+    profile = P.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
     assert set(profile.provenance["phases_s"]) == {"load_kernels", "benchmarks", "launch_floor"}
     assert all(v >= 0 for v in profile.provenance["phases_s"].values())
