@@ -1,5 +1,6 @@
 """Start-up of `carm-advise ceilings`: no framework import, and no second compile of the same library."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,14 @@ def test_the_measured_profile_says_how_long_loading_the_kernels_took(tmp_path, m
     profile = P.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
     assert set(profile.provenance["phases_s"]) == {"load_kernels", "benchmarks", "launch_floor"}
     assert all(v >= 0 for v in profile.provenance["phases_s"].values())
+
+
+def test_choosing_the_kernel_binding_imports_no_keras(tmp_path):
+    (tmp_path / "keras.json").write_text('{"backend": "torch"}')
+    code = ("import sys\nfrom carm_advisor.measure.binding import default_binding\n"
+            "print(default_binding(), 'keras' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "KERAS_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ctypes", "False"]   # Keras set to torch: the ctypes binding, read from keras.json
