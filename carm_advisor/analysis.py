@@ -199,7 +199,7 @@ def _default_profile(name: str | None, run) -> Profile:
     if name is not None:
         return load_profile(name)
     if run is not None:
-        from carm_advisor.measure.ceilings import measured_profile_for
+        from carm_advisor.profiles.build import measured_profile_for
 
         cached = measured_profile_for(run.device or {})
         if cached is not None:

@@ -103,14 +103,9 @@ def package_violations():
     return layering_violations(PACKAGE_DIR)
 
 
-_RULE_PARAMS = [
-    pytest.param(rule, marks=pytest.mark.xfail(strict=True, reason="measure/ceilings.py's CLI handler moves out in branch arch"))
-    if rule == MEASURE_REPORT else rule
-    for rule in RULES
-]
 
 
-@pytest.mark.parametrize("rule", _RULE_PARAMS)
+@pytest.mark.parametrize("rule", RULES)
 def test_the_package_keeps_the_layering_rule(rule, package_violations):
     assert package_violations[rule] == []
 

@@ -138,9 +138,3 @@ def run_ceilings(lib, gpu, device: int = 0, quick: bool = False, progress: bool 
         counter_check = verify_with_counters(lib.path, names=[r.name for r in runs], device=device)
     return CeilingRuns(runs, dev, arch, idle_w, wall_s, counter_check, getattr(lib, "source_hash", None))
 
-
-def measured_profile_for(device: dict):
-    """Moved to profiles/build.py; forwarded while analysis.py still imports it from here."""
-    from carm_advisor.profiles.build import measured_profile_for as cached
-
-    return cached(device)
