@@ -43,6 +43,7 @@ def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, 
             if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
                 time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
                 row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
+                row.predicted_power_w = row.predicted_energy_j / time_s if time_s > 0 else None
             row.predicted_time_s = time_s
             if c.flops and c.bytes:
                 placement = carm.place(c.ai, path, level)

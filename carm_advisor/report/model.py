@@ -40,6 +40,7 @@ class LayerRow:
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
+    predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -183,7 +184,16 @@ class Report:
 
         yield from renderables(self, width=options.max_width)
 
-    def plot(self, path: str | Path) -> Path:
+    def plot(self, path: str | Path, kind: str = "carm") -> Path:
+        """kind "carm": the performance CARM with the layer dots; "energy": GFLOP/s per W against AI."""
+        if kind == "energy":
+            from carm_advisor.report.plot_energy import plot_energy
+
+            return plot_energy(self, path)
+        if kind != "carm":
+            from carm_advisor.errors import CarmError
+
+            raise CarmError(f"plot kind must be 'carm' or 'energy', received: {kind!r}")
         from carm_advisor.report.plot import plot_report
 
         return plot_report(self, path)
