@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
+    a.add_argument("--plot-energy", dest="plot_energy_path",
+                   help="write the energy-efficiency CARM (GFLOP/s per W against AI) with the layer dots here")
     a.add_argument("--from-measurements", help="replay per-layer measurements recorded on a GPU (JSON)")
     a.add_argument("--no-measure", action="store_true", help="predict only, even on a GPU")
     a.add_argument("--training-step", action="store_true", help="on a GPU, also measure a whole training step")
@@ -152,15 +154,16 @@ def _analyze(args) -> int:
     from carm_advisor.profiles.profile import load_profile
 
     profile = load_profile(args.profile) if args.profile else None
-    for out in (args.json_path, args.plot_path):
+    for out in (args.json_path, args.plot_path, args.plot_energy_path):
         if out and not Path(out).resolve().parent.is_dir():
             raise OSError(f"output directory does not exist: {Path(out).parent}")
         if out and Path(out).is_dir():  # caught here, not after the whole analysis has run
             raise OSError(f"expected an output file name, received a directory: {out}")
-    if args.plot_path:
-        from carm_advisor.report.plot import check_plot_format
+    for out in (args.plot_path, args.plot_energy_path):
+        if out:
+            from carm_advisor.report.plot import check_plot_format
 
-        check_plot_format(args.plot_path)
+            check_plot_format(out)
     console = Console(stderr=False)
     if args.layout:
         import keras
@@ -191,6 +194,9 @@ def _analyze(args) -> int:
     if args.plot_path:
         report.plot(args.plot_path)
         console.print(f"CARM chart written to {args.plot_path}")
+    if args.plot_energy_path:
+        report.plot(args.plot_energy_path, kind="energy")
+        console.print(f"energy-efficiency CARM chart written to {args.plot_energy_path}")
     return 0
 
 
