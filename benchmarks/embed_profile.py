@@ -2,11 +2,15 @@
 recorded profile shipped with the package, keeping every figure as measured and saying where from.
 
     python benchmarks/embed_profile.py MEASURED_PROFILE.json CEILINGS_VS_REFERENCE.json OUT.json \
-        [--drop 'GLOB=why' ...]
+        [--drop 'GLOB=why' ...] [--power-fit sweep]
 
 --drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
 then selected again from the run's own recorded figures (carm_advisor.measure.ceilings.reselect_recorded);
 the reason is kept in the profile's provenance.
+
+--power-fit sweep replaces the per-benchmark power model by the least-squares fit over every recorded
+benchmark row with a >= 0.9 s power window (carm_advisor/carm/power_fit.py: energies per path and
+level, zero/random data factors, voltage curve, fit quality). Without it the output is as before.
 """
 
 from __future__ import annotations
@@ -38,6 +42,21 @@ def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str
     return doc
 
 
+def sweep_power_model(measured: dict, drop: dict) -> dict:
+    """The power_model section fitted over the whole recorded sweep (rows in `drop` left out)."""
+    from carm_advisor.carm.power_fit import fit_power_sweep, records_from_benchmarks
+
+    device = measured["device"]
+    records = [r for r in records_from_benchmarks(measured.get("benchmarks") or []) if r.name not in drop]
+    fit = fit_power_sweep(records, device.get("idle_power_w"), device.get("sm_clock_max_mhz"),
+                          device.get("power_limit_w"))
+    old = measured.get("power_model") or {}
+    return {**fit.to_dict(), "power_limit_w": device.get("power_limit_w"),
+            "provenance": {"source": "measured", "method": "least squares over every benchmark row with a >= 0.9 s "
+                           "NVML energy window (carm_advisor/carm/power_fit.py); constant: " + fit.quality["constant"],
+                           "date": (old.get("provenance") or {}).get("date")}}
+
+
 DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_with_power_roof",
            "power_bound_flops_per_s", "ratio_with_power_roof", "power_w"}
 
@@ -54,6 +73,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("side_by_side", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--drop", action="append", default=[], metavar="GLOB=WHY")
+    ap.add_argument("--power-fit", choices=("benchmark", "sweep"), default="benchmark",
+                    help="benchmark: e = (P - idle) / rate of each roof's own run (as before); sweep: one "
+                         "least-squares fit over every trustworthy row")
     args = ap.parse_args(argv)
     measured = json.loads(args.measured.read_text())
     drop = {}
@@ -67,6 +89,8 @@ def main(argv: list[str]) -> int:
         measured = reselect_recorded(measured, drop)
     side = json.loads(args.side_by_side.read_text())
     doc = embed(measured, side, args.measured.name, args.side_by_side.name)
+    if args.power_fit == "sweep":
+        doc["power_model"] = sweep_power_model(measured, drop)
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
     if drop:   # the ratios to the references, of the roofs selected again
         sys.path.insert(0, str(Path(__file__).resolve().parent))

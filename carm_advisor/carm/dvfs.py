@@ -79,7 +79,7 @@ def predict_at_clock(carm: CARM, pm: PowerModel, work: Work, sm_clock_mhz: float
     capped = pm.power_limit_w is not None and power_w > pm.power_limit_w
     if capped:
         lo, hi = 1.0, f
-        for _ in range(60):   # ~1e-15 relative: far below any clock step
+        for _ in range(50):   # ~1e-12 MHz: far below any clock step
             mid = 0.5 * (lo + hi)
             if _uncapped(carm, pm, work, mid, f0, memory_clock_scale)[1] > pm.power_limit_w:
                 hi = mid
@@ -166,3 +166,18 @@ def energy_ridge_ai(carm: CARM, pm: PowerModel, path: str, level: str) -> float:
     is within 2x of its ceiling; compare with the performance ridge peak / bandwidth."""
     peak = carm.peak_flops_per_s[path]
     return pm.joules_per_byte[level] / (pm.joules_per_flop[path] + pm.constant_w / peak)
+
+
+def clock_advice(carm: CARM, pm: PowerModel, works: dict[str, Work], reference_sm_clock_mhz: float | None = None,
+                 clocks_mhz: Sequence[float] | None = None) -> dict:
+    """The predicted energy-optimal SM clock of each named piece of work and of all of them run in turn
+    (a whole model at one locked clock), each with its energy gain and slowdown against the default clock."""
+    def one(items) -> dict:
+        best = energy_optimal_sm_clock_mhz(carm, pm, items, clocks_mhz, None, reference_sm_clock_mhz)
+        return {"sm_clock_mhz": best.sm_clock_mhz, "energy_gain": best.energy_gain, "slowdown": best.slowdown,
+                "default_sm_clock_mhz": best.at_default.requested_sm_clock_mhz,
+                "default_sustained_sm_clock_mhz": best.at_default.sm_clock_mhz, "source": "predicted"}
+
+    layers = {name: one(w) for name, w in works.items()}
+    return {"model": one(list(works.values())) if works else None, "layers": layers,
+            "voltage_curve": pm.voltage.to_dict() if pm.voltage is not None else None}

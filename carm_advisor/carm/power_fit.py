@@ -235,7 +235,8 @@ def _data_factors(e_by: dict[tuple, float], paths: list[str]) -> tuple[dict[str,
     """Energy per FLOP with random data per path, and the zero-data factor e_zero / e_random.
 
     A path measured only on zeros gets the median factor of the paths measured both ways, so its
-    random-data energy is e_zero / factor (documented in the fit as such)."""
+    random-data energy is e_zero / factor; a path measured only on random data has no zero factor
+    (PowerModel.data_multiplier then answers 1)."""
     import statistics
 
     both = [e_by[(p, "zero")] / e_by[(p, "random")] for p in paths
@@ -246,7 +247,7 @@ def _data_factors(e_by: dict[tuple, float], paths: list[str]) -> tuple[dict[str,
         rnd, zero = e_by.get((p, "random")), e_by.get((p, "zero"))
         if rnd:
             e_flop[p] = rnd
-            factor[p] = {"random": 1.0, "zero": (zero / rnd) if zero is not None else median_zero}
+            factor[p] = {"random": 1.0, **({"zero": zero / rnd} if zero is not None else {})}
         elif zero is not None:
             e_flop[p] = zero / median_zero if median_zero > 0 else zero
             factor[p] = {"random": 1.0, "zero": median_zero}

@@ -41,6 +41,8 @@ class LayerRow:
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
     predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
+    energy_optimal_sm_clock_mhz: float | None = None  # predicted, where the profile has a voltage curve
+    energy_optimal_gain: float | None = None  # predicted energy at the default clock / at the optimal one
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -91,6 +93,7 @@ class Report:
     measurement: dict[str, Any] | None = None   # whole-model measurements, when the GPU measured
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
+    clocks: dict[str, Any] | None = None         # predicted energy-optimal SM clocks (carm/dvfs.clock_advice)
 
     # ---- totals -------------------------------------------------------------------------------
     @property
@@ -169,6 +172,7 @@ class Report:
             "measurement": self.measurement,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "warnings": self.warnings,
+            **({"clocks": self.clocks} if self.clocks else {}),
         }
 
     def to_json(self, path: str | Path) -> None:
