@@ -126,3 +126,60 @@ def test_analyze_predicts_energy_optimal_clocks_with_a_sweep_fitted_profile(tmp_
     assert clocks["model"]["energy_gain"] >= 1.0
     layer = report.known_layers[0]
     assert layer.energy_optimal_sm_clock_mhz <= 1980.0 and layer.energy_optimal_gain >= 1.0
+
+
+class _FakeLibrary:
+    """Two benchmarks on a FakeGPU in virtual time: each call 'runs' 0.1 s at a set power."""
+
+    def __init__(self, gpu):
+        from types import SimpleNamespace as NS
+
+        self.gpu = gpu
+        self.rows = {"mix_fp32_hbm_c4": (NS(name="mix_fp32_hbm_c4", kind="mixed", carm_key="fp32", memory_key="hbm",
+                                           variant="c4", instruction="ffma", runs_on=lambda arch: True), 500.0, 2e12, 1e12),
+                     "fp32_fma": (NS(name="fp32_fma", kind="compute", carm_key="fp32", memory_key="", variant="chains",
+                                     instruction="ffma", runs_on=lambda arch: True), 270.0, 6e12, 0.0)}
+
+    def benchmarks(self):
+        return [info for info, *_ in self.rows.values()]
+
+    def device_info(self, device=0):
+        from types import SimpleNamespace as NS
+
+        return NS(cc_major=9, cc_minor=0, sm_count=132)
+
+    def run(self, name, iterations=0, launches=1, warmup=1):
+        from types import SimpleNamespace as NS
+
+        info, power_w, flops, bytes_ = self.rows[name]
+        self.gpu.set_power_w(power_w)
+        self.gpu.advance(0.1)
+        self.gpu.set_power_w(120.0)
+        return NS(seconds=0.1, flops=flops * 0.1, bytes=bytes_ * 0.1, iterations=iterations or 10)
+
+
+def test_power_sweep_measures_each_row_over_a_full_window_and_its_output_feeds_the_fit():
+    from carm_advisor.carm.power_fit import records_from_benchmarks
+    from carm_advisor.power.fake import FakeGPU
+
+    gpu = FakeGPU(power_w=120.0)
+    doc = _load("power_sweep").sweep(_FakeLibrary(gpu), gpu, [], window_s=1.0, budget_s=60.0,
+                                     clock=gpu.now_s, sleep=gpu.advance)
+    assert doc["device"]["idle_power_w"] == pytest.approx(120.0)
+    rows = {r["name"]: r for r in doc["benchmarks"]}
+    # Every call draws its set power for its whole 0.1 s (the fake idles only between, for no time).
+    assert rows["mix_fp32_hbm_c4"]["power_w"] == pytest.approx(500.0)
+    assert rows["fp32_fma"]["power_w"] == pytest.approx(270.0)
+    assert rows["mix_fp32_hbm_c4"]["flops_per_s"] == pytest.approx(2e12)
+    assert min(rows["mix_fp32_hbm_c4"]["extra"]["window_s"]) >= 1.0
+    records = records_from_benchmarks(doc["benchmarks"])
+    assert {(r.path, r.level) for r in records} == {("fp32", "hbm"), ("fp32", None)}
+
+
+def test_power_sweep_skips_rows_that_would_overrun_the_budget():
+    from carm_advisor.power.fake import FakeGPU
+
+    gpu = FakeGPU(power_w=120.0)
+    doc = _load("power_sweep").sweep(_FakeLibrary(gpu), gpu, [], window_s=1.0, budget_s=4.0,
+                                     clock=gpu.now_s, sleep=gpu.advance)
+    assert len(doc["benchmarks"]) == 1 and len(doc["skipped_for_budget"]) == 1
