@@ -141,7 +141,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float) -> dict:
                            "energy_err": energy_j / measured_e - 1,
                            "measured_time_s": l["time_s"], "predicted_time_s": p.time_s,
                            "time_err": p.time_s / l["time_s"] - 1,
-                           "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": p.sm_clock_mhz})
+                           "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": p.sm_clock_mhz,
+                           "power_capped": p.power_capped})
             weighted_w += p.power_w * l["time_s"]
             measured_t += l["time_s"]
             pred_t += p.time_s
@@ -165,6 +166,27 @@ def _median_abs(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def noise_floor(layers: list[dict]) -> dict:
+    """How far one layer's measured power lies from its median over the runs that measured the same
+    configuration: the error no power model can go below on these windows."""
+    groups: dict[tuple, list[float]] = {}
+    for r in layers:
+        groups.setdefault((r["model"], r["backend"], r["precision"], r["batch_size"], r["layer"]), []).append(
+            r["measured_power_w"])
+    devs = [p / statistics.median(ps) - 1 for ps in groups.values() if len(ps) >= 2 for p in ps]
+    return {"power_median_abs_dev": _median_abs(devs), "n": len(devs),
+            "configurations": sum(1 for ps in groups.values() if len(ps) >= 2)}
+
+
+def capped_clock_error(layers: list[dict]) -> dict:
+    """Layers predicted at the power limit: the SM clock the model says they sustain against the one
+    measured (a check of the voltage curve, fitted or assumed)."""
+    rows = [r for r in layers if r["power_capped"] and r.get("measured_sm_clock_mhz")]
+    errs = [r["predicted_sm_clock_mhz"] - r["measured_sm_clock_mhz"] for r in rows]
+    return {"n": len(rows), "median_abs_err_mhz": _median_abs(errs),
+            "median_err_mhz": statistics.median(errs) if errs else None}
+
+
 def summary(layers: list[dict], models: list[dict]) -> dict:
     worst = sorted(layers, key=lambda r: -abs(r["power_err"]))[:5]
     return {
@@ -176,6 +198,10 @@ def summary(layers: list[dict], models: list[dict]) -> dict:
         "models": {"n": len(models), "power_median_abs_err": _median_abs(r["power_err"] for r in models),
                    "energy_median_abs_err": _median_abs(r["energy_err"] for r in models),
                    "time_median_abs_err": _median_abs(r["time_err"] for r in models)},
+        "power_median_abs_err_layers_over_100us": _median_abs(r["power_err"] for r in layers
+                                                               if r["measured_time_s"] >= 1e-4),
+        "measurement_noise_floor": noise_floor(layers),
+        "capped_sm_clock": capped_clock_error(layers),
         "coverage": {"models": sorted({r["model"] for r in layers}), "backends": sorted({r["backend"] for r in layers}),
                      "precisions": sorted({r["precision"] for r in layers}),
                      "batch_sizes": sorted({r["batch_size"] for r in layers})},

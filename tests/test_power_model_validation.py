@@ -183,3 +183,22 @@ def test_power_sweep_skips_rows_that_would_overrun_the_budget():
     doc = _load("power_sweep").sweep(_FakeLibrary(gpu), gpu, [], window_s=1.0, budget_s=4.0,
                                      clock=gpu.now_s, sleep=gpu.advance)
     assert len(doc["benchmarks"]) == 1 and len(doc["skipped_for_budget"]) == 1
+
+
+def test_wide_report_table_shows_predicted_power_per_layer_and_narrow_one_leaves_it_out():
+    import io
+
+    import keras
+    from rich.console import Console
+
+    import carm_advisor as advisor
+
+    inputs = keras.Input((64,))
+    model = keras.Model(inputs, keras.layers.Dense(256, name="only_dense")(inputs))
+    report = advisor.analyze(model, batch_size=128, measure=False, progress=False)
+    watts = f"{report.known_layers[0].predicted_power_w:.0f} W"
+    wide, narrow = io.StringIO(), io.StringIO()
+    report.print(Console(file=wide, width=220))
+    report.print(Console(file=narrow, width=100))
+    assert "pred. power" in wide.getvalue() and watts in wide.getvalue()
+    assert "pred. power" not in narrow.getvalue()

@@ -28,6 +28,10 @@ def seconds(value: float | None) -> str:
     return f"{value * 1e6:.3g} us"
 
 
+def _watts(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} W"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -68,9 +72,10 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
                ("attainable", "right")]
     if measured:
-        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("E share", "right")]
-    columns += [("pred. time", "right"), ("share", "right")]
-    dropped = {"type", "attainable", "energy", "pred. time"} if narrow else set()
+        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("power", "right"),
+                    ("E share", "right")]
+    columns += [("pred. time", "right"), ("pred. power", "right"), ("share", "right")]
+    dropped = {"type", "attainable", "energy", "power", "pred. time", "pred. power"} if narrow else set()
     if width < 100:
         dropped |= {"E share"}
     keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
@@ -95,8 +100,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                 eff = r.efficiency
                 cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
+                          _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
         table.add_row(*[cells[i] for i in keep])
     return table
 
