@@ -161,6 +161,48 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float) -> dict:
     return {"layers": layers, "models": models, "validation": summary(layers, models)}
 
 
+def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None) -> list:
+    """Layers measured at >= 95% of the power limit, with the clock they sustained there."""
+    from carm_advisor.carm.power_fit import CappedClock
+
+    return [CappedClock(l["flops"], l["bytes"], l["path"], l["level"], l["sm_clock_mhz"])
+            for run in runs if run["file"] != exclude_run for l in run["layers"]
+            if l.get("power_w") and l.get("sm_clock_mhz") and l["power_w"] >= 0.95 * power_limit_w
+            and l["path"] in carm.peak_flops_per_s and l["level"] in carm.bandwidth_bytes_per_s]
+
+
+def voltage_from_clocks(runs: list[dict], records, idle_w, f0_mhz, power_limit_w, carm, pm_prior=None) -> dict:
+    """The voltage curve fitted to the clocks of capped layers, and its leave-one-run-out clock error."""
+    import statistics as st
+
+    from carm_advisor.carm.dvfs import Work, predict_at_clock
+    from carm_advisor.carm.power_fit import fit_voltage_to_capped_clocks
+
+    fit, err = fit_voltage_to_capped_clocks(records, idle_w, f0_mhz, power_limit_w, carm,
+                                            capped_observations(runs, power_limit_w, carm))
+    held_out = []
+    for run in runs:
+        test = capped_observations([run], power_limit_w, carm)
+        train = capped_observations(runs, power_limit_w, carm, run["file"])
+        if not test or not train:
+            continue
+        train_fit, _ = fit_voltage_to_capped_clocks(records, idle_w, f0_mhz, power_limit_w, carm, train)
+        pm = power_model_of(train_fit, power_limit_w)
+        held_out += [predict_at_clock(carm, pm, Work(o.flops, o.bytes, o.path, o.level), f0_mhz, f0_mhz).sm_clock_mhz
+                     - o.sm_clock_mhz for o in test]
+    observed = capped_observations(runs, power_limit_w, carm)
+    prior_err = st.median(abs(predict_at_clock(carm, pm_prior, Work(o.flops, o.bytes, o.path, o.level), f0_mhz,
+                                               f0_mhz).sm_clock_mhz - o.sm_clock_mhz) for o in observed) \
+        if pm_prior is not None and observed else None
+    return {"dvfs": fit.voltage.to_dict(), "observations": fit.quality["voltage_fit"]["observations"],
+            "median_abs_clock_err_mhz_sweep_fit_curve": prior_err,
+            "median_abs_clock_err_mhz_in_sample": err,
+            "median_abs_clock_err_mhz_leave_one_run_out": st.median(abs(e) for e in held_out) if held_out else None,
+            "n_held_out": len(held_out),
+            "note": "fitted to layer clocks under the cap (natural throttling); the power validation above uses "
+                    "the sweep fit alone, whose capped power is the limit whatever the curve"}
+
+
 def _median_abs(values) -> float | None:
     values = [abs(v) for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -219,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceilings", type=Path, action="append", required=True)
     ap.add_argument("--profile", help="profile whose roofs place the layers (default: the embedded H200)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--fit-clocks", action="store_true",
+                    help="also fit the voltage curve to the clocks of layers measured at the power limit "
+                         "(leave-one-run-out clock error)")
     ap.add_argument("--drop", default="", help="benchmark rows to leave out of the fit, comma-separated")
     args = ap.parse_args(argv)
     for p in args.records + args.ceilings:
@@ -237,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},
            "validation": result["validation"], "models": result["models"], "layers": result["layers"]}
+    if args.fit_clocks and limit:
+        from carm_advisor.carm.power_fit import records_from_benchmarks
+
+        records = [r for d in docs for r in records_from_benchmarks(d.get("benchmarks") or []) if r.name not in drop]
+        doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
+                                                                limit, profile.carm(), pm)
     path = write(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
@@ -245,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"layers n={v['n']}: power {fmt(v['power_median_abs_err'])}, energy given time {fmt(v['energy_median_abs_err'])}, "
           f"time (CARM bound) {fmt(v['time_median_abs_err'])}; models n={v['models']['n']}: power "
           f"{fmt(v['models']['power_median_abs_err'])}, energy {fmt(v['models']['energy_median_abs_err'])}")
+    if "voltage_from_capped_clocks" in doc:
+        vc = doc["voltage_from_capped_clocks"]
+        print(f"clock error of the sweep fit's curve on the same layers: "
+              f"{vc['median_abs_clock_err_mhz_sweep_fit_curve']:.0f} MHz")
+        print(f"voltage curve from capped clocks: knee {vc['dvfs']['f_knee_mhz']:.0f} MHz at {vc['dvfs']['v_knee']:.2f}; "
+              f"clock error {vc['median_abs_clock_err_mhz_in_sample']:.0f} MHz in sample, "
+              f"{vc['median_abs_clock_err_mhz_leave_one_run_out']:.0f} MHz leave-one-run-out (n={vc['n_held_out']})")
     print(f"wrote {path}")
     return 0
 

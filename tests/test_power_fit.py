@@ -206,3 +206,36 @@ def test_fit_over_the_recorded_h200_run_explains_the_zero_and_random_bf16_wgmma_
     assert fit.joules_per_flop["tc_bf16"] == pytest.approx(e_rand, rel=1e-6)
     assert fit.data_factor["tc_bf16"]["zero"] == pytest.approx(e_zero / e_rand, rel=1e-6)
     assert 0.15 < fit.data_factor["tc_bf16"]["zero"] < 0.3   # 261 W vs 684 W on the card
+
+
+def test_voltage_curve_is_recovered_from_the_clocks_work_sustains_under_the_power_cap():
+    from carm_advisor.carm.power_fit import CappedClock, fit_voltage_to_capped_clocks
+
+    limit = 800.0     # above every sweep row (a real sweep never reads far above the limit), below two works
+    sweep = [r for r in synthetic_sweep(mixed=False) if r.sm_clock_mhz == F0]   # energies only: no clock leverage
+
+    def capped_clock(scaled_w, hbm_w=0.0):
+        # Compute-bound work at the cap: 100 + v(f)^2 (f/F0) scaled_w + (f/F0) hbm_w = limit (HBM energy per
+        # byte does not scale with the SM voltage; its byte rate follows the compute rate). Bisection here.
+        lo, hi = 1.0, F0
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            power = CONST_W + v_of(mid) ** 2 * mid / F0 * scaled_w + mid / F0 * hbm_w
+            lo, hi = (mid, hi) if power <= limit else (lo, mid)
+        return lo
+
+    bf16 = PEAK["tc_bf16"] * E_FLOP["tc_bf16"]                 # 630 W at F0
+    l2 = BANDWIDTH["l2"] * E_BYTE["l2"]                         # 360 W
+    hbm = BANDWIDTH["hbm"] * E_BYTE["hbm"]                      # 414 W
+    observations = [CappedClock(PEAK["tc_bf16"], BANDWIDTH["l2"], "tc_bf16", "l2", capped_clock(bf16 + l2)),
+                    CappedClock(PEAK["tc_bf16"], BANDWIDTH["hbm"], "tc_bf16", "hbm", capped_clock(bf16, hbm))]
+    fit, err_mhz = fit_voltage_to_capped_clocks(sweep, CONST_W, F0, limit, CARM(PEAK, BANDWIDTH), observations)
+    assert err_mhz < 1e-3
+    # The capped clocks (about 1650-1800 MHz) lie above every candidate knee: they fix the slope of the curve,
+    # (1 - 0.6) / (2000 - 1200) = 0.0005 per MHz, and the voltage at those clocks; of the curves that agree
+    # there, the knee nearest the prior's (F0 / 2 = 1000 MHz) is kept: (1000 MHz, 0.5).
+    v = fit.voltage
+    assert (1 - v.v_knee) / (F0 - v.f_knee_mhz) == pytest.approx((1 - V_KNEE) / (F0 - KNEE), rel=1e-9)
+    assert (v.f_knee_mhz, v.v_knee) == pytest.approx((1000.0, 0.5), rel=1e-9)
+    for o in observations:
+        assert v.relative_voltage(o.sm_clock_mhz) == pytest.approx(v_of(o.sm_clock_mhz), rel=1e-6)

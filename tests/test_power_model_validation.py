@@ -202,3 +202,16 @@ def test_wide_report_table_shows_predicted_power_per_layer_and_narrow_one_leaves
     report.print(Console(file=narrow, width=100))
     assert "pred. power" in wide.getvalue() and watts in wide.getvalue()
     assert "pred. power" not in narrow.getvalue()
+
+
+def test_validation_script_fits_the_voltage_curve_to_capped_layer_clocks_and_scores_it_on_held_out_runs(tmp_path):
+    runs = [RESULTS / f"nvidia-h200-vgg16-layers-mixed_bfloat16-channels_first-2026-12-02-run{n}.json" for n in (4, 7)]
+    mod = _load("power_model_validation")
+    args = ["--ceilings", str(CEILINGS), "--out", str(tmp_path), "--fit-clocks"]
+    assert mod.main(args + [a for r in runs for a in ("--records", str(r))]) == 0
+    doc = json.loads(next(tmp_path.glob("nvidia-h200-power-model-*.json")).read_text())
+    vc = doc["voltage_from_capped_clocks"]
+    assert vc["dvfs"]["source"] == "fitted to capped clocks"
+    assert vc["n_held_out"] == vc["observations"] > 0      # every capped layer predicted from the other run's fit
+    # The fitted curve is chosen to predict the capped clocks: in sample it does no worse than the sweep's prior.
+    assert vc["median_abs_clock_err_mhz_in_sample"] <= vc["median_abs_clock_err_mhz_sweep_fit_curve"]

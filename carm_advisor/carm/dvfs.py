@@ -79,7 +79,7 @@ def predict_at_clock(carm: CARM, pm: PowerModel, work: Work, sm_clock_mhz: float
     capped = pm.power_limit_w is not None and power_w > pm.power_limit_w
     if capped:
         lo, hi = 1.0, f
-        for _ in range(50):   # ~1e-12 MHz: far below any clock step
+        for _ in range(32):   # < 1e-6 MHz: far below any clock step
             mid = 0.5 * (lo + hi)
             if _uncapped(carm, pm, work, mid, f0, memory_clock_scale)[1] > pm.power_limit_w:
                 hi = mid

@@ -328,3 +328,61 @@ def records_from_benchmarks(rows: Iterable[dict[str, Any]]) -> list[PowerRecord]
             data="zero" if b.get("variant") == "zero" else "random",
             window_s=sum(windows) if windows else None))
     return out
+
+
+# ---- the voltage curve from clocks seen under the power cap ----------------------------------------
+
+@dataclass(frozen=True)
+class CappedClock:
+    """A kernel or layer measured at the power limit: its work and the SM clock it sustained there."""
+
+    flops: float
+    bytes: float
+    path: str
+    level: str
+    sm_clock_mhz: float
+
+
+def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz: float,
+                                 power_limit_w: float, carm, observations: list[CappedClock],
+                                 knees: Iterable[float] | None = None, v_knees: Iterable[float] | None = None):
+    """Choose (f_knee, v_knee) so that the sweep fit made with that curve predicts the clocks that the
+    `observations` sustained under the power limit (natural throttling: every capped layer is a point of
+    power against clock). The energies are refitted on the sweep for each candidate curve, so the power
+    of uncapped work at f0 does not depend on this choice. Objective: the median absolute clock error
+    (robust to the layers that no operating point describes). Returns (PowerFit, median error in MHz).
+    The clocks seen under the cap determine the curve's slope above the lowest of them, not the knee."""
+    import numpy as np
+
+    from carm_advisor.carm.dvfs import Work, predict_at_clock
+    from carm_advisor.carm.power_model import PowerModel
+
+    rows = list(records)
+    if not observations:
+        raise ProfileError("fitting a voltage curve to clocks needs at least one capped observation")
+    scored = []
+    for knee in knees if knees is not None else np.linspace(0.3, 0.8, 6) * f0_mhz:
+        for v_knee in v_knees if v_knees is not None else np.linspace(0.5, 0.9, 5):
+            curve = VoltageCurve(f0_mhz, float(knee), float(v_knee), "fitted to capped clocks")
+            fit = fit_power_sweep(rows, idle_w, f0_mhz, power_limit_w, voltage=curve)
+            pm = PowerModel(fit.constant_w, fit.joules_per_flop, fit.joules_per_byte, power_limit_w,
+                            fit.data_factor, curve)
+            errs = []
+            for o in observations:
+                if o.path not in pm.joules_per_flop or o.level not in pm.joules_per_byte:
+                    continue
+                p = predict_at_clock(carm, pm, Work(o.flops, o.bytes, o.path, o.level), f0_mhz, f0_mhz)
+                errs.append(abs(p.sm_clock_mhz - o.sm_clock_mhz))
+            if errs:
+                scored.append((float(np.median(errs)), fit))
+    if not scored:
+        raise ProfileError("no capped observation runs on a path and level the power model covers")
+    # Capped clocks pin the curve only where they lie (its slope above them); curves that agree there
+    # tie, and the knee nearest the prior's is kept.
+    least = min(err for err, _ in scored)
+    ties = [(err, fit) for err, fit in scored if err <= least + 0.5]
+    prior_knee = VoltageCurve.default(f0_mhz).f_knee_mhz
+    err, fit = min(ties, key=lambda t: (abs(t[1].voltage.f_knee_mhz - prior_knee), t[0]))
+    best = (fit, err)
+    best[0].quality["voltage_fit"] = {"observations": len(observations), "median_abs_clock_err_mhz": best[1]}
+    return best
