@@ -239,3 +239,23 @@ def test_voltage_curve_is_recovered_from_the_clocks_work_sustains_under_the_powe
     assert (v.f_knee_mhz, v.v_knee) == pytest.approx((1000.0, 0.5), rel=1e-9)
     for o in observations:
         assert v.relative_voltage(o.sm_clock_mhz) == pytest.approx(v_of(o.sm_clock_mhz), rel=1e-6)
+
+
+def test_benchmark_rows_say_which_run_on_zero_operands():
+    rows = [{"name": "tc_bf16_wgmma_zero", "kind": "compute", "key": "tc_bf16", "variant": "zero", "power_w": 261.0,
+             "flops_per_s": 9.5e14, "bytes_per_s": 0.0, "sm_clock_mhz": 1921.0, "extra": {"window_s": [1.05]}},
+            {"name": "mix_bf16_wgmma_hbm_c8", "kind": "mixed", "key": "tc_bf16", "memory_key": "hbm",
+             "variant": "wgmma-c8", "power_w": 600.0, "flops_per_s": 5.9e14, "bytes_per_s": 4.6e12,
+             "sm_clock_mhz": 1980.0, "extra": {"window_s": [1.1]}},
+            {"name": "hbm_read", "kind": "memory", "key": "hbm", "variant": "read", "power_w": 612.0,
+             "flops_per_s": 1e9, "bytes_per_s": 4.65e12, "sm_clock_mhz": 1980.0, "extra": {"window_s": [1.1]}},
+            {"name": "mix_fp32_l2_c4", "kind": "mixed", "key": "fp32", "memory_key": "l2", "variant": "c4",
+             "power_w": None, "flops_per_s": 1.7e13, "bytes_per_s": 8.7e12, "sm_clock_mhz": 1980.0, "extra": {}}]
+    recs = {r.name: r for r in records_from_benchmarks(rows)}
+    assert set(recs) == {"tc_bf16_wgmma_zero", "mix_bf16_wgmma_hbm_c8", "hbm_read"}   # no power: no record
+    assert recs["tc_bf16_wgmma_zero"].data == recs["mix_bf16_wgmma_hbm_c8"].data == "zero"
+    assert recs["hbm_read"].data == "random"
+    # A memory row's address arithmetic is no compute path: all its power is charged to its bytes.
+    assert (recs["hbm_read"].path, recs["hbm_read"].flops_per_s, recs["hbm_read"].level) == (None, 0.0, "hbm")
+    assert (recs["mix_bf16_wgmma_hbm_c8"].path, recs["mix_bf16_wgmma_hbm_c8"].level) == ("tc_bf16", "hbm")
+    assert recs["tc_bf16_wgmma_zero"].window_s == 1.05

@@ -325,9 +325,18 @@ def records_from_benchmarks(rows: Iterable[dict[str, Any]]) -> list[PowerRecord]
         out.append(PowerRecord(
             name=b["name"], path=path, level=level, flops_per_s=flops, bytes_per_s=bytes_,
             power_w=float(b["power_w"]), sm_clock_mhz=b.get("sm_clock_mhz"),
-            data="zero" if b.get("variant") == "zero" else "random",
+            data=b.get("data") or _operand_data(b),
             window_s=sum(windows) if windows else None))
     return out
+
+
+def _operand_data(b: dict[str, Any]) -> str:
+    """What the Tensor Cores of a benchmark row multiply: the *_zero variants and the mixed BF16 wgmma
+    sweep (kernels/k_tensor.cu zeroes its shared-memory tiles and streams the loads beside them) run on
+    zeros; every other row on random or non-zero data."""
+    if b.get("variant") == "zero" or str(b.get("name", "")).startswith("mix_bf16_wgmma"):
+        return "zero"
+    return "random"
 
 
 # ---- the voltage curve from clocks seen under the power cap ----------------------------------------
