@@ -1,6 +1,6 @@
 """Power of chosen micro-benchmarks over >= 1 s NVML energy windows, for the sweep power fit.
 
-    python benchmarks/power_sweep.py [--names GLOB,...] [--window-s 1.0] [--budget-s 240] [--out DIR]
+    python benchmarks/power_sweep.py [--names GLOB,...] [--exclude GLOB,...] [--window-s 1.0] [--budget-s 240] [--out DIR]
 
 The ceilings run times its mixed-intensity sweep in 50 ms calls, too short for NVML's energy counter
 (it advances about every 100 ms), so its sweep rows carry no power. This measures the rows named (by
@@ -44,8 +44,8 @@ def idle_power_w(gpu, seconds: float = 1.0, sleep=time.sleep, clock=time.perf_co
     return (e1 - e0) / 1000.0 / (t1 - t0)
 
 
-def chosen(benchmarks, arch: int, patterns: list[str]) -> list:
-    runnable = [b for b in benchmarks if b.runs_on(arch)]
+def chosen(benchmarks, arch: int, patterns: list[str], exclude: list[str] = ()) -> list:
+    runnable = [b for b in benchmarks if b.runs_on(arch) and not any(fnmatch.fnmatchcase(b.name, p) for p in exclude)]
     if not patterns:   # every mixed row, and the roof rows (wgmma only on Hopper, as the ceilings run)
         return [b for b in runnable if b.kind == "mixed" or not (arch >= 90 and b.kind == "compute"
                                                                   and b.instruction.startswith("mma."))]
@@ -53,11 +53,11 @@ def chosen(benchmarks, arch: int, patterns: list[str]) -> list:
 
 
 def sweep(lib, gpu, names: list[str], window_s: float, budget_s: float, clock=time.perf_counter,
-          sleep=time.sleep) -> dict:
+          sleep=time.sleep, exclude: list[str] = ()) -> dict:
     from carm_advisor.power.energy import measure_energy
 
     dev = lib.device_info(0)
-    infos = chosen(lib.benchmarks(), 10 * dev.cc_major + dev.cc_minor, names)
+    infos = chosen(lib.benchmarks(), 10 * dev.cc_major + dev.cc_minor, names, exclude)
     started = clock()
     idle = idle_power_w(gpu, sleep=sleep, clock=clock)
     rows, skipped = [], []
@@ -92,6 +92,7 @@ def sweep(lib, gpu, names: list[str], window_s: float, budget_s: float, clock=ti
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--names", default="", help="benchmark name globs, comma-separated (default: mixed + roofs)")
+    ap.add_argument("--exclude", default="", help="benchmark name globs to leave out, comma-separated")
     ap.add_argument("--window-s", type=float, default=1.0)
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     lib = KernelLibrary.load(arch=detect_arch())
     gpu = open_gpu(0)
-    doc = sweep(lib, gpu, [n.strip() for n in args.names.split(",") if n.strip()], args.window_s, args.budget_s)
+    globs = lambda text: [n.strip() for n in text.split(",") if n.strip()]  # noqa: E731
+    doc = sweep(lib, gpu, globs(args.names), args.window_s, args.budget_s, exclude=globs(args.exclude))
     path = write(result_path(args.out, doc["device"].get("name") or "gpu", "power-sweep"), doc)
     print(f"{len(doc['benchmarks'])} rows in {doc['wall_s']:.0f} s ({len(doc['skipped_for_budget'])} skipped for the "
           f"budget); wrote {path}")

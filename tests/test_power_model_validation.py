@@ -215,3 +215,12 @@ def test_validation_script_fits_the_voltage_curve_to_capped_layer_clocks_and_sco
     assert vc["n_held_out"] == vc["observations"] > 0      # every capped layer predicted from the other run's fit
     # The fitted curve is chosen to predict the capped clocks: in sample it does no worse than the sweep's prior.
     assert vc["median_abs_clock_err_mhz_in_sample"] <= vc["median_abs_clock_err_mhz_sweep_fit_curve"]
+
+
+def test_power_sweep_leaves_out_excluded_rows():
+    from carm_advisor.power.fake import FakeGPU
+
+    gpu = FakeGPU(power_w=120.0)
+    doc = _load("power_sweep").sweep(_FakeLibrary(gpu), gpu, [], window_s=1.0, budget_s=60.0,
+                                     clock=gpu.now_s, sleep=gpu.advance, exclude=["mix_*"])
+    assert [r["name"] for r in doc["benchmarks"]] == ["fp32_fma"]
