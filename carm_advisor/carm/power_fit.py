@@ -228,6 +228,10 @@ def fit_power_sweep(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz
                         "(no record mixes paths and levels, so an intercept is not identifiable)",
                         "solver": _solver_name(), "min_window_s": min_window_s,
                         "sse_w2": sse})
+    if power_limit_w:   # the clock each kernel sustained at the power limit, as recorded
+        fit.quality["sustained_under_cap"] = [
+            {"name": r.name, "sm_clock_mhz": r.sm_clock_mhz, "power_w": r.power_w, "data": r.data}
+            for r in rows if r.power_w >= 0.95 * power_limit_w]
     return fit
 
 
