@@ -259,3 +259,21 @@ def test_benchmark_rows_say_which_run_on_zero_operands():
     assert (recs["hbm_read"].path, recs["hbm_read"].flops_per_s, recs["hbm_read"].level) == (None, 0.0, "hbm")
     assert (recs["mix_bf16_wgmma_hbm_c8"].path, recs["mix_bf16_wgmma_hbm_c8"].level) == ("tc_bf16", "hbm")
     assert recs["tc_bf16_wgmma_zero"].window_s == 1.05
+
+
+def test_layer_prediction_goes_through_the_sustained_clock_when_the_model_has_a_voltage_curve():
+    from carm_advisor.carm.dvfs import predicted_time_energy
+
+    carm = CARM({"fp32": 1e15}, {"hbm": 1e15})
+    blind = PowerModel(constant_w=100.0, joules_per_flop={"fp32": 0.5e-12}, joules_per_byte={"hbm": 0.0},
+                       power_limit_w=400.0)
+    aware = PowerModel(constant_w=100.0, joules_per_flop={"fp32": 0.5e-12}, joules_per_byte={"hbm": 0.0},
+                       power_limit_w=400.0, voltage=VoltageCurve(2000.0, 1000.0, 0.7))
+    # Clock-blind: 500 J of dynamic energy at most 300 W above the constant: 5/3 s, 400 W throughout.
+    assert predicted_time_energy(carm, blind, 1e15, 1.0, "fp32", "hbm") == pytest.approx((5 / 3, 400 * 5 / 3))
+    # With the curve the clock falls to f where 100 + v(f)^2 (f/2000) 500 = 400: time 2000/f, still 400 W.
+    time_s, energy_j = predicted_time_energy(carm, aware, 1e15, 1.0, "fp32", "hbm")
+    f = 2000 / time_s
+    assert 100 + v_hand(f) ** 2 * f / 2000 * 500 == pytest.approx(400.0, rel=1e-9)
+    assert energy_j == pytest.approx(400.0 * time_s, rel=1e-9)
+    assert time_s < 5 / 3      # lower voltage makes each FLOP cheaper: less slowdown than the clock-blind stretch

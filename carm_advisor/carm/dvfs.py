@@ -181,3 +181,15 @@ def clock_advice(carm: CARM, pm: PowerModel, works: dict[str, Work], reference_s
     layers = {name: one(w) for name, w in works.items()}
     return {"model": one(list(works.values())) if works else None, "layers": layers,
             "voltage_curve": pm.voltage.to_dict() if pm.voltage is not None else None}
+
+
+def predicted_time_energy(carm: CARM, pm: PowerModel, flops: float, bytes_: float, path: str,
+                          level: str) -> tuple[float, float]:
+    """(time_s, energy_j) of work at the default clock with the power limit as a roof: through the
+    sustained clock where the model has a voltage curve, else by stretching the roofs' time until
+    the dynamic energy fits under the limit (PowerModel.capped_time_s, clock-blind)."""
+    if pm.voltage is not None:
+        p = predict_at_clock(carm, pm, Work(flops, bytes_, path, level), pm.voltage.f0_mhz)
+        return p.time_s, p.energy_j
+    time_s = pm.capped_time_s(carm.time_s(flops, bytes_, path, level), flops, bytes_, path, level)
+    return time_s, pm.energy_j(time_s, flops, bytes_, path, level)
