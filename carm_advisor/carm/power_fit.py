@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from carm_advisor.carm.power_model import DEFAULT_DATA, VoltageCurve
+from carm_advisor.carm.power_model import VoltageCurve
 from carm_advisor.errors import ProfileError
 
 # A power reading averaged over less than this is dominated by NVML's ~100 ms update steps.
@@ -199,8 +199,6 @@ def fit_power_sweep(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz
     reference (maximum) SM clock. voltage: a given curve, or None to choose f_knee and v_knee by grid
     search (kept as "fitted" only when the throttled records span enough clocks to tell, else the prior).
     """
-    import numpy as np
-
     rows = trustworthy(records, min_window_s, power_limit_w)
     if len(rows) < 2:
         raise ProfileError(f"a power fit needs at least 2 records with a >= {min_window_s} s power window, "
