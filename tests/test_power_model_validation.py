@@ -126,6 +126,14 @@ def test_analyze_predicts_energy_optimal_clocks_with_a_sweep_fitted_profile(tmp_
     assert clocks["model"]["energy_gain"] >= 1.0
     layer = report.known_layers[0]
     assert layer.energy_optimal_sm_clock_mhz <= 1980.0 and layer.energy_optimal_gain >= 1.0
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    report.print(Console(file=out, width=200))
+    assert f"Energy-optimal SM clock (predicted, voltage curve assumed): {clocks['model']['sm_clock_mhz']:.0f} MHz" \
+        in out.getvalue()
 
 
 class _FakeLibrary:
