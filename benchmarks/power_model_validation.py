@@ -67,7 +67,7 @@ def _layer_rows_from_record(doc: dict, profile) -> list[dict]:
     """Analytic costs of a RunMeasurement's model (built on the CPU), joined with its measured layers."""
     import keras
 
-    from carm_advisor.carm.placement import compute_path, memory_level
+    from carm_advisor.predict import compute_path, memory_level
     from carm_advisor.mapping import map_model
     from carm_advisor.model_loader import load_model
 

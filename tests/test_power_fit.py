@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from carm_advisor.carm.dvfs import Work, energy_optimal_sm_clock_mhz, energy_ridge_ai, predict_at_clock
-from carm_advisor.carm.power_fit import (PowerRecord, fit_power_sweep, nnls, records_from_benchmarks,
-                                         solve_nonnegative)
+from carm_advisor.carm.power_fit import PowerRecord, fit_power_sweep, nnls, records_from_benchmarks
 from carm_advisor.carm.power_model import PowerModel, VoltageCurve
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import ProfileError
@@ -73,8 +72,16 @@ def test_nnls_fallback_matches_a_hand_solved_constrained_problem():
     a = [[1, 0], [0, 1], [1, 1]]
     x, _ = nnls(a, [2, -1, 1])
     assert x == pytest.approx([1.5, 0.0], abs=1e-12)
-    x2, _ = solve_nonnegative(a, [2, -1, 1])      # scipy where installed: the same answer
-    assert x2 == pytest.approx([1.5, 0.0], abs=1e-9)
+
+
+def test_nnls_agrees_with_scipy_on_random_problems_with_active_constraints():
+    optimize = pytest.importorskip("scipy.optimize")
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        a, b = rng.normal(size=(30, 8)), rng.normal(size=30)
+        ours, theirs = nnls(a, b)[0], optimize.nnls(a, b)[0]
+        assert ours == pytest.approx(theirs, abs=1e-8)
+        assert (ours == 0).any()       # some constraints active: the case the active set exists for
 
 
 def test_nnls_fallback_equals_unconstrained_least_squares_when_the_solution_is_positive():

@@ -16,8 +16,8 @@ SM clock f:
 - P_const: static plus uncore power, taken as clock-independent (an assumption too).
 
 Every term is linear in (P_const, e_flop, e_byte, d) for given (f_knee, v_knee), so the energies are a
-non-negative least-squares fit over every trustworthy record at once (scipy.optimize.nnls when SciPy is
-installed, else `nnls` below, the Lawson-Hanson active-set method) and the two voltage parameters
+non-negative least-squares fit over every trustworthy record at once (`nnls` below, the Lawson-Hanson
+active-set method that scipy.optimize.nnls also implements) and the two voltage parameters
 are a grid search around it. Where the records cannot separate P_const from the energies (every record
 exercises one path or one level only, as roof benchmarks do), P_const is fixed to the measured idle
 power and the fit says so.
@@ -80,8 +80,8 @@ class PowerFit:
 def nnls(a, b, max_iter: int | None = None):
     """min ||a x - b|| subject to x >= 0 (Lawson and Hanson, 1974, ch. 23), in numpy.
 
-    scipy.optimize.nnls solves the same problem; this is the fallback where SciPy is absent (it is not
-    a dependency of the package). Returns (x, residual norm).
+    The same problem scipy.optimize.nnls solves (tests compare the two where SciPy is installed); carm/
+    stays on numpy alone, and SciPy is no dependency of the package. Returns (x, residual norm).
     """
     import numpy as np
 
@@ -109,16 +109,6 @@ def nnls(a, b, max_iter: int | None = None):
             x[~passive] = 0.0
         w = a.T @ (b - a @ x)
     return x, float(np.linalg.norm(a @ x - b))
-
-
-def solve_nonnegative(a, b):
-    """scipy.optimize.nnls where SciPy is installed, else the numpy active-set `nnls` (same answer)."""
-    try:
-        from scipy.optimize import nnls as scipy_nnls
-    except ImportError:
-        return nnls(a, b)
-    x, rnorm = scipy_nnls(a, b)
-    return x, float(rnorm)
 
 
 # ---- the sweep fit -------------------------------------------------------------------------------
@@ -181,11 +171,11 @@ def _solve(records, cols, voltage, idle_w, fit_constant):
     a = _design(records, cols, voltage)
     p = np.array([r.power_w for r in records])
     if fit_constant:
-        x, _ = solve_nonnegative(np.hstack([np.ones((len(records), 1)), a]), p)
+        x, _ = nnls(np.hstack([np.ones((len(records), 1)), a]), p)
         const, x = float(x[0]), x[1:]
     else:
         const = float(idle_w)
-        x, _ = solve_nonnegative(a, p - const)
+        x, _ = nnls(a, p - const)
     sse = float(np.sum((a @ x + const - p) ** 2))
     return const, x, sse
 
@@ -224,7 +214,7 @@ def fit_power_sweep(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz
     fit.quality.update({"records": len(rows), "parameters": len(cols) + int(fit_constant),
                         "constant": "fitted (intercept)" if fit_constant else "fixed to the measured idle power "
                         "(no record mixes paths and levels, so an intercept is not identifiable)",
-                        "solver": _solver_name(), "min_window_s": min_window_s,
+                        "solver": "non-negative least squares (Lawson-Hanson active set, numpy)", "min_window_s": min_window_s,
                         "sse_w2": sse})
     if power_limit_w:   # the clock each kernel sustained at the power limit, as recorded
         fit.quality["sustained_under_cap"] = [
@@ -296,14 +286,6 @@ def _dynamic_w(r: PowerRecord, e_flop, e_byte, factor, voltage: VoltageCurve) ->
     if r.level and r.bytes_per_s > 0 and r.level in e_byte:
         out += (1.0 if r.level == "hbm" else s) * e_byte[r.level] * r.bytes_per_s
     return out
-
-
-def _solver_name() -> str:
-    try:
-        import scipy.optimize  # noqa: F401
-    except ImportError:
-        return "numpy active-set NNLS (Lawson-Hanson; SciPy absent)"
-    return "scipy.optimize.nnls"
 
 
 # ---- adapters from recorded runs -----------------------------------------------------------------

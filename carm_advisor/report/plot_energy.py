@@ -63,9 +63,9 @@ def plot_energy(report, path: str | Path) -> Path:
     ax.set_ylabel("energy efficiency (GFLOP/s per W = GFLOP per J)")
     ax.grid(True, which="major", alpha=0.3)
     m, d = report.model, report.device
-    what = "measured dots" if measured else f"PREDICTED from the {d.get('profile_source')} profile"
-    ax.set_title(f"Energy-efficiency CARM: {m['name']} (batch {m['batch_size']}, {m['precision']}) on "
-                 f"{d.get('profile')} - {what}", fontsize=10)
+    what = "measured dots" if measured else f"PREDICTED from the {d.profile_source} profile"
+    ax.set_title(f"Energy-efficiency CARM: {m.name} (batch {m.batch_size}, {m.precision}) on "
+                 f"{d.profile} - {what}", fontsize=10)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     path = Path(path)
