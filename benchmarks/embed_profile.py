@@ -44,17 +44,12 @@ def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str
 
 def sweep_power_model(measured: dict, drop: dict) -> dict:
     """The power_model section fitted over the whole recorded sweep (rows in `drop` left out)."""
-    from carm_advisor.carm.power_fit import fit_power_sweep, records_from_benchmarks
+    from carm_advisor.carm.power_fit import power_model_section
 
     device = measured["device"]
-    records = [r for r in records_from_benchmarks(measured.get("benchmarks") or []) if r.name not in drop]
-    fit = fit_power_sweep(records, device.get("idle_power_w"), device.get("sm_clock_max_mhz"),
-                          device.get("power_limit_w"))
-    old = measured.get("power_model") or {}
-    return {**fit.to_dict(), "power_limit_w": device.get("power_limit_w"),
-            "provenance": {"source": "measured", "method": "least squares over every benchmark row with a >= 0.9 s "
-                           "NVML energy window (carm_advisor/carm/power_fit.py); constant: " + fit.quality["constant"],
-                           "date": (old.get("provenance") or {}).get("date")}}
+    date = ((measured.get("power_model") or {}).get("provenance") or {}).get("date")
+    return power_model_section(measured.get("benchmarks") or [], device.get("idle_power_w"),
+                               device.get("sm_clock_max_mhz"), device.get("power_limit_w"), date, drop)
 
 
 DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_with_power_roof",

@@ -379,3 +379,19 @@ def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float |
     best = (fit, err)
     best[0].quality["voltage_fit"] = {"observations": len(observations), "median_abs_clock_err_mhz": best[1]}
     return best
+
+
+def power_model_section(benchmark_rows: Iterable[dict[str, Any]], idle_w: float | None, f0_mhz: float,
+                        power_limit_w: float | None, date: str | None = None,
+                        drop: Iterable[str] = ()) -> dict[str, Any]:
+    """A profile's `power_model` section fitted over a whole recorded sweep (the `benchmarks` rows of
+    a ceilings run or measured profile; names in `drop` left out): the one call a profile builder
+    needs, e.g. in carm/fitting.select_roofs in place of fit_power_model."""
+    left_out = set(drop)
+    records = [r for r in records_from_benchmarks(benchmark_rows) if r.name not in left_out]
+    fit = fit_power_sweep(records, idle_w, f0_mhz, power_limit_w)
+    limit = power_limit_w if power_limit_w and power_limit_w > fit.constant_w else None
+    return {**fit.to_dict(), "power_limit_w": limit,
+            "provenance": {"source": "measured", "date": date,
+                           "method": "least squares over every benchmark row with a >= 0.9 s NVML energy window "
+                                     "(carm_advisor/carm/power_fit.py); constant: " + fit.quality["constant"]}}
