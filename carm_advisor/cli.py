@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
+    a.add_argument("--plot-energy", dest="plot_energy_path",
+                   help="write the energy-efficiency CARM (GFLOP/s per W against AI) with the layer dots here")
     a.add_argument("--from-measurements", help="replay per-layer measurements recorded on a GPU (JSON)")
     a.add_argument("--no-measure", action="store_true", help="predict only, even on a GPU")
     a.add_argument("--training-step", action="store_true", help="on a GPU, also measure a whole training step")
@@ -139,10 +141,12 @@ def _analyze(args) -> int:
     outputs = Outputs()   # paths checked now, not after the whole analysis has run
     outputs.plan(args.json_path, "JSON report")
     outputs.plan(args.plot_path, "CARM chart")
-    if args.plot_path:
-        from carm_advisor.report.plot import check_plot_format
+    outputs.plan(args.plot_energy_path, "energy-efficiency chart")
+    for out in (args.plot_path, args.plot_energy_path):
+        if out:
+            from carm_advisor.report.plot import check_plot_format
 
-        check_plot_format(args.plot_path)
+            check_plot_format(out)
     console = Console(stderr=False)
     if args.layout:
         import keras
@@ -179,11 +183,17 @@ def _analyze(args) -> int:
             from carm_advisor.report.plot import plot_report
 
             outputs.stage(args.plot_path, lambda tmp: plot_report(report, tmp))
+        if args.plot_energy_path:
+            from carm_advisor.report.plot_energy import plot_energy
+
+            outputs.stage(args.plot_energy_path, lambda tmp: plot_energy(report, tmp))
         outputs.commit()
     if args.json_path:
         console.print(f"report written to {args.json_path}")
     if args.plot_path:
         console.print(f"CARM chart written to {args.plot_path}")
+    if args.plot_energy_path:
+        console.print(f"energy-efficiency CARM chart written to {args.plot_energy_path}")
     return 0
 
 

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power_model import PowerModel
+from carm_advisor.carm.power_model import PowerModel, VoltageCurve
 from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 
@@ -109,6 +109,14 @@ class Profile:
                 "joules_per_byte": pm.joules_per_byte,
                 "provenance": self.power_model_provenance,
             }
+            # Optional keys (sweep fit, issue 9): written only when present, so older profiles round-trip.
+            if pm.data_factor:
+                d["power_model"]["data_factor"] = pm.data_factor
+                d["power_model"]["default_data"] = "random"
+            if pm.voltage is not None:
+                d["power_model"]["dvfs"] = pm.voltage.to_dict()
+            if pm.fit:
+                d["power_model"]["fit"] = pm.fit
         if self.launch_floor is not None:
             d["launch_floor"] = self.launch_floor
         d.update(self.extra)
@@ -186,6 +194,7 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
             joules_per_flop=dict(pm["joules_per_flop"]),
             joules_per_byte=dict(pm["joules_per_byte"]),
             power_limit_w=_number(pm.get("power_limit_w"), f"{origin}: power_model.power_limit_w", optional=True),
+            **_power_model_options(pm, origin),
         )
         pm_prov = pm.get("provenance") or {}
     known_keys = {"schema", "device", "ceilings", "provenance", "power_model", "launch_floor"}
@@ -220,6 +229,28 @@ def _launch_floor(floor: Any, origin: str) -> dict[str, Any] | None:
     if not isinstance(prov, dict) or prov.get("source") not in _SOURCES:
         raise ProfileError(f"{where}.provenance.source must be one of {', '.join(_SOURCES)}")
     return {**floor, "value_s": value}
+
+
+def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
+    """The optional keys of a power model (data factors, voltage curve, fit quality), validated."""
+    out: dict[str, Any] = {}
+    factor = pm.get("data_factor")
+    if factor is not None:
+        if not isinstance(factor, dict) or not all(isinstance(v, dict) for v in factor.values()):
+            raise ProfileError(f"{origin}: power_model.data_factor must map each path to {{data: factor}}")
+        out["data_factor"] = {k: {d: _number(x, f"{origin}: power_model.data_factor.{k}.{d}", positive=False)
+                                  for d, x in v.items()} for k, v in factor.items()}
+    if pm.get("default_data", "random") != "random":
+        raise ProfileError(f"{origin}: power_model.default_data must be 'random', received: {pm.get('default_data')!r}")
+    if pm.get("dvfs") is not None:
+        if not isinstance(pm["dvfs"], dict):
+            raise ProfileError(f"{origin}: power_model.dvfs must be an object")
+        out["voltage"] = VoltageCurve.from_dict(pm["dvfs"])
+    if pm.get("fit") is not None:
+        if not isinstance(pm["fit"], dict):
+            raise ProfileError(f"{origin}: power_model.fit must be an object")
+        out["fit"] = dict(pm["fit"])
+    return out
 
 
 def load_profile(path_or_name: str | Path | None = None) -> Profile:

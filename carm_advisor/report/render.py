@@ -13,6 +13,10 @@ __all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_
            "renderables", "print_report"]
 
 
+def _watts(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} W"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -51,7 +55,7 @@ def header(report) -> Panel:
 
 # Columns left out first when the table is wider than the terminal; layer, type, bound, attainable,
 # the time and the share carry the message and stay (they wrap instead).
-_DROP_FIRST = ("AI F/B", "FLOPs", "E share", "energy", "eff.", "pred. time")
+_DROP_FIRST = ("pred. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "pred. time")
 
 
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
@@ -61,8 +65,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
                ("attainable", "right")]
     if measured:
-        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("E share", "right")]
-    columns += [("pred. time", "right"), ("share", "right")]
+        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("power", "right"),
+                    ("E share", "right")]
+    columns += [("pred. time", "right"), ("pred. power", "right"), ("share", "right")]
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
@@ -81,8 +86,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                 eff = r.efficiency
                 cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
+                          _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
         cells_of.append(cells)
     names = [name for name, _ in columns]
     droppable = [n for n in _DROP_FIRST if n in names and not (n == "pred. time" and not measured)]
@@ -138,6 +144,12 @@ def ceilings_table(profile) -> Table:
 def renderables(report, top: int | None = None, width: int = 200):
     yield header(report)
     yield layer_table(report, top, width)
+    model_clock = (getattr(report, "clocks", None) or {}).get("model")
+    if model_clock:
+        curve = (report.clocks.get("voltage_curve") or {}).get("source", "assumed")
+        yield Text(f"Energy-optimal SM clock (predicted, voltage curve {curve}): {model_clock['sm_clock_mhz']:.0f} MHz, "
+                   f"{model_clock['energy_gain']:.2f}x less energy and {model_clock['slowdown']:.2f}x the time of the "
+                   f"default clock ({model_clock['default_sm_clock_mhz']:.0f} MHz)", style="cyan")
     if report.recommendations:
         yield recommendations_table(report)
     else:
