@@ -43,6 +43,9 @@ class LayerRow:
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
     calibrated_time_s: float | None = None
     calibrated_energy_j: float | None = None
+    predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
+    energy_optimal_sm_clock_mhz: float | None = None  # predicted, where the profile has a voltage curve
+    energy_optimal_gain: float | None = None  # predicted energy at the default clock / at the optimal one
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -143,6 +146,7 @@ class Report:
     measurement: MeasurementInfo | None = None   # whole-model measurements, when the GPU measured
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
+    clocks: dict[str, Any] | None = None         # predicted energy-optimal SM clocks (carm/dvfs.clock_advice)
 
     # ---- totals -------------------------------------------------------------------------------
     @property
@@ -221,10 +225,17 @@ class Report:
             "measurement": self.measurement.to_dict() if self.measurement else None,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "warnings": self.warnings,
+            **({"clocks": self.clocks} if self.clocks else {}),
         }
 
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n"
+
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n")
+        """Write the report as JSON; the file appears whole or not at all (an existing one stays on failure)."""
+        from carm_advisor.report.files import write_text_atomic
+
+        write_text_atomic(path, self.to_json_text())
 
     def print(self, console=None) -> None:
         from carm_advisor.report.render import print_report
@@ -236,10 +247,23 @@ class Report:
 
         yield from renderables(self, width=options.max_width)
 
-    def plot(self, path: str | Path) -> Path:
-        from carm_advisor.report.plot import plot_report
+    def plot(self, path: str | Path, kind: str = "carm") -> Path:
+        """Write a chart to `path` (a file name; its suffix picks PNG/SVG/PDF), whole or not at all.
 
-        return plot_report(self, path)
+        kind "carm": the performance CARM with the layer dots; "energy": GFLOP/s per W against AI.
+        """
+        from carm_advisor.report.files import check_output_path, write_atomic
+        from carm_advisor.report.plot import check_plot_format, plot_report
+
+        if kind not in ("carm", "energy"):
+            from carm_advisor.errors import CarmError
+
+            raise CarmError(f"plot kind must be 'carm' or 'energy', received: {kind!r}")
+        if kind == "energy":
+            from carm_advisor.report.plot_energy import plot_energy as plot_report  # noqa: F811
+
+        check_plot_format(check_output_path(path))
+        return write_atomic(path, lambda tmp: plot_report(self, tmp))
 
 
 def _jsonable(obj):
