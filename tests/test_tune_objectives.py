@@ -66,3 +66,13 @@ def test_baseline_is_keras_defaults():
     b = baseline_config("torch")
     assert (b.precision, b.batch_size, b.layout, b.compiler) == ("float32", 32, "channels_last", "eager")
     assert TrialConfig.from_dict(b.to_dict()) == b
+
+
+def test_advisor_tune_is_callable_even_after_the_tune_package_is_imported():
+    import carm_advisor
+    import carm_advisor.tune.space  # noqa: F401  (binds the package to carm_advisor.tune)
+
+    from carm_advisor.tune.study import tune as tune_function
+
+    assert callable(carm_advisor.tune)
+    assert carm_advisor.tune.tune is tune_function

@@ -10,13 +10,23 @@ configuration), predicted (every CARM prediction, one adapter), runner and worke
 child processes), storage (Optuna storage), study (tune itself), result, render, plots.
 """
 
-from carm_advisor.tune.objectives import OBJECTIVES, Objective, get_objective
-from carm_advisor.tune.result import TuneResult
-from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config, installed_backends
-from carm_advisor.tune.study import tune
+from importlib import import_module
 
-__all__ = ["tune", "TuneResult", "SearchSpace", "TrialConfig", "OBJECTIVES", "Objective", "get_objective",
-           "baseline_config", "installed_backends"]
+# Imported on first use: the CLI builds its parser from objectives.py without loading Optuna.
+_LAZY = {
+    "tune": "carm_advisor.tune.study", "TuneResult": "carm_advisor.tune.result",
+    "SearchSpace": "carm_advisor.tune.space", "TrialConfig": "carm_advisor.tune.space",
+    "baseline_config": "carm_advisor.tune.space", "installed_backends": "carm_advisor.tune.space",
+    "OBJECTIVES": "carm_advisor.tune.objectives", "Objective": "carm_advisor.tune.objectives",
+    "get_objective": "carm_advisor.tune.objectives",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'carm_advisor.tune' has no attribute {name!r}")
 
 
 # `carm_advisor.tune` names both this package and the function: importing any tune module binds the
@@ -27,6 +37,8 @@ import types as _types  # noqa: E402
 
 class _CallablePackage(_types.ModuleType):
     def __call__(self, *args, **kwargs):
+        from carm_advisor.tune.study import tune
+
         return tune(*args, **kwargs)
 
 

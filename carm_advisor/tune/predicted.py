@@ -5,8 +5,8 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
   roofs (stretched where the power limit forbids running that fast), its energy from the profile's
   power model; summed over the layers. No real run of that configuration can be faster; its energy
   is the power model's, so the pruning that compares it with measurements keeps a margin.
-- `predict_at_sm_clock`: the same at another SM clock. PREDICTED, from a stated assumption (below)
-  until the profile carries a DVFS power model.
+- `predict_at_sm_clock`: the same at a locked SM clock, PREDICTED by the profile's DVFS model
+  (carm/dvfs.py).
 - `layer_changes`: which layers change roof (or bound time) between two configurations.
 """
 
@@ -20,7 +20,7 @@ from carm_advisor.tune.builder import ModelSpec, build
 from carm_advisor.tune.space import TrialConfig
 
 SOURCE_BOUND = "predicted (CARM bound)"
-SOURCE_CLOCK = "predicted (CARM bound at another SM clock; assumes joules per FLOP and per byte independent of the clock)"
+SOURCE_CLOCK = "predicted (CARM bound at a locked SM clock, the profile's DVFS model)"
 
 # float32 math of each precision name, per backend (what the predictor's compute-path choice reads).
 _FLOAT32_MATH = {"float32_tf32": {"conv": "tf32", "matmul": "tf32"},
@@ -122,42 +122,22 @@ def _layout_key(spec: ModelSpec, layout: str | None) -> str:
     return "own" if not spec.rebuilds_per_precision or spec.kind == "model" else str(layout)
 
 
-def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float, reference_mhz: float | None = None) -> Prediction:
-    """PREDICTED figures of the same configuration with the SM clock locked at `sm_clock_mhz`.
+def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) -> Prediction:
+    """PREDICTED figures of the same configuration asked to run at `sm_clock_mhz`, from the profile's
+    DVFS model (carm/dvfs.py: roofs scale with the clock, energy per operation with the voltage curve,
+    the power limit lowers the clock it sustains). Never measured: the source says so."""
+    from carm_advisor.carm.dvfs import Work, predict_model_at_clock
 
-    Until the profile carries a DVFS power model (issue 9), this assumes, and says so in `source`:
-    compute roofs and the on-chip bandwidths (shared, L1, L2) scale with the SM clock, HBM bandwidth
-    does not; joules per FLOP and per byte and the constant power do not change with the clock (the
-    profile has no voltage-frequency data: a lower voltage at a lower clock would save more than this
-    predicts). The power limit still caps the time.
-    """
-    from carm_advisor.carm.roofline import CARM
-
-    ref = reference_mhz or _reference_clock_mhz(profile)
-    scale = sm_clock_mhz / ref
-    base = profile.carm()
-    carm = CARM({p: f * scale for p, f in base.peak_flops_per_s.items()},
-                {lvl: b * (1.0 if lvl == "hbm" else scale) for lvl, b in base.bandwidth_bytes_per_s.items()})
     pm = profile.power_model
-    time_s = 0.0
-    energy_j = 0.0 if pm is not None else None
-    for r in prediction.rows:
-        if not (r.known and (r.flops or r.bytes)) or r.predicted_time_s is None:
-            continue
-        t = carm.time_s(r.flops, r.bytes, r.path, r.level)
-        if pm is not None and r.path in pm.joules_per_flop and r.level in pm.joules_per_byte:
-            t = pm.capped_time_s(t, r.flops, r.bytes, r.path, r.level)
-            energy_j += pm.energy_j(t, r.flops, r.bytes, r.path, r.level)
-        time_s += t
-    return Prediction(time_s, energy_j, prediction.flops, prediction.batch_size, SOURCE_CLOCK, prediction.rows)
-
-
-def _reference_clock_mhz(profile) -> float:
-    """The SM clock the compute roofs were sustained at (their recorded median), else the device's maximum."""
-    clocks = sorted(c.sm_clock_mhz for c in profile.ceilings.values() if c.kind == "compute" and c.sm_clock_mhz)
-    if clocks:
-        return clocks[len(clocks) // 2]
-    return float(profile.device.get("max_sm_clock_mhz") or 1980.0)
+    works = [Work(r.flops, r.bytes, r.path, r.level) for r in prediction.rows
+             if r.known and (r.flops or r.bytes) and r.predicted_time_s is not None]
+    if pm is None or not works:
+        raise ValueError("a clock prediction needs a profile with a power model and a mapped model")
+    fallback = profile.device.get("sm_clock_max_mhz") or profile.device.get("max_sm_clock_mhz")
+    p = predict_model_at_clock(profile.carm(), pm, works, sm_clock_mhz, reference_sm_clock_mhz=fallback)
+    curve = pm.voltage.source if pm.voltage is not None else "none: energy per operation independent of the clock"
+    return Prediction(p.time_s, p.energy_j, prediction.flops, prediction.batch_size,
+                      f"{SOURCE_CLOCK} (voltage curve: {curve})", prediction.rows)
 
 
 def layer_changes(before: Prediction, after: Prediction, limit: int = 8) -> list[dict[str, Any]]:

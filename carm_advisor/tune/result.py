@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
-from carm_advisor.tune.predicted import SOURCE_BOUND, layer_changes, predict_at_sm_clock
+from carm_advisor.tune.predicted import layer_changes, predict_at_sm_clock
 from carm_advisor.tune.space import SearchSpace, TrialConfig
 
 SCHEMA = "carm-advisor/tune/1"
@@ -206,16 +206,21 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     )
 
 
-def _clock_recommendation(best: TrialRecord, predictor, objective: Objective) -> dict[str, Any]:
-    """PREDICTED: the best configuration's objective at a few locked SM clocks (see predict_at_sm_clock)."""
+def _clock_recommendation(best: TrialRecord, predictor, objective: Objective) -> dict[str, Any] | None:
+    """PREDICTED: the best configuration's objective at a few locked SM clocks (carm/dvfs.py through
+    predicted.predict_at_sm_clock), against the GPU's own clock management (its maximum clock)."""
     base = predictor.predict(best.config)
     rows = []
+    source = None
     for mhz in PREDICTED_CLOCKS_MHZ:
-        p = predict_at_sm_clock(base, predictor.profile, mhz)
+        try:
+            p = predict_at_sm_clock(base, predictor.profile, mhz)
+        except (ValueError, Exception):  # no power model or no DVFS reference: no clock advice
+            return None
+        source = p.source
         rows.append({"sm_clock_mhz": mhz, "value": objective.value(p), "time_s": p.time_s, "energy_j": p.energy_j})
     pick = rows[objective.select([r["value"] for r in rows])]
-    default = objective.value(base)
-    return {"objective": objective.name, "source": rows and predict_at_sm_clock(base, predictor.profile, 1980.0).source,
-            "at_default_clock": default, "bound_source": SOURCE_BOUND, "clocks": rows,
+    default = rows[0]["value"]
+    return {"objective": objective.name, "source": source, "at_default_clock": default, "clocks": rows,
             "recommended_sm_clock_mhz": pick["sm_clock_mhz"],
             "predicted_gain": objective.gain(pick["value"], default) if default else math.nan}
