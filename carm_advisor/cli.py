@@ -360,9 +360,12 @@ def _tune(args) -> int:
 
     from carm_advisor.tune.study import tune
 
-    for out in (args.json_path,):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise OSError(f"output directory does not exist: {Path(out).parent}")
+    from pathlib import Path
+
+    from carm_advisor.report.files import check_output_path
+
+    if args.json_path:
+        check_output_path(args.json_path)
     if args.plot_dir and not Path(args.plot_dir).is_dir():
         raise OSError(f"plot directory does not exist: {args.plot_dir}")
     objectives = args.objective or ["gflops_per_watt"]

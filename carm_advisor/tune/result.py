@@ -101,7 +101,7 @@ class TuneResult:
         }
 
     def to_json(self, path: str | Path) -> None:
-        from carm_advisor.tune._io import write_text_atomic
+        from carm_advisor.report.files import write_text_atomic
 
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n")
 
