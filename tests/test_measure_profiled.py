@@ -65,3 +65,16 @@ def test_every_call_of_a_shared_layer_gets_its_own_walker_name_each_model_call()
     once = [RANGE_PREFIX + "shared", RANGE_PREFIX + "shared#1", RANGE_PREFIX + "head"]
     assert opened == once * 2
     assert "call" not in vars(shared)  # the wrapper is gone afterwards
+
+
+def test_identical_layer_calls_are_measured_once_and_mapped_back():
+    from carm_advisor.measure.profiled import unique_calls
+
+    inp = keras.Input((8, 8, 4))
+    a = keras.layers.Conv2D(4, 3, padding="same", name="a")(inp)
+    b = keras.layers.Conv2D(4, 3, padding="same", name="b")(a)      # same config and shapes as a
+    c = keras.layers.Conv2D(4, 1, padding="same", name="c")(b)      # another kernel size
+    model = keras.Model(inp, c)
+    reps, mapping = unique_calls(list(iter_layer_calls(model, 2)))
+    assert [r.path for r in reps] == ["a", "c"]
+    assert mapping == {"a": "a", "b": "a", "c": "c"}

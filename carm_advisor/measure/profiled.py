@@ -282,3 +282,33 @@ def profile_run(
     }
     run.wall_s = time.perf_counter() - start_s
     return run
+
+
+# ---- identical calls measured once (jax's jit-per-layer path) ----------------------------------
+
+
+def call_signature(call: LayerCall) -> str:
+    """What decides a layer call's work: its class, configuration (without the name) and input shapes/dtypes."""
+    import json
+
+    try:
+        config = dict(call.layer.get_config())
+    except Exception:  # an operation without a config: only itself is identical to itself
+        return f"id:{id(call.layer)}:{call.path}"
+    config.pop("name", None)
+    return json.dumps([type(call.layer).__name__, config, call.input_shapes, call.input_dtypes],
+                      sort_keys=True, default=str)
+
+
+def unique_calls(calls: Sequence[LayerCall]) -> tuple[list[LayerCall], dict[str, str]]:
+    """The first call of each signature, and every path -> the path of its measured representative.
+
+    ResNet50's 177 layer calls have far fewer distinct shapes; measuring each once saves most of a
+    jit-per-layer run.
+    """
+    first: dict[str, LayerCall] = {}
+    mapping = {}
+    for c in calls:
+        rep = first.setdefault(call_signature(c), c)
+        mapping[c.path] = rep.path
+    return list(first.values()), mapping
