@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from carm_advisor.calibration import apply_calibration
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
@@ -155,6 +156,9 @@ def analyze(
     name: str | None = None,
     progress: bool = True,
     measure_options: dict | None = None,
+    calibration: Any = True,
+    verify: bool = False,
+    verify_runner: Any = None,
 ) -> Report:
     """Map every layer of a built Keras model onto a CARM and advise.
 
@@ -174,16 +178,21 @@ def analyze(
     backend = keras.backend.backend()
     compute_dtype = _compute_dtype_of(precision)
 
+    measured_now = from_measurements is None
     run = _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, measure_options or {})
     if run is not None:
         backend = getattr(run, "backend", None) or backend
     if profile is None or isinstance(profile, str):
         profile = _default_profile(profile, run)
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
+    calib = _calibration_of(calibration, run)
 
-    def predict(batch: int = batch_size, dtype: str | None = compute_dtype, mode: dict | None = None) -> list[LayerRow]:
+    def predict(batch: int = batch_size, dtype: str | None = compute_dtype, mode: dict | None = None,
+                on_backend: str | None = None) -> list[LayerRow]:
         costs = map_model(model, batch_size=batch, strict=strict, compute_dtype=dtype)
-        return predict_rows(costs, profile, mode or math_mode)
+        rows = predict_rows(costs, profile, mode or math_mode)
+        apply_calibration(rows, calib, on_backend or backend, profile)
+        return rows
 
     rows = predict()
     warnings: list[str] = []
@@ -227,8 +236,60 @@ def analyze(
         model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
         recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
     )
+    report.calibration = _whole_model_calibration(rows, calib, backend)
+    if run is not None and measured_now and run.layers:
+        _learn_from(run, rows, model_info["name"])
     report.recommendations = recommend(report, predict)
+    if verify:
+        from carm_advisor.verify_recommendations import verify_recommendations
+
+        verify_recommendations(report, runner=verify_runner, model_spec=name or model_info["name"])
     return report
+
+
+def _calibration_of(calibration, run):
+    """True: the shipped calibration extended with this GPU's cache; False/None: the bound alone."""
+    from carm_advisor.calibration import Calibration, load_calibration
+
+    if calibration is True:
+        return load_calibration(getattr(run, "device", None) if run is not None else None)
+    if calibration is None or calibration is False:
+        return None
+    if isinstance(calibration, Calibration):
+        return calibration
+    return Calibration.load(calibration)
+
+
+def whole_model_execution(backend: str) -> str:
+    """How a user's `model(x)` runs: eagerly on torch (Python dispatch per layer), jitted on jax."""
+    return {"torch": "eager", "jax": "jit", "tensorflow": "eager"}.get(backend, "eager")
+
+
+def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[str, Any]:
+    if calib is None:
+        return {"source": "none: figures are CARM bounds"}
+    execution = whole_model_execution(backend)
+    out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution),
+           "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
+    if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
+        out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")
+    return out
+
+
+def _learn_from(run, rows: list[LayerRow], model_name: str) -> None:
+    """A measured analysis extends this GPU's cached calibration (never fails the analysis)."""
+    from carm_advisor.calibration import Calibration, samples_from_rows, whole_from_run
+    from carm_advisor.profiles.cache import store_calibration
+
+    try:
+        store_calibration(run.device or {}, Calibration(
+            samples_from_rows(rows, run.backend, model_name), whole_from_run(run, rows, model_name),
+            {"records": [f"{model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})"]},
+        ))
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"carm_advisor: could not extend the calibration cache: {exc}", RuntimeWarning, stacklevel=3)
 
 
 def _as_dict(obj) -> dict | None:
@@ -294,5 +355,13 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
             raise GPUUnavailableError("measure=True but no NVIDIA GPU is usable here (NVML or the Keras backend sees none)")
         return None
     gpu = options.pop("gpu", None) or open_gpu(0)
+    method = options.pop("method", "profiled")
+    from carm_advisor.measure.backend import active_backend
+
+    if method == "profiled" and active_backend() == "torch" and not counters and not options.get("training_step"):
+        from carm_advisor.measure.profiled import profile_run
+
+        options.pop("training_step", None)
+        return profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress, **options)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 

@@ -40,6 +40,11 @@ class LayerRow:
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
+    # The calibrated prediction (carm_advisor/calibration.py): what this backend is expected to reach;
+    # predicted_time_s stays the CARM bound (JSON: bound_time_s as well).
+    calibrated_time_s: float | None = None
+    calibrated_energy_j: float | None = None
+    calibration: str = ""             # the calibration key and its sample count, or "none"
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -63,7 +68,14 @@ class LayerRow:
         d = asdict(self)
         d["achieved_flops_per_s"] = self.achieved_flops_per_s
         d["efficiency"] = self.efficiency
+        d["bound_time_s"] = self.predicted_time_s
+        d["bound_energy_j"] = self.predicted_energy_j
         return d
+
+    @property
+    def expected_time_s(self) -> float | None:
+        """The calibrated prediction where there is one, else the CARM bound."""
+        return self.calibrated_time_s if self.calibrated_time_s is not None else self.predicted_time_s
 
 
 @dataclass
@@ -90,6 +102,8 @@ class Report:
     measurement: dict[str, Any] | None = None   # whole-model measurements, when the GPU measured
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
+    # Whole-model calibrated prediction (calibration.whole_time_s) and where it came from.
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     # ---- totals -------------------------------------------------------------------------------
     @property
@@ -135,6 +149,11 @@ class Report:
             "samples_per_j": self.batch_size / energy_j if energy_j else None,
             "gflops_per_watt": gflops_per_watt(flops, energy_j) if energy_j else None,
             "unknown_layers": len(self.unknown_layers),
+            "bound_time_s": self.predicted_time_s,
+            "bound_energy_j": self.predicted_energy_j,
+            "calibrated_time_s": self.calibration.get("whole_time_s"),
+            "calibrated_layer_sum_s": sum(r.calibrated_time_s for r in self.known_layers if r.calibrated_time_s) or None,
+            "calibrated_energy_j": sum(r.calibrated_energy_j for r in self.known_layers if r.calibrated_energy_j) or None,
         }
 
     def time_shares(self) -> dict[str, float]:
@@ -167,6 +186,7 @@ class Report:
             "totals": self.totals(),
             "measurement": self.measurement,
             "recommendations": [r.to_dict() for r in self.recommendations],
+            "calibration": self.calibration,
             "warnings": self.warnings,
         }
 
