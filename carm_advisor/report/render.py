@@ -54,7 +54,10 @@ def header(report) -> Panel:
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
-        f"{_fmt(t['samples_per_j'], '.3g')} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W",
+        f"{_fmt(t['samples_per_j'], '.3g')} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
+        f"predicted: CARM bound {seconds(t['bound_time_s'])}   calibrated ({report.calibration.get('execution', '-')}) "
+        f"{seconds(t['calibrated_time_s'])}" + (f", from one CUDA graph {seconds(report.calibration['graph_time_s'])}"
+                                               if report.calibration.get("graph_time_s") else ""),
     )
     return Panel(lines, title="carm_advisor", expand=True)
 
@@ -69,8 +72,8 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                ("attainable", "right")]
     if measured:
         columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("E share", "right")]
-    columns += [("pred. time", "right"), ("share", "right")]
-    dropped = {"type", "attainable", "energy", "pred. time"} if narrow else set()
+    columns += [("bound time", "right"), ("calibrated", "right"), ("share", "right")]
+    dropped = {"type", "attainable", "energy", "bound time"} if narrow else set()
     if width < 100:
         dropped |= {"E share"}
     keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
@@ -96,7 +99,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                 cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), f"{shares.get(r.name, 0):.1%}"]
         table.add_row(*[cells[i] for i in keep])
     return table
 
