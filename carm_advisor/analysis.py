@@ -194,6 +194,8 @@ def analyze(
         apply_calibration(rows, calib, on_backend or backend, profile)
         return rows
 
+    predict.calibration = calib  # what recommend's backend switch predicts the other backend with
+
     rows = predict()
     warnings: list[str] = []
     if run is not None:

@@ -87,6 +87,10 @@ class Recommendation:
     energy_ratio: float | None = None  # predicted energy ratio current/new
     layers: list[str] = field(default_factory=list)
     basis: str = "CARM prediction"
+    # A configuration change `--verify` can apply and measure: keys of measure/trial.py's config
+    # (precision, layout, batch_size, backend, compile); None for advice that is not a switch.
+    change: dict[str, Any] | None = None
+    verified: dict[str, Any] | None = None   # measured beside predicted gain (verify_recommendations)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
