@@ -245,7 +245,11 @@ def analyze(
     if verify:
         from carm_advisor.verify_recommendations import verify_recommendations
 
-        verify_recommendations(report, runner=verify_runner, model_spec=name or model_info["name"])
+        from carm_advisor.model_loader import application_names
+
+        key = str(model_info["name"]).lower().replace("-", "").replace("_", "")
+        verify_recommendations(report, runner=verify_runner, model=model,
+                               model_spec=model_info["name"] if key in application_names() else None)
     return report
 
 

@@ -111,7 +111,13 @@ def recommendations_table(report) -> Table:
     table.add_column("why", ratio=3)
     table.add_column("expected gain")
     for i, rec in enumerate(report.recommendations, 1):
-        table.add_row(str(i), Text(rec.title, style="bold"), rec.detail, rec.expected_gain)
+        from carm_advisor.verify_recommendations import verified_text
+
+        checked = verified_text(rec.verified)
+        gain = Text(rec.expected_gain)
+        if checked:
+            gain.append("\n" + checked, style="bold red" if rec.verified.get("flagged") else "bold green")
+        table.add_row(str(i), Text(rec.title, style="bold"), rec.detail, gain)
     return table
 
 
