@@ -88,6 +88,12 @@ def main(argv=None) -> int:
     for i, backend in enumerate(args.backends):
         rest = len(args.backends) - i
         share = args.torch_share if backend == "torch" and rest > 1 else 1.0 / rest
+        configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
+        if all((out / (config_key(c) + ".json")).exists() for c in configs):
+            for c in configs:  # nothing left for this backend: no child, no import
+                print(f"skip (recorded): {config_key(c)}.json", flush=True)
+            summary[backend] = "all recorded"
+            continue
         deadline = min(end, time.time() + (end - time.time()) * share)
         cmd = [sys.executable, str(Path(__file__).resolve()), *_passthrough(argv), "--child", backend,
                "--deadline", str(deadline)]
