@@ -185,7 +185,7 @@ def analyze(
     if profile is None or isinstance(profile, str):
         profile = _default_profile(profile, run)
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
-    calib = _calibration_of(calibration, run)
+    calib = _calibration_of(calibration, run, profile)
 
     def predict(batch: int = batch_size, dtype: str | None = compute_dtype, mode: dict | None = None,
                 on_backend: str | None = None) -> list[LayerRow]:
@@ -253,12 +253,12 @@ def analyze(
     return report
 
 
-def _calibration_of(calibration, run):
-    """True: the shipped calibration extended with this GPU's cache; False/None: the bound alone."""
+def _calibration_of(calibration, run, profile):
+    """True: the shipped calibration (on its GPU's profile) with this GPU's cache; False/None: the bound alone."""
     from carm_advisor.calibration import Calibration, load_calibration
 
     if calibration is True:
-        return load_calibration(getattr(run, "device", None) if run is not None else None)
+        return load_calibration(getattr(run, "device", None) if run is not None else None, profile.name)
     if calibration is None or calibration is False:
         return None
     if isinstance(calibration, Calibration):

@@ -246,12 +246,17 @@ def shipped_calibration() -> Calibration:
     return Calibration.from_dict(json.loads(ref.read_text()), SHIPPED)
 
 
-def load_calibration(device: dict | None = None) -> Calibration:
-    """The shipped calibration, extended with what this GPU measured before (the cache)."""
+def load_calibration(device: dict | None = None, gpu_name: str | None = None) -> Calibration | None:
+    """The shipped calibration when it was recorded on this GPU model (`gpu_name`, e.g. the profile's
+    name), extended with what this very GPU measured before (the cache); None when there is neither:
+    efficiencies are relative to one GPU's roofs and kernels, so another GPU's are not borrowed."""
     from carm_advisor.profiles.cache import cached_calibration
 
-    base = shipped_calibration()
+    shipped = shipped_calibration()
+    base = shipped if gpu_name and shipped.provenance.get("device") == gpu_name else None
     mine = cached_calibration(device or {})
+    if base is None:
+        return mine
     return base.extended(mine) if mine is not None else base
 
 
@@ -342,11 +347,13 @@ def fit_runs(runs: Iterable, profile=None) -> Calibration:
 
     samples: list[Sample] = []
     whole: list[WholeSample] = []
-    sources = []
+    sources, devices = [], []
     for run in runs:
         run = dataclasses.replace(run, layers=[m for m in run.layers if m.execution in GPU_TIME_EXECUTIONS])
         rows = rows_for_run(run, profile)
         samples += samples_from_rows(rows, run.backend, run.model_name)
         whole += whole_from_run(run, rows, run.model_name)
         sources.append(f"{run.model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})")
-    return Calibration(samples, whole, {"records": sources})
+        devices.append((run.device or {}).get("name"))
+    device = max(set(devices), key=devices.count) if devices else None
+    return Calibration(samples, whole, {"records": sources, "device": device})

@@ -94,3 +94,18 @@ def test_the_shipped_h200_calibration_has_torch_and_jax_conv_samples():
     assert shipped.estimate("torch", "Conv2D", "bfloat16", 1e-4) is not None
     assert shipped.estimate("jax", "Conv2D", "bfloat16", 1e-4) is not None
     assert shipped.provenance["command"].startswith("python benchmarks/fit_calibration.py")
+
+
+def test_the_shipped_calibration_is_only_used_for_its_own_gpu_and_the_cache_extends_it(tmp_path, monkeypatch):
+    from carm_advisor.calibration import load_calibration
+    from carm_advisor.profiles.cache import store_calibration
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    device = {"uuid": "GPU-1", "driver": "1"}
+    assert load_calibration(device, "Some Other GPU") is None
+    shipped_n = len(load_calibration(device, "NVIDIA H200").samples)
+    store_calibration(device, Calibration([_s(0.5, model="mine")]))
+    assert len(load_calibration(device, "NVIDIA H200").samples) == shipped_n + 1
+    assert len(load_calibration(device, "Some Other GPU").samples) == 1     # this GPU's own measurements
+    store_calibration(device, Calibration([_s(0.25, model="mine"), _s(0.3, model="mine")]))  # a newer run replaces
+    assert len(load_calibration(device, "Some Other GPU").samples) == 2

@@ -46,7 +46,10 @@ def measure_config(config: dict, timeout_s: float = 300.0) -> dict:
     fake = os.environ.get("CARM_ADVISOR_FAKE_TRIALS")
     if fake:
         return fake_result(cfg, fake)
-    env = {**os.environ, "KERAS_BACKEND": cfg["backend"], "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    # The child imports this very package, from wherever the parent found it.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "KERAS_BACKEND": cfg["backend"], "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
         done = subprocess.run([sys.executable, "-m", "carm_advisor.measure.trial"], input=json.dumps(cfg),
                               capture_output=True, text=True, env=env, timeout=timeout_s)
