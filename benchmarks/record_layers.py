@@ -180,28 +180,12 @@ def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool):
 
 def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool):
     """Each distinct layer call alone in short windows (jit on jax, CUDA graph on torch), copied to its twins."""
-    import dataclasses
+    from carm_advisor.measure.profiled import measure_distinct_layers
 
-    from carm_advisor.mapping.walker import iter_layer_calls
-    from carm_advisor.measure.layers import _run_record, measure_layer_calls, measure_model
-    from carm_advisor.measure.profiled import unique_calls
-
-    start = time.perf_counter()
-    calls = list(iter_layer_calls(model, batch))
-    reps, mapping = unique_calls(calls)
     window_s, repeats, warmup = (0.01, 1, 1) if dry else (0.05, 2, 1)
-    measured = {m.name: m for m in measure_layer_calls(reps, gpu=gpu, min_window_s=window_s, repeats=repeats,
-                                                      warmup=warmup, progress=False)}
-    run = _run_record(model, batch_size=batch, gpu=gpu, command=None)
-    run.layers = [dataclasses.replace(measured[mapping[c.path]], name=c.path) for c in calls]
-    if whole_model:
-        run.inference, _ = measure_model(model, batch_size=batch, gpu=gpu, training_step=False,
-                                         min_window_s=0.02 if dry else 0.3, repeats=2, warmup=warmup)
-    run.settings = {"method": "layer-windows", "layer_window_s": window_s, "layer_repeats": repeats,
-                    "warmup": warmup, "distinct_layer_calls": len(reps), "layer_calls": len(calls),
-                    "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once"}
-    run.wall_s = time.perf_counter() - start
-    return run
+    return measure_distinct_layers(model, batch_size=batch, gpu=gpu, window_s=window_s, repeats=repeats,
+                                   warmup=warmup, whole_model=whole_model, model_window_s=0.02 if dry else 0.3,
+                                   progress=False)
 
 
 def record_torch_windows(model, batch: int, gpu, *, dry: bool):

@@ -364,10 +364,13 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
     method = options.pop("method", "profiled")
     from carm_advisor.measure.backend import active_backend
 
-    if method == "profiled" and active_backend() == "torch" and not counters and not options.get("training_step"):
-        from carm_advisor.measure.profiled import profile_run
+    if method == "profiled" and not counters and not options.get("training_step"):
+        # torch: one profiled pass; jax: each distinct layer jitted once (one XLA program hides layers)
+        from carm_advisor.measure import profiled
 
-        options.pop("training_step", None)
-        return profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress, **options)
+        if active_backend() == "torch":
+            return profiled.profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress)
+        if active_backend() == "jax":
+            return profiled.measure_distinct_layers(model, batch_size=batch_size, gpu=gpu, progress=progress)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 
