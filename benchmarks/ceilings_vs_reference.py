@@ -61,7 +61,7 @@ def torch_references(gpu, window_s: float = 1.0) -> dict:
 
 
 def ratios(profile, refs: dict) -> dict:
-    from carm_advisor.measure.ceilings import per_clock_max
+    from carm_advisor.carm.fitting import per_clock_max
 
     c = profile.ceilings
     arch = int(str(profile.device.get("compute_capability", "0.0")).replace(".", ""))
@@ -104,7 +104,7 @@ def main() -> int:
     parser.add_argument("--exclude", type=benchmark_names, default=(), help="comma-separated benchmark names not to run")
     args = parser.parse_args()
 
-    from carm_advisor.measure.ceilings import measure_ceilings
+    from carm_advisor.profiles.build import measure_ceilings
     from carm_advisor.power.nvml import open_gpu
 
     gpu = open_gpu(0)

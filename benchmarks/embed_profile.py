@@ -5,7 +5,7 @@ recorded profile shipped with the package, keeping every figure as measured and 
         [--drop 'GLOB=why' ...]
 
 --drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
-then selected again from the run's own recorded figures (carm_advisor.measure.ceilings.reselect_recorded);
+then selected again from the run's own recorded figures (carm_advisor.profiles.build.reselect_recorded);
 the reason is kept in the profile's provenance.
 """
 
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     import argparse
     import fnmatch
 
-    from carm_advisor.measure.ceilings import reselect_recorded
+    from carm_advisor.profiles.build import reselect_recorded
     from carm_advisor.profiles.profile import profile_from_dict
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -56,7 +56,7 @@ def ceilings_table(d: dict) -> str:
 
 
 def _counter_detail(worst: list) -> str:
-    from carm_advisor.measure.ceilings import undercounted
+    from carm_advisor.carm.fitting import undercounted
 
     def ratios(x):
         return [v for v in (x.get("flops_ratio"), x.get("bytes_ratio")) if v is not None]

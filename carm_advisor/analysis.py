@@ -2,82 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from carm_advisor.calibration import apply_calibration
-from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
-from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
-from carm_advisor.mapping.registry import dtype_bytes_of
+from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
-from carm_advisor.report.model import LayerRow, Report
+from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
+
+if TYPE_CHECKING:
+    from carm_advisor.measure.records import RunMeasurement
 
 # A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
 # the profile or the mapping is wrong and the report says so.
 ABOVE_ROOF_TOLERANCE = 1.02
 
 
-def predict_rows(costs: list[LayerCost], profile: Profile, math_mode: dict[str, str]) -> list[LayerRow]:
-    """Place each layer's analytic cost on the profile's CARM and predict its time and energy."""
-    carm = profile.carm()
-    paths = set(carm.peak_flops_per_s)
-    pm = profile.power_model
-    l2 = profile.l2_usable_bytes
-    levels = set(carm.bandwidth_bytes_per_s)
-    rows = []
-    for c in costs:
-        path = compute_path(c, math_mode, paths)
-        level = memory_level(c, l2)
-        if level not in levels:   # the slowest slope the profile has: the safe upper bound
-            level = min(levels, key=lambda m: carm.bandwidth_bytes_per_s[m])
-        row = LayerRow(
-            name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
-            ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
-            predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
-            notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
-            input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
-        )
-        if c.known and (c.flops or c.bytes):
-            roof_time = carm.time_s(c.flops, c.bytes, path, level)
-            time_s = roof_time
-            if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
-                time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
-                row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
-            row.predicted_time_s = time_s
-            if c.flops and c.bytes:
-                placement = carm.place(c.ai, path, level)
-                row.bound = placement.bound
-                row.attainable_flops_per_s = placement.attainable_flops_per_s
-            elif c.flops:        # no memory traffic at all: only the compute roof limits it
-                row.bound, row.attainable_flops_per_s = f"compute:{path}", carm.peak_flops_per_s[path]
-            else:                # pure data movement
-                row.bound, row.attainable_flops_per_s = f"memory:{level}", 0.0
-            if time_s > roof_time * 1.0001:
-                row.notes = (row.notes + "; " if row.notes else "") + "slowed by the power limit (predicted)"
-        elif c.known:
-            row.bound = "none"
-        row.predicted_bound = row.bound
-        rows.append(row)
-    return rows
+def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profile) -> list[str]:
+    """Attach a run's measured time/energy (and counter intensity) to predicted rows; return warnings.
 
-
-def _channels(c: LayerCost) -> tuple[int, ...]:
-    """(input, output) channels of a matmul-class layer, for Tensor Core tile alignment."""
-    if c.op_class != OP_MATMUL or not c.input_shapes or not c.output_shapes:
-        return ()
-    if "in_channels" in c.extra and "out_channels" in c.extra:
-        return (int(c.extra["in_channels"]), int(c.extra["out_channels"]))
-    first = c.extra.get("data_format") == "channels_first" and len(c.input_shapes[0]) > 2
-    axis = 1 if first else -1
-    try:
-        return (int(c.input_shapes[0][axis]), int(c.output_shapes[0][axis]))
-    except (IndexError, TypeError):
-        return ()
-
-
-def merge_measurements(rows: list[LayerRow], run, profile: Profile) -> list[str]:
-    """Attach measured time/energy (and counter intensity) to the rows; return warnings."""
+    rows: a Predictor's rows for the same model and batch size. A measured layer is rebound
+    to the roof it sits under nearest; `predicted_bound` keeps the CARM's bound.
+    """
     warnings: list[str] = []
     by_name = {m.name: m for m in run.layers}
     carm = profile.carm()
@@ -123,12 +69,6 @@ def ceilings_summary(profile: Profile) -> dict[str, Any]:
     }
 
 
-def resolve_math_mode(backend: str, measured: dict | None = None) -> dict[str, str]:
-    if measured:
-        return dict(measured)
-    return dict(DEFAULT_MATH_MODE.get(backend, DEFAULT_MATH_MODE["numpy"]))
-
-
 def _model_precision(model) -> str:
     policy = getattr(model, "dtype_policy", None)
     return getattr(policy, "name", None) or "float32"
@@ -170,7 +110,6 @@ def analyze(
     """
     import keras
 
-    from carm_advisor.mapping import map_model
     from carm_advisor.recommend import recommend
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -187,16 +126,9 @@ def analyze(
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
     calib = _calibration_of(calibration, run, profile)
 
-    def predict(batch: int = batch_size, dtype: str | None = compute_dtype, mode: dict | None = None,
-                on_backend: str | None = None) -> list[LayerRow]:
-        costs = map_model(model, batch_size=batch, strict=strict, compute_dtype=dtype)
-        rows = predict_rows(costs, profile, mode or math_mode)
-        apply_calibration(rows, calib, on_backend or backend, profile)
-        return rows
-
-    predict.calibration = calib  # what recommend's backend switch predicts the other backend with
-
-    rows = predict()
+    predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
+    for_model = predictor.for_model(model, batch_size, compute_dtype)
+    rows = for_model.rows()
     warnings: list[str] = []
     if run is not None:
         warnings += merge_measurements(rows, run, profile)
@@ -207,49 +139,47 @@ def analyze(
             + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
         )
     precision_name = precision or _model_precision(model)
-    model_info = {
-        "name": name or getattr(model, "name", "model"),
-        "batch_size": batch_size,
-        "precision": precision_name,
-        "layout": _model_layout(model),
-        "backend": backend,
-        "math_mode": math_mode,
-        "params": int(model.count_params()) if model.built else None,
-    }
-    device = {
-        "name": getattr(run, "device", {}).get("name") if run is not None else profile.name,
-        "source": "measured" if run is not None else "profile",
-        "profile": profile.name,
-        "profile_source": profile.source,
-        "profile_provenance": profile.provenance,
-    }
-    if run is not None:
-        device.update({k: v for k, v in (run.device or {}).items() if k not in device})
+    model_info = ModelInfo(
+        name=name or getattr(model, "name", "model"),
+        batch_size=batch_size,
+        precision=precision_name,
+        layout=_model_layout(model),
+        backend=backend,
+        math_mode=math_mode,
+        params=int(model.count_params()) if model.built else None,
+    )
+    device = DeviceInfo(
+        name=getattr(run, "device", {}).get("name") if run is not None else profile.name,
+        source="measured" if run is not None else "profile",
+        profile=profile.name,
+        profile_source=profile.source,
+        profile_provenance=profile.provenance,
+        extra=dict(run.device or {}) if run is not None else {},
+    )
     measurement = None
     if run is not None:
-        measurement = {
-            "inference": _as_dict(getattr(run, "inference", None)),
-            "training_step": _as_dict(getattr(run, "training_step", None)),
-            "inference_graph": _as_dict(getattr(run, "inference_graph", None)),
-            "date": getattr(run, "date", None),
-            "command": getattr(run, "command", None),
-        }
+        measurement = MeasurementInfo(
+            inference=_as_dict(getattr(run, "inference", None)),
+            training_step=_as_dict(getattr(run, "training_step", None)),
+            inference_graph=_as_dict(getattr(run, "inference_graph", None)),
+            date=getattr(run, "date", None),
+            command=getattr(run, "command", None),
+        )
     report = Report(
         model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
         recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
     )
     report.calibration = _whole_model_calibration(rows, calib, backend)
     if run is not None and measured_now and run.layers:
-        _learn_from(run, rows, model_info["name"])
-    report.recommendations = recommend(report, predict)
+        _learn_from(run, rows, model_info.name)
+    report.recommendations = recommend(report, for_model)
     if verify:
+        from carm_advisor.model_loader import application_names
         from carm_advisor.verify_recommendations import verify_recommendations
 
-        from carm_advisor.model_loader import application_names
-
-        key = str(model_info["name"]).lower().replace("-", "").replace("_", "")
+        key = str(model_info.name).lower().replace("-", "").replace("_", "")
         verify_recommendations(report, runner=verify_runner, model=model,
-                               model_spec=model_info["name"] if key in application_names() else None)
+                               model_spec=model_info.name if key in application_names() else None)
     return report
 
 
@@ -329,7 +259,7 @@ def _default_profile(name: str | None, run) -> Profile:
     if name is not None:
         return load_profile(name)
     if run is not None:
-        from carm_advisor.measure.ceilings import measured_profile_for
+        from carm_advisor.profiles.build import measured_profile_for
 
         cached = measured_profile_for(run.device or {})
         if cached is not None:

@@ -146,13 +146,20 @@ class Calibration:
                 return Estimate(statistics.median(values), key, len(values))
         return None
 
-    def efficiency(self, row, backend: str) -> float | None:
-        """The predictor's seam: a LayerRow-like row (type, dtype, bound time) -> efficiency or None."""
-        bound = getattr(row, "bound_time_s", None) or getattr(row, "predicted_time_s", None)
-        if not bound:
-            return None
-        found = self.estimate(backend, row.type, row.dtype, bound)
-        return found.efficiency if found else None
+    def _estimate_row(self, row, backend: str | None) -> Estimate | None:
+        bound = getattr(row, "predicted_time_s", None)
+        return self.estimate(backend or "", row.type, row.dtype, bound) if bound else None
+
+    def efficiency(self, row, backend: str | None) -> float | None:
+        """The predictor's seam (predict.Calibration): a LayerRow-like row (type, dtype, bound time in
+        predicted_time_s) -> efficiency, or None where no key has samples."""
+        found = self._estimate_row(row, backend)
+        return found.efficiency if found and found.efficiency > 0 else None
+
+    def describe(self, row, backend: str | None) -> str:
+        """Which key and how many samples calibrate this row ("none": the bound stands alone)."""
+        found = self._estimate_row(row, backend)
+        return found.label if found else "none"
 
     # ---- whole model -----------------------------------------------------------------------
     def whole_fit(self, backend: str, execution: str) -> WholeFit | None:
@@ -264,24 +271,13 @@ def load_calibration(device: dict | None = None, gpu_name: str | None = None) ->
 
 
 def apply_calibration(rows: Iterable, calibration: "Calibration | None", backend: str, profile=None) -> None:
-    """Set each row's calibrated_time_s (bound / efficiency), calibrated_energy_j and calibration label.
+    """Lay `calibration` over rows already predicted (and perhaps measured), as predict.Predictor does
+    when it predicts them: re-calibrating the same rows with another calibration (leave one model out)."""
+    from carm_advisor.predict import Predictor
 
-    A row with no bound, or no calibration key at all, keeps calibrated_time_s None: its figure is
-    the CARM bound alone, and the label says "none".
-    """
-    pm = getattr(profile, "power_model", None)
+    predictor = Predictor(profile, {}, backend=backend, calibration=calibration)
     for row in rows:
-        bound = row.predicted_time_s
-        row.calibration = "none"
-        if not bound or calibration is None:
-            continue
-        found = calibration.estimate(backend, row.type, row.dtype, bound)
-        if found is None or found.efficiency <= 0:
-            continue
-        row.calibrated_time_s = bound / min(found.efficiency, 1.0)   # never faster than the roofs allow
-        row.calibration = found.label
-        if pm is not None and row.path in pm.joules_per_flop and row.level in pm.joules_per_byte:
-            row.calibrated_energy_j = pm.energy_j(row.calibrated_time_s, row.flops, row.bytes, row.path, row.level)
+        predictor.calibrate(row)
 
 
 # ---- learning from records --------------------------------------------------------------------
@@ -315,9 +311,9 @@ def rows_for_run(run, profile=None, model=None) -> list:
     into its CARM rows. `model` skips the rebuild."""
     import keras
 
-    from carm_advisor.analysis import merge_measurements, predict_rows, resolve_math_mode
-    from carm_advisor.mapping import map_model
+    from carm_advisor.analysis import merge_measurements
     from carm_advisor.model_loader import load_model
+    from carm_advisor.predict import Predictor, resolve_math_mode
     from carm_advisor.profiles.profile import load_profile
 
     profile = profile or load_profile()
@@ -328,7 +324,7 @@ def rows_for_run(run, profile=None, model=None) -> list:
             model, _ = load_model(run.model_name, precision=run.precision)
         finally:
             keras.config.set_image_data_format(previous)
-    rows = predict_rows(map_model(model, batch_size=run.batch_size), profile, resolve_math_mode(run.backend, run.math_mode))
+    rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)
     merge_measurements(rows, run, profile)
     return rows
 

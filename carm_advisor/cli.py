@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run benchmarks that set no roof here (mma.sync on Hopper)")
     c.add_argument("--exclude", type=benchmark_names, default=(), metavar="NAME[,NAME]",
                    help="benchmarks not to run (names as in kernels/README.md), e.g. one that fails on this GPU")
+    c.add_argument("--binding", choices=("ctypes", "tensorflow"),
+                   help="how to call the kernels' C ABI (default: tensorflow when Keras runs on it, else ctypes)")
     c.add_argument("--show", action="store_true", help="show the profile that analyze would use, measure nothing")
     c.add_argument("--profile", help="with --show: a profile JSON to show")
 
@@ -202,9 +204,48 @@ def _analyze(args) -> int:
 
 
 def _ceilings(args) -> int:
-    from carm_advisor.measure.ceilings import ceilings_command
+    """carm-advise ceilings: measure (or --show) the roofs, print a table, optionally save JSON and a chart."""
+    from rich.console import Console
 
-    return ceilings_command(args)
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.report.render import ceilings_table
+
+    console = Console()
+    if args.show:
+        profile = load_profile(args.profile) if args.profile else _profile_for_show()
+    else:
+        from carm_advisor.profiles.build import measure_ceilings
+
+        profile = measure_ceilings(device=args.device, quick=args.quick, everything=args.everything,
+                                   verify_counters=args.verify_counters, exclude=args.exclude, binding=args.binding,
+                                   command=" ".join(["carm-advise"] + sys.argv[1:]))
+    console.print(ceilings_table(profile))
+    for flag in profile.provenance.get("flags") or []:
+        console.print(f"[bold red]flag:[/] {flag}")
+    if args.json_path:
+        profile.save(args.json_path)
+        console.print(f"profile written to {args.json_path}")
+    if args.plot_path:
+        from carm_advisor.report.plot import plot_profile
+
+        plot_profile(profile, args.plot_path)
+        console.print(f"CARM roofs chart written to {args.plot_path}")
+    return 0
+
+
+def _profile_for_show():
+    """This GPU's cached measured profile, else the recorded one."""
+    from carm_advisor.errors import PowerError
+    from carm_advisor.power.nvml import open_gpu
+    from carm_advisor.profiles.build import measured_profile_for
+    from carm_advisor.profiles.profile import load_profile
+
+    try:
+        gpu = open_gpu(0)
+        cached = measured_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
+    except PowerError:   # no NVML or no GPU here: show the recorded profile
+        cached = None
+    return cached if cached is not None else load_profile()
 
 
 def _build(args) -> int:

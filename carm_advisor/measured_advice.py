@@ -41,9 +41,14 @@ def measured_recommendations(report, rows: list[LayerRow], recs: list[Recommenda
     return recs
 
 
+def _measurement(report) -> dict:
+    m = report.measurement
+    return m.to_dict() if hasattr(m, "to_dict") else (m or {})
+
+
 def gpu_time_s(report) -> float | None:
     """The model's measured GPU time: the CUDA-graph replay where there is one, else the (jitted) call."""
-    m = report.measurement or {}
+    m = _measurement(report)
     for key in ("inference_graph", "inference"):
         if (m.get(key) or {}).get("time_s"):
             return m[key]["time_s"]
@@ -75,7 +80,7 @@ def cap_by_measured_gap(report, measured: list[LayerRow], rec: Recommendation) -
 
 def dispatch_overhead(report) -> Recommendation | None:
     """Eager minus CUDA-graph time of the same model: what Python/Keras dispatch costs per call."""
-    m = report.measurement or {}
+    m = _measurement(report)
     eager, graph = (m.get("inference") or {}), (m.get("inference_graph") or {})
     if eager.get("execution") != "eager" or not eager.get("time_s") or not graph.get("time_s"):
         return None
@@ -98,7 +103,7 @@ def dispatch_overhead(report) -> Recommendation | None:
 
 
 def _cause(report, r: LayerRow) -> str:
-    backend, layout = report.model.get("backend"), report.model.get("layout")
+    backend, layout = report.model.backend, report.model.layout
     if r.type in _ELEMENTWISE and r.bound.startswith("memory:"):
         return "memory-bound elementwise pass a compiler would fuse into its producer"
     multiple = _TC_MULTIPLE.get(r.dtype)
@@ -131,17 +136,20 @@ def far_below_roof(report, measured: list[LayerRow]) -> Recommendation | None:
 
 def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendation]:
     """The other backend (and, on torch, compiling) with the calibrated gain, where calibration has data."""
-    calib = getattr(predict, "calibration", None)
-    backend = report.model.get("backend")
-    if calib is None or backend not in ("torch", "jax"):
+    calib = predict.predictor.calibration
+    backend = report.model.backend
+    if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):
         return []
     from carm_advisor.analysis import whole_model_execution
+    from carm_advisor.predict import Predictor, resolve_math_mode
 
     now_t = _whole(report, rows, calib, backend, whole_model_execution(backend))
     if now_t is None:
         return []
     other = "jax" if backend == "torch" else "torch"
-    alt_rows = predict(on_backend=other)
+    base = predict.predictor
+    alt_rows = Predictor(base.profile, resolve_math_mode(other), backend=other, calibration=calib,
+                         strict=base.strict).for_model(predict.model, predict.batch_size, predict.dtype).rows()
     alt_t = _whole(report, alt_rows, calib, other, whole_model_execution(other))
     if alt_t is None or not any(r.calibrated_time_s for r in alt_rows):
         return []
@@ -162,9 +170,8 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
 
 def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, float | None, bool] | None:
     """(time_s, energy_j, measured?) of the whole model: measured when this is the measured backend."""
-    m = report.measurement or {}
-    inference = m.get("inference") or {}
-    if backend == report.model.get("backend") and inference.get("time_s"):
+    inference = _measurement(report).get("inference") or {}
+    if backend == report.model.backend and inference.get("time_s"):
         return inference["time_s"], inference.get("energy_j"), True
     t = calib.whole_time_s(rows, backend, execution)
     if t is None:

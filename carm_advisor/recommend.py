@@ -6,17 +6,20 @@ changed one), so it says what the roofs allow, not what a given library will rea
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from carm_advisor.carm.placement import is_convolution
+from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
+
+if TYPE_CHECKING:
+    from carm_advisor.predict import ModelPredictor
 
 # A recommendation is shown only when the CARM predicts at least this much (time or energy).
 MIN_GAIN = 1.03
 _LOW_PRECISION = {"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8"}
 # Channel multiples Tensor Core tiles need to be full (cuDNN/cuBLAS pad otherwise), by element size.
 _TC_MULTIPLE = {4: 4, 2: 8, 1: 16}
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
 
 
 def _time(rows: list[LayerRow]) -> float:
@@ -43,7 +46,8 @@ def _share(rows: list[LayerRow], pick) -> float:
     return sum(r.predicted_time_s or 0.0 for r in rows if r.known and pick(r)) / total if total else 0.0
 
 
-def recommend(report: Report, predict: Callable[..., list[LayerRow]]) -> list[Recommendation]:
+def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
+    """What to change, each with its predicted gain; `predict` re-predicts the analysed model changed."""
     rows = [r for r in report.layers if r.known]
     if not rows or _time(rows) <= 0:
         return []
@@ -66,7 +70,7 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     slow = [r for r in rows if r.tensor_core and r.dtype not in _LOW_PRECISION and r.flops]
     if not slow:
         return None
-    alt = predict(dtype="bfloat16")
+    alt = predict.rows(dtype="bfloat16")
     if _time(alt) <= 0:
         return None
     speedup = _time(rows) / _time(alt)
@@ -97,7 +101,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     if not memory_bound or batch >= 1024:
         return None
     new_batch = min(batch * 4, 1024) if batch >= 8 else 32
-    alt = predict(batch=new_batch)
+    alt = predict.rows(batch_size=new_batch)
     per_sample_now, per_sample_new = _time(rows) / batch, _time(alt) / new_batch
     e_now, e_new = _energy(rows) / batch, (_energy(alt) / new_batch if _energy(alt) else 0)
     speedup = per_sample_now / per_sample_new
@@ -133,7 +137,7 @@ def _fusion(report, rows) -> Recommendation | None:
         "jax": "jax.jit already fuses these under XLA: make sure the model runs jitted (model.compile(jit_compile=True) / keras' jax trainer)",
         "torch": "compile the model (model.compile(jit_compile=True) on the torch backend uses torch.compile; or fold BatchNormalization into the preceding convolution for inference)",
         "tensorflow": "compile with XLA (model.compile(jit_compile=True)) or fold BatchNormalization into the preceding convolution for inference",
-    }.get(report.model.get("backend"), "fuse them into the producing kernel (XLA / torch.compile)")
+    }.get(report.model.backend, "fuse them into the producing kernel (XLA / torch.compile)")
     return Recommendation(
         title="Fuse memory-bound elementwise layers into their producers",
         detail=(
@@ -161,7 +165,7 @@ def _has_tensor_cores(report) -> bool:
 
 
 def _layout(report, rows) -> Recommendation | None:
-    backend, layout = report.model.get("backend"), report.model.get("layout")
+    backend, layout = report.model.backend, report.model.layout
     convs = [r for r in rows if is_convolution(r.type) or "Pooling" in r.type]
     gpu = report.profile.name if report.profile else "the GPU"
     if not convs:
@@ -203,7 +207,7 @@ def _tensor_core_alignment(report, rows) -> Recommendation | None:
     for r in rows:
         if not (r.tensor_core and r.path.startswith("tc_")):
             continue
-        multiple = _TC_MULTIPLE.get(_DTYPE_BYTES.get(r.dtype, 4), 8)
+        multiple = _TC_MULTIPLE.get(dtype_bytes_of(r.dtype), 8)
         channels = tuple(c for c in r.channels if c)
         if channels and any(c % multiple for c in channels):
             misaligned.append((r, channels, multiple))

@@ -18,8 +18,8 @@ VERIFY_TOLERANCE = 0.25
 
 def baseline_config(report, model_spec: str) -> dict:
     m = report.model
-    return {"model": model_spec, "precision": m.get("precision") or "float32", "layout": m.get("layout") or "channels_last",
-            "batch_size": int(m["batch_size"]), "backend": m.get("backend") or "torch", "compile": "none"}
+    return {"model": model_spec, "precision": m.precision or "float32", "layout": m.layout or "channels_last",
+            "batch_size": int(m.batch_size), "backend": m.backend or "torch", "compile": "none"}
 
 
 def gain(base: dict, new: dict, key: str) -> float | None:

@@ -44,7 +44,8 @@ def test_an_unseen_class_gets_the_backend_median_and_an_unseen_backend_none(cali
 
 
 def test_calibrated_time_is_bound_over_efficiency_and_never_below_the_bound(calib):
-    row = SimpleNamespace(type="Conv2D", dtype="bfloat16", predicted_time_s=1e-4, path="p", level="l", flops=1, bytes=1)
+    row = SimpleNamespace(name="c", type="Conv2D", dtype="bfloat16", predicted_time_s=1e-4, predicted_energy_j=None,
+                          path="p", level="l", flops=1, bytes=1)
     apply_calibration([row], calib, "torch")
     assert row.calibrated_time_s == pytest.approx(2.5e-4)
     assert "n=3" in row.calibration

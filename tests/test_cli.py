@@ -160,3 +160,12 @@ def test_ceilings_exclude_takes_comma_separated_names_with_or_without_spaces():
     args = build_parser().parse_args(["ceilings", "--exclude", "l2_read_bulk, hbm_read_bulk,"])
     assert args.exclude == ("l2_read_bulk", "hbm_read_bulk")
     assert build_parser().parse_args(["ceilings"]).exclude == ()
+
+
+def test_ceilings_binding_is_ctypes_or_tensorflow_and_defaults_to_the_backend_rule(capsys):
+    from carm_advisor.cli import build_parser
+
+    assert build_parser().parse_args(["ceilings", "--binding", "tensorflow"]).binding == "tensorflow"
+    assert build_parser().parse_args(["ceilings"]).binding is None   # measure/binding.default_binding decides
+    code, _, err = run_cli(capsys, "ceilings", "--binding", "cuda")
+    assert_one_line_error(code, err, "binding")

@@ -8,10 +8,10 @@ Expected FLOPs come from the instruction shapes by hand: wgmma m64nNkK = 2*64*N*
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from _gpu import gpu_present
 
 from carm_advisor.errors import GPUUnavailableError, KernelBuildError, MeasurementError
 from carm_advisor.measure import build
@@ -19,16 +19,6 @@ from carm_advisor.measure.kernels import KernelLibrary, load_tf_ops
 
 HAVE_NVCC = shutil.which("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not on PATH")
-
-
-def _gpu_present() -> bool:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return False
-    try:
-        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 SM90_COMPUTE_KEYS = {"fp64", "fp32", "fp16x2", "tc_tf32", "tc_fp16", "tc_fp16_f16acc", "tc_bf16",
@@ -126,7 +116,7 @@ def test_wgmma_rows_are_sm90_only_and_fp8_mma_needs_ada(lib):
 
 @pytest.mark.nvcc
 @needs_nvcc
-@pytest.mark.skipif(_gpu_present(), reason="a GPU is present: this test is for machines without one")
+@pytest.mark.skipif(gpu_present(), reason="a GPU is present: this test is for machines without one")
 def test_run_without_gpu_raises_gpu_unavailable_with_message(lib):
     with pytest.raises(GPUUnavailableError, match="no usable NVIDIA GPU"):
         lib.run("fp32_fma", iterations=10)
@@ -151,7 +141,7 @@ def test_tf_op_library_registers_carm_bench_run(built):
     import tensorflow as tf
 
     assert int(ops.carm_bench_count()) == len(KernelLibrary.load(built.lib_path).benchmarks())
-    if not _gpu_present():
+    if not gpu_present():
         with pytest.raises(tf.errors.UnavailableError):
             ops.carm_bench_run(index=0, size_bytes=0.0, iterations=1, launches=1)
 
@@ -210,7 +200,6 @@ def test_sm80_build_compiles_the_mma_sync_path(tmp_path_factory):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpu_present(), reason="no NVIDIA GPU")
 def test_every_benchmark_runs_and_totals_match_the_table(lib):
     dev = lib.device_info(0)
     for b in lib.benchmarks():

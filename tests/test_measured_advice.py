@@ -3,7 +3,7 @@
 import pytest
 
 from carm_advisor.measured_advice import cap_by_measured_gap, dispatch_overhead, far_below_roof
-from carm_advisor.report.model import LayerRow, Recommendation, Report
+from carm_advisor.report.model import LayerRow, MeasurementInfo, ModelInfo, Recommendation, Report
 
 
 def _row(name, type_, bound_s, measured_s, flops, attainable, bound="compute:tc_bf16", channels=(), tc=False):
@@ -20,8 +20,11 @@ def _report(measurement):
         # bn: 1e9 FLOP in 4 ms = 0.25 TFLOP/s of a 2 TFLOP/s slope (12.5%)
         _row("bn", "BatchNormalization", 0.004, 0.004, 1e9, 2e12, bound="memory:hbm"),
     ]
-    model = {"name": "m", "batch_size": 64, "precision": "mixed_bfloat16", "layout": "channels_first", "backend": "torch"}
-    return Report(model=model, device={}, ceilings={}, layers=rows, recommendations=[], measurement=measurement)
+    model = ModelInfo(name="m", batch_size=64, precision="mixed_bfloat16", layout="channels_first", backend="torch",
+                      math_mode={})
+    info = MeasurementInfo(inference=measurement.get("inference"), training_step=None,
+                           inference_graph=measurement.get("inference_graph"), date=None, command=None)
+    return Report(model=model, device={}, ceilings={}, layers=rows, recommendations=[], measurement=info)
 
 
 def test_a_same_configuration_gain_is_capped_by_the_measured_gap_but_a_switch_is_not():

@@ -1,7 +1,8 @@
 import pytest
 
-from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path, memory_level
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE
 from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+from carm_advisor.predict import compute_path, memory_level
 
 
 def cost(type_="Conv2D", dtype="float32", op=OP_MATMUL, tc=True, bytes_read=100, bytes_written=100):

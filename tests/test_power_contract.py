@@ -160,13 +160,6 @@ def stub_nvml(monkeypatch):
     return install
 
 
-def real_nvml_gpu_present() -> bool:
-    try:
-        return gpu_count() > 0
-    except CarmError:
-        return False
-
-
 # --- the contract, one suite over every backend ----------------------------------------------
 
 
@@ -185,8 +178,6 @@ def backend(request, stub_nvml):
     if request.param == "nvml-stub":
         stub_nvml(permission=False)
         return NvmlGPU(0), lambda: None, True
-    if not real_nvml_gpu_present():
-        pytest.skip("no NVIDIA GPU or NVML on this machine")
     # Real GPU: reading only. Its settings must never change, so setters are never called.
     return NvmlGPU(0), lambda: time.sleep(0.15), False
 

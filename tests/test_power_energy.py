@@ -203,3 +203,45 @@ def test_sampler_keeps_a_reading_error_and_stops_sampling():
     assert isinstance(sampler.error, NotSupportedError)
     assert sampler.samples == [] and sampler.mean_sm_clock_mhz() is None
     assert not sampler.running
+
+
+def test_fixed_calls_per_window_skip_calibration_and_warmup():
+    # 4 calls of 0.3 s per window: 1.2 s >= 1 s, so no window is extended; 2 windows -> 8 calls in all.
+    gpu = fake_at(200.0)
+    calls = []
+    m = measure_energy(lambda: (calls.append(1), gpu.advance(0.3)), gpu, min_window_s=1.0, repeats=2, warmup=0,
+                       calls_per_window=4, clock=gpu.now_s)
+    assert len(calls) == 8 and [w.calls for w in m.windows] == [4, 4]
+    assert m.windows[0].time_s == pytest.approx(1.2) and m.energy_per_call_j == pytest.approx(60.0, rel=1e-4)
+
+
+def test_fixed_calls_that_fall_short_of_the_window_get_more_calls():
+    # 2 planned calls of 0.3 s = 0.6 s < 1 s: the window grows by ceil(0.4 / 0.3 * 1.05) = 2 calls to 1.2 s.
+    gpu = fake_at(200.0)
+    m = measure_energy(lambda: gpu.advance(0.3), gpu, min_window_s=1.0, repeats=1, warmup=0, calls_per_window=2,
+                       clock=gpu.now_s)
+    assert m.windows[0].calls == 4 and m.windows[0].time_s == pytest.approx(1.2)
+
+
+def test_calls_per_window_below_one_is_refused():
+    with pytest.raises(MeasurementError, match="calls_per_window >= 1"):
+        measure_energy(lambda: None, None, calls_per_window=0)
+
+
+def test_idle_power_is_the_energy_over_one_sleep_window():
+    # 85 W idle over a 0.5 s window: 42.5 J / 0.5 s
+    from carm_advisor.power.energy import idle_power_w
+
+    gpu = fake_at(85.0)
+    assert idle_power_w(gpu, 0.5, clock=gpu.now_s, sleep=gpu.advance) == pytest.approx(85.0, rel=1e-4)
+
+
+def test_idle_power_is_none_when_the_gpu_has_no_energy_counter():
+    from carm_advisor.power.energy import idle_power_w
+
+    class NoCounter(FakeGPU):
+        def total_energy_mj(self) -> int:
+            raise NotSupportedError("total_energy_mj is not supported (fake)")
+
+    gpu = NoCounter()
+    assert idle_power_w(gpu, 0.5, clock=gpu.now_s, sleep=gpu.advance) is None

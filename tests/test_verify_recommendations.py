@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from carm_advisor.report.model import Recommendation, Report
+from carm_advisor.report.model import ModelInfo, Recommendation, Report
 from carm_advisor.verify_recommendations import verified_text, verify_recommendations
 
 
@@ -14,7 +14,8 @@ def _report():
         Recommendation("batch", "d", "1.50x faster", speedup=1.5, change={"batch_size": 256}),
         Recommendation("pad", "d", "at most 3%"),
     ]
-    model = {"name": "vgg16", "batch_size": 64, "precision": "float32", "layout": "channels_first", "backend": "torch"}
+    model = ModelInfo(name="vgg16", batch_size=64, precision="float32", layout="channels_first", backend="torch",
+                      math_mode={})
     return Report(model=model, device={}, ceilings={}, layers=[], recommendations=recs)
 
 

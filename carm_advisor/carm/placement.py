@@ -1,8 +1,9 @@
-"""Which roof and which slope apply to a layer's cost: the bridge from mapping to the CARM (pure)."""
+"""Which roof and which slope apply to a layer's work (pure: dtypes and byte counts in, roof keys out).
+
+The Keras side (a mapping LayerCost) is adapted to these in carm_advisor.predict.
+"""
 
 from __future__ import annotations
-
-from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 
 # What "float32" runs as on each Keras backend by default on Ampere/Hopper, for convolutions and
 # matmuls. torch: cudnn.allow_tf32 defaults to True, cuda.matmul.allow_tf32 to False; TensorFlow
@@ -42,12 +43,13 @@ def is_convolution(layer_type: str) -> bool:
     return "Conv" in layer_type
 
 
-def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None) -> str:
-    """The compute roof a layer's dominant work runs on."""
-    dtype = cost.compute_dtype
-    if cost.tensor_core and cost.op_class == OP_MATMUL:
+def compute_path_for(
+    dtype: str, on_tensor_cores: bool, layer_type: str, math_mode: dict[str, str], available: set[str] | None = None
+) -> str:
+    """The compute roof that work of `dtype` runs on; `on_tensor_cores`: matmul-class work eligible for them."""
+    if on_tensor_cores:
         if dtype == "float32":
-            mode = math_mode.get("conv" if is_convolution(cost.type) else "matmul", "fp32")
+            mode = math_mode.get("conv" if is_convolution(layer_type) else "matmul", "fp32")
             path = "tc_tf32" if mode == "tf32" else "fp32"
         else:
             path = _TENSOR_CORE_PATH.get(dtype, "fp32")
@@ -65,6 +67,6 @@ def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str]
     return path
 
 
-def memory_level(cost: LayerCost, l2_usable_bytes: int) -> str:
-    """HBM unless the layer's whole working set fits in the usable L2 (its inputs were just written there)."""
-    return "l2" if 0 < cost.bytes <= l2_usable_bytes else "hbm"
+def memory_level_for(bytes_: int, l2_usable_bytes: int) -> str:
+    """HBM unless the whole working set fits in the usable L2 (its inputs were just written there)."""
+    return "l2" if 0 < bytes_ <= l2_usable_bytes else "hbm"

@@ -24,8 +24,13 @@ from carm_advisor.errors import KernelBuildError
 
 LIB_NAME = "libcarm_bench.so"
 TF_LIB_NAME = "tf_carm_ops.so"
+# Its own name: in one process, a loaded library answers every later request for its name, so the
+# host-only ABI must not stand in for (or be stood in by) the CUDA one.
+HOST_LIB_NAME = "libcarm_bench_host.so"
 CUDA_SOURCES = ("carm_bench.cu", "k_cudacore.cu", "k_tensor.cu")
 TF_SOURCE = "tf_carm_ops.cc"
+HOST_FAKE_SOURCE = "host_fake.cc"   # the C ABI without CUDA: known figures, for tests without a GPU
+_CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared")
 # Every arch the sources compile for; wgmma rows only do work in the sm_90a image.
 DEFAULT_ARCHS = ("sm_80", "sm_89", "sm_90a")
 _NVCC_FLAGS = ("-std=c++17", "-O3", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo")
@@ -40,7 +45,7 @@ class BuildResult:
     archs: tuple[str, ...]
     cache_dir: Path
     cached: bool
-    nvcc: Path
+    nvcc: Path           # the compiler of libcarm_bench.so (the system C++ compiler for the host-only build)
     log_path: Path
     ptxas_report: str = field(default="", repr=False)
 
@@ -175,6 +180,67 @@ def _run(cmd: list[str], log: list[str]) -> tuple[int, str]:
     return p.returncode, out
 
 
+def _cxx() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        raise KernelBuildError("building the host code needs a C++ compiler: g++ not found on PATH (set CXX)")
+    return cxx
+
+
+def _build_tf_op(src: Path, out_dir: Path, lib_name: str, tf_cflags: list[str], tf_lflags: list[str], log: list[str],
+                 fail: Callable[[str, str], KernelBuildError]) -> None:
+    """tf_carm_ops.so from kernels/tf_carm_ops.cc, linked against out_dir's lib_name (the CUDA or host-only ABI)."""
+    tmp_tf = out_dir / (TF_LIB_NAME + ".tmp")
+    # TensorFlow's own headers call deprecated absl helpers: their warnings are not ours
+    cmd = [_cxx(), *_CXX_FLAGS, "-Wno-deprecated-declarations", *tf_cflags, f"-I{src}", str(src / TF_SOURCE),
+           "-o", str(tmp_tf), f"-L{out_dir}", "-l:" + lib_name, "-Wl,-rpath,$ORIGIN", *tf_lflags]
+    rc, out = _run(cmd, log)
+    if rc:
+        raise fail(f"compiling {TF_SOURCE} failed", out)
+    tmp_tf.replace(out_dir / TF_LIB_NAME)
+
+
+def _failing(log: list[str], log_path: Path) -> Callable[[str, str], KernelBuildError]:
+    def fail(what: str, output: str) -> KernelBuildError:
+        log_path.write_text("\n".join(log))
+        return KernelBuildError(f"{what}: {_first_error(output)} (full log: {log_path})")
+
+    return fail
+
+
+def build_host_fake(with_tf: bool | None = None, force: bool = False, cache_root: Path | None = None) -> BuildResult:
+    """libcarm_bench_host.so from kernels/host_fake.cc with the system C++ compiler (no CUDA, no GPU: a small
+    table and figures computed from each call's configuration), and the TF op library linked against it
+    when TensorFlow is importable (with_tf as in build_kernels). Cached like build_kernels."""
+    src = kernels_dir()
+    log: list[str] = []
+    if with_tf is None:
+        with_tf = _tf_available()
+    tf_cflags, tf_lflags = _tf_flags() if with_tf else ([], [])
+    cxx = _cxx()
+    _, version = _run([cxx, "--version"], [])
+    key = cache_key(src, ("host",), version, with_tf, [*_CXX_FLAGS, *tf_cflags, *tf_lflags])
+    out_dir = (cache_root or default_cache_root()) / f"host-{key}"
+    lib = out_dir / HOST_LIB_NAME
+    tf_lib = out_dir / TF_LIB_NAME if with_tf else None
+    log_path = out_dir / "build.log"
+    if not force and lib.is_file() and (tf_lib is None or tf_lib.is_file()):
+        return BuildResult(lib, tf_lib, ("host",), out_dir, True, Path(cxx), log_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fail = _failing(log, log_path)
+    tmp_lib = out_dir / (HOST_LIB_NAME + ".tmp")
+    # the soname lets ctypes and the op library share one loaded copy (one table, one last-run record)
+    rc, out = _run([cxx, *_CXX_FLAGS, f"-I{src}", str(src / HOST_FAKE_SOURCE), f"-Wl,-soname,{HOST_LIB_NAME}",
+                    "-o", str(tmp_lib)], log)
+    if rc:
+        raise fail(f"compiling {HOST_FAKE_SOURCE} failed", out)
+    tmp_lib.replace(lib)
+    if with_tf:
+        _build_tf_op(src, out_dir, HOST_LIB_NAME, tf_cflags, tf_lflags, log, fail)
+    log_path.write_text("\n".join(log))
+    return BuildResult(lib, tf_lib, ("host",), out_dir, False, Path(cxx), log_path)
+
+
 def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | None = None,
                   progress: Callable[[str], None] | None = None, cache_root: Path | None = None) -> BuildResult:
     """Compile (or reuse) libcarm_bench.so, and the TF op library when TensorFlow is importable.
@@ -202,10 +268,7 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
-
-    def fail(what: str, output: str) -> KernelBuildError:
-        log_path.write_text("\n".join(log))
-        return KernelBuildError(f"{what}: {_first_error(output)} (full log: {log_path})")
+    fail = _failing(log, log_path)
 
     def compile_one(name: str) -> tuple[str, int, str]:
         obj = out_dir / (Path(name).stem + ".o")
@@ -229,16 +292,7 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
 
     if with_tf:
         say("compiling the TensorFlow op library")
-        cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-        if not cxx:
-            raise fail("building the TensorFlow op needs a C++ compiler", "g++ not found on PATH (set CXX)")
-        tmp_tf = out_dir / (TF_LIB_NAME + ".tmp")
-        cmd = [cxx, "-shared", "-fPIC", "-O2", *tf_cflags, f"-I{src}", str(src / TF_SOURCE), "-o", str(tmp_tf),
-               f"-L{out_dir}", "-l:" + LIB_NAME, "-Wl,-rpath,$ORIGIN", *tf_lflags]
-        rc, out = _run(cmd, log)
-        if rc:
-            raise fail(f"compiling {TF_SOURCE} failed", out)
-        tmp_tf.replace(out_dir / TF_LIB_NAME)
+        _build_tf_op(src, out_dir, LIB_NAME, tf_cflags, tf_lflags, log, fail)
 
     log_path.write_text("\n".join(log))
     say(f"kernels built in {out_dir}")

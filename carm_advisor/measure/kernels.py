@@ -1,20 +1,32 @@
-"""ctypes binding of kernels/carm_bench.h, and a thin loader of the TensorFlow op library.
+"""The two bindings of kernels/carm_bench.h (measure/binding.py's interface): ctypes and the
+TensorFlow custom ops. The only place that loads native code (ctypes, tf.load_op_library).
 
-The benchmark table (FLOPs and bytes per work item) lives in C; everything here reads it through
-``carm_bench_describe`` so rates are never typed twice. ``KernelLibrary.run`` is cheap to repeat:
-the library keeps its stream, events and device buffers between calls.
+The benchmark table (FLOPs and bytes per work item) lives in C; both bindings read it through
+``carm_bench_describe`` so rates are never typed twice. ``run`` is cheap to repeat: the library keeps
+its stream, events and device buffers between calls.
 """
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import re
 from pathlib import Path
 
-from carm_advisor.errors import GPUUnavailableError, KernelBuildError, MeasurementError
-
-CARM_OK, CARM_ERR_NO_GPU, CARM_ERR_INVALID, CARM_ERR_UNSUPPORTED, CARM_ERR_CUDA = range(5)
-ABI_VERSION = 1
+from carm_advisor.errors import KernelBuildError
+from carm_advisor.measure.build import LIB_NAME
+from carm_advisor.measure.binding import (  # noqa: F401  (the records are re-exported: callers import them here)
+    ABI_VERSION,
+    CARM_ERR_CUDA,
+    CARM_ERR_INVALID,
+    CARM_ERR_NO_GPU,
+    CARM_ERR_UNSUPPORTED,
+    CARM_OK,
+    BenchmarkInfo,
+    Binding,
+    DeviceInfo,
+    RunResult,
+    raise_for_status,
+)
 
 
 class _Info(ctypes.Structure):
@@ -47,88 +59,12 @@ class _DeviceInfo(ctypes.Structure):
                 ("regs_per_sm", ctypes.c_int), ("compiled_arch", ctypes.c_int)]
 
 
-@dataclass(frozen=True)
-class BenchmarkInfo:
-    """One row of the C benchmark table. flops = work_items * flops_per_item (1 multiply-add = 2)."""
-
-    index: int
-    name: str
-    kind: str            # "compute" | "memory" | "mixed"
-    carm_key: str        # compute roof (compute, mixed rows) or memory level (memory rows)
-    memory_key: str      # level the bytes are counted at; "" for compute rows
-    variant: str
-    instruction: str
-    item: str            # what one work item is
-    min_arch: int        # 10*major + minor
-    max_arch: int        # 0 = no upper bound
-    flops_per_item: float
-    bytes_per_item: float
-    intensity_param: float  # mixed rows: compute iterations per loaded element
-    size_is_bytes: bool     # run(size=...) is a working set in bytes
-
-    @property
-    def flops_per_byte(self) -> float | None:
-        """Arithmetic intensity of one work item (None for compute-only rows)."""
-        return self.flops_per_item / self.bytes_per_item if self.bytes_per_item else None
-
-    def runs_on(self, arch: int) -> bool:
-        return arch >= self.min_arch and (self.max_arch == 0 or arch <= self.max_arch)
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    name: str
-    cc_major: int
-    cc_minor: int
-    sm_count: int
-    clock_mhz: float
-    memory_clock_mhz: float
-    memory_bus_bits: int
-    l2_bytes: int
-    smem_per_sm_bytes: int
-    smem_per_block_optin_bytes: int
-    global_mem_bytes: int
-    max_threads_per_sm: int
-    regs_per_sm: int
-    compiled_arch: int  # arch of the machine code this library runs on the device (0 = none)
-
-    @property
-    def arch(self) -> int:
-        return self.cc_major * 10 + self.cc_minor
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Totals over the timed launches of one run; seconds from CUDA events."""
-
-    name: str
-    flops: float
-    bytes: float
-    seconds: float
-    work_items: float
-    checksum: float
-    size_bytes: float
-    iterations: int
-    launches: int
-    grid_blocks: int
-    block_threads: int
-    dynamic_smem_bytes: int
-
-    @property
-    def flops_per_s(self) -> float:
-        return self.flops / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.bytes / self.seconds if self.seconds > 0 else 0.0
-
-
 def _s(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-class KernelLibrary:
-    """The loaded libcarm_bench.so. Use ``KernelLibrary.load()``; one instance per process is enough."""
+class KernelLibrary(Binding):
+    """The loaded libcarm_bench.so, through ctypes. Use ``KernelLibrary.load()``; one per process is enough."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path):
         self._lib = lib
@@ -145,7 +81,6 @@ class KernelLibrary:
         if version != ABI_VERSION:
             raise KernelBuildError(f"{path}: expected carm_bench ABI {ABI_VERSION}, received {version} (rebuild with force=True)")
         self._benchmarks = [self._describe(i) for i in range(lib.carm_bench_count())]
-        self._by_name = {b.name: b for b in self._benchmarks}
 
     @classmethod
     def load(cls, path: str | Path | None = None, build_if_missing: bool = True, arch: str | None = None) -> "KernelLibrary":
@@ -165,13 +100,11 @@ class KernelLibrary:
             raise KernelBuildError(f"cannot load {path}: {exc}") from exc
         return cls(lib, path)
 
+    def _message(self, rc: int) -> str:
+        return _s(self._lib.carm_last_error() or b"") if rc != CARM_OK else ""
+
     def _check(self, rc: int, what: str) -> None:
-        if rc == CARM_OK:
-            return
-        msg = _s(self._lib.carm_last_error() or b"") or f"error code {rc}"
-        if rc == CARM_ERR_NO_GPU:
-            raise GPUUnavailableError(msg)
-        raise MeasurementError(f"{what}: {msg}")
+        raise_for_status(rc, self._message(rc), what)
 
     def _describe(self, i: int) -> BenchmarkInfo:
         info = _Info()
@@ -182,16 +115,6 @@ class KernelLibrary:
 
     def benchmarks(self) -> list[BenchmarkInfo]:
         return list(self._benchmarks)
-
-    def benchmark(self, name_or_index: str | int) -> BenchmarkInfo:
-        if isinstance(name_or_index, int):
-            if not 0 <= name_or_index < len(self._benchmarks):
-                raise MeasurementError(f"benchmark index out of range: expected 0..{len(self._benchmarks) - 1}, received {name_or_index}")
-            return self._benchmarks[name_or_index]
-        try:
-            return self._by_name[name_or_index]
-        except KeyError:
-            raise MeasurementError(f"unknown benchmark: received {name_or_index!r}, expected one of {sorted(self._by_name)}") from None
 
     def device_count(self) -> int:
         n = ctypes.c_int(0)
@@ -205,25 +128,23 @@ class KernelLibrary:
                           d.memory_bus_bits, d.l2_bytes, d.smem_per_sm_bytes, d.smem_per_block_optin_bytes,
                           d.global_mem_bytes, d.max_threads_per_sm, d.regs_per_sm, d.compiled_arch)
 
-    def run(self, name_or_index: str | int, *, device: int = 0, size: float = 0, iterations: int = 0,
-            launches: int = 1, warmup: int = 1, config: int = 0) -> RunResult:
-        """Run one benchmark. size: working set in bytes (memory and mixed rows; 0 = default from the
-        device's L2 size); iterations: inner iterations or passes (0 = default); launches: timed launches."""
-        b = self.benchmark(name_or_index)
+    def _run(self, index: int, *, device: int, size_bytes: float, iterations: int, launches: int, warmup: int,
+             config: int) -> tuple:
         p = _Params(device=device, warmup_launches=warmup, launches=launches, config=config,
-                    size_bytes=float(size), iterations=int(iterations))
+                    size_bytes=size_bytes, iterations=iterations)
         r = _Result()
-        self._check(self._lib.carm_bench_run(b.index, ctypes.byref(p), ctypes.byref(r)), b.name)
-        return RunResult(b.name, r.flops, r.bytes, r.seconds, r.work_items, r.checksum, r.size_bytes, r.iterations,
-                         r.launches, r.grid_blocks, r.block_threads, r.dynamic_smem_bytes)
+        rc = self._lib.carm_bench_run(index, ctypes.byref(p), ctypes.byref(r))
+        return (rc, self._message(rc), r.flops, r.bytes, r.seconds, r.work_items, r.checksum, r.size_bytes, r.iterations,
+                r.launches, r.grid_blocks, r.block_threads, r.dynamic_smem_bytes)
 
     def release(self) -> None:
-        """Free the device buffers the library keeps between runs."""
         self._lib.carm_release()
 
 
 def load_tf_ops(path: str | Path | None = None):
-    """tf.load_op_library of the TF op library (built when missing); exposes carm_bench_run, carm_bench_count."""
+    """tf.load_op_library of the TF op library (built when missing): one op per function of carm_bench.h
+    (carm_abi_version, carm_bench_count, carm_bench_describe, carm_bench_run, carm_device_count,
+    carm_device_info, carm_release)."""
     try:
         import tensorflow as tf  # lazy: the package never needs TensorFlow at import time
     except ImportError as exc:
@@ -239,3 +160,82 @@ def load_tf_ops(path: str | Path | None = None):
         return tf.load_op_library(str(path))
     except Exception as exc:  # TF raises NotFoundError/others for bad libraries
         raise KernelBuildError(f"tf.load_op_library({path}) failed: {exc}") from exc
+
+
+# What a status of carm_bench.h becomes in kernels/tf_carm_ops.cc (status_of), read back.
+_TF_STATUS = {"UnavailableError": CARM_ERR_NO_GPU, "InvalidArgumentError": CARM_ERR_INVALID,
+              "UnimplementedError": CARM_ERR_UNSUPPORTED}
+
+
+def _tf_message(exc) -> str:
+    """carm_last_error() as the op raised it, without the decorations TensorFlow adds around it."""
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", exc.message)
+    return re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.S)
+
+
+class TensorFlowOps(Binding):
+    """The same C ABI through the TensorFlow custom ops of kernels/tf_carm_ops.cc (one op per function).
+
+    ``path`` is the C library the op library links against (what the counter check loads)."""
+
+    def __init__(self, ops, path: Path, op_path: Path | None = None):
+        import tensorflow as tf  # loaded already: `ops` came from tf.load_op_library
+
+        self._ops, self._errors = ops, tf.errors.OpError
+        self.path, self.op_path = Path(path), op_path
+        version = int(ops.carm_abi_version())
+        if version != ABI_VERSION:
+            raise KernelBuildError(f"{op_path}: expected carm_bench ABI {ABI_VERSION}, received {version} (rebuild with force=True)")
+        self._benchmarks = [self._describe(i) for i in range(int(ops.carm_bench_count()))]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, lib_path: str | Path | None = None,
+             arch: str | None = None) -> "TensorFlowOps":
+        """Load the op library ``path`` (linked against ``lib_path``), or the cached build for ``arch``."""
+        if path is None:
+            from carm_advisor.measure import build
+
+            built = build.build_kernels(arch=arch, with_tf=True)
+            path, lib_path = built.tf_op_path, built.lib_path
+        path = Path(path)
+        return cls(load_tf_ops(path), Path(lib_path) if lib_path else path.with_name(LIB_NAME), path)
+
+    def _call(self, what: str, op, **kwargs):
+        """op(**kwargs) with the ABI's status translated as the ctypes binding translates it."""
+        try:
+            return op(**kwargs)
+        except self._errors as exc:
+            raise_for_status(_TF_STATUS.get(type(exc).__name__, CARM_ERR_CUDA), _tf_message(exc), what)
+
+    def _describe(self, i: int) -> BenchmarkInfo:
+        o = self._call("carm_bench_describe", self._ops.carm_bench_describe, index=i)
+        text = [t.numpy().decode("utf-8", "replace") for t in o[:7]]
+        return BenchmarkInfo(i, *text, int(o.min_arch), int(o.max_arch), float(o.flops_per_item),
+                             float(o.bytes_per_item), float(o.intensity_param), bool(o.size_is_bytes))
+
+    def benchmarks(self) -> list[BenchmarkInfo]:
+        return list(self._benchmarks)
+
+    def device_count(self) -> int:
+        return int(self._call("carm_device_count", self._ops.carm_device_count))
+
+    def device_info(self, device: int = 0) -> DeviceInfo:
+        o = self._call("carm_device_info", self._ops.carm_device_info, device=device)
+        return DeviceInfo(o.name.numpy().decode("utf-8", "replace"), int(o.cc_major), int(o.cc_minor), int(o.sm_count),
+                          int(o.clock_khz) / 1e3, int(o.memory_clock_khz) / 1e3, int(o.memory_bus_bits),
+                          int(o.l2_bytes), int(o.smem_per_sm_bytes), int(o.smem_per_block_optin_bytes),
+                          int(o.global_mem_bytes), int(o.max_threads_per_sm), int(o.regs_per_sm), int(o.compiled_arch))
+
+    def _run(self, index: int, *, device: int, size_bytes: float, iterations: int, launches: int, warmup: int,
+             config: int) -> tuple:
+        try:
+            o = self._ops.carm_bench_run(index=index, size_bytes=size_bytes, iterations=iterations, launches=launches,
+                                         device=device, warmup_launches=warmup, config=config)
+        except self._errors as exc:
+            return (_TF_STATUS.get(type(exc).__name__, CARM_ERR_CUDA), _tf_message(exc)) + (0,) * 11
+        return (CARM_OK, "", float(o.flops), float(o.bytes), float(o.seconds), float(o.work_items), float(o.checksum),
+                float(o.size_bytes_used), int(o.iterations_used), int(o.launches_used), int(o.grid_blocks),
+                int(o.block_threads), int(o.dynamic_smem_bytes))
+
+    def release(self) -> None:
+        self._call("carm_release", self._ops.carm_release)

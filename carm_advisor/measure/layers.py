@@ -41,7 +41,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypedDict
 
 import keras
 
@@ -51,6 +51,9 @@ from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU
 from carm_advisor.power.energy import EnergyMeasurement, measure_energy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack   # typing.Unpack from Python 3.12
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,60 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def _preset(name: str) -> Preset:
+class Windows(TypedDict, total=False):
+    """The window keywords every measure_* function takes: a preset and explicit overrides of it."""
+
+    preset: str                  # "fast" | "standard" | "accurate" (PRESETS); default "standard"
+    min_window_s: float | None   # the layer windows (measure_model: the whole-model windows)
+    repeats: int | None
+    warmup: int | None
+
+
+class RunWindows(Windows, total=False):
+    model_min_window_s: float | None   # measure_run's whole-model windows
+    model_repeats: int | None
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """The windows of one measurement: a preset's, with any explicit override, resolved once."""
+
+    preset: str
+    layer_window_s: float
+    layer_repeats: int
+    model_window_s: float
+    model_repeats: int
+    warmup: int
+
+    @classmethod
+    def resolve(cls, preset: str = "standard", *, min_window_s: float | None = None, repeats: int | None = None,
+                warmup: int | None = None, model_min_window_s: float | None = None,
+                model_repeats: int | None = None, scope: str = "layer") -> "MeasureOptions":
+        """scope="model": min_window_s and repeats set the whole-model windows (measure_model's meaning)."""
+        if scope == "model":
+            model_min_window_s, model_repeats, min_window_s, repeats = min_window_s, repeats, None, None
+        try:
+            p = PRESETS[preset]
+        except KeyError:
+            raise MeasurementError(f"Expected preset in {sorted(PRESETS)}, Received: preset={preset!r}") from None
+
+        def given(value, default):
+            return default if value is None else value
+
+        return cls(preset, given(min_window_s, p.layer_window_s), given(repeats, p.layer_repeats),
+                   given(model_min_window_s, p.model_window_s), given(model_repeats, p.model_repeats),
+                   given(warmup, p.warmup))
+
+
+@contextlib.contextmanager
+def _expecting(expected: str):
+    """One line naming what was expected to run when a backend raises; our own errors pass unchanged."""
     try:
-        return PRESETS[name]
-    except KeyError:
-        raise MeasurementError(f"Expected preset in {sorted(PRESETS)}, Received: preset={name!r}") from None
+        yield
+    except (MeasurementError, PowerError):
+        raise
+    except Exception as exc:  # backends raise anything
+        raise MeasurementError(f"Expected {expected}; Received {type(exc).__name__}: {exc}") from exc
 
 
 # ---- synthetic inputs ------------------------------------------------------------------------
@@ -316,17 +368,11 @@ def measure_layer_calls(
         task = bar.add_task("layers", total=len(calls))
         for call in calls:
             bar.update(task, description=call.path)
-            try:
+            with _expecting(f"layer '{call.path}' ({type(call.layer).__name__}) to run on inputs "
+                            f"{list(call.input_shapes)} {list(call.input_dtypes)}"):
                 runner = layer_runner(call, training=training, backend=backend, graphs=graphs, warmup=warmup)
                 m = _measure(runner.fn, gpu, backend, min_window_s=min_window_s, repeats=repeats,
                              warmup=warmup, inference=not training)
-            except (MeasurementError, PowerError):
-                raise
-            except Exception as exc:  # backends raise anything; one line that names the layer
-                raise MeasurementError(
-                    f"Expected layer '{call.path}' ({type(call.layer).__name__}) to run on inputs "
-                    f"{list(call.input_shapes)} {list(call.input_dtypes)}; Received {type(exc).__name__}: {exc}"
-                ) from exc
             results.append(LayerMeasurement(
                 name=call.path,
                 type=type(call.layer).__name__,
@@ -348,15 +394,12 @@ def measure_layers(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
     training: bool = False,
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
     graphs: bool = True,
+    **windows: Unpack[Windows],
 ) -> RunMeasurement:
     """Time (and with `gpu`, energy, power and SM clock of) every layer call of `model`, alone.
 
@@ -365,18 +408,22 @@ def measure_layers(
     graph unless `graphs=False` (see the module docstring). The returned record has no whole-model
     figures; see measure_run for both.
     """
+    o = MeasureOptions.resolve(**windows)
+    return _measure_layers(model, batch_size, gpu, o, training=training, progress=progress, only=only,
+                           command=command, graphs=graphs)
+
+
+def _measure_layers(model, batch_size: int, gpu: GPU | None, o: MeasureOptions, *, training: bool = False,
+                    progress: bool = True, only: Collection[str] | None = None, command: str | None = None,
+                    graphs: bool = True) -> RunMeasurement:
     start_s = time.perf_counter()
-    p = _preset(preset)
-    window_s = p.layer_window_s if min_window_s is None else min_window_s
-    n = p.layer_repeats if repeats is None else repeats
-    w = p.warmup if warmup is None else warmup
     calls = _select(list(iter_layer_calls(model, batch_size)), only)
-    layers = measure_layer_calls(calls, gpu=gpu, min_window_s=window_s, repeats=n, warmup=w,
-                                 training=training, progress=progress, graphs=graphs)
+    layers = measure_layer_calls(calls, gpu=gpu, min_window_s=o.layer_window_s, repeats=o.layer_repeats,
+                                 warmup=o.warmup, training=training, progress=progress, graphs=graphs)
     run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = layers
-    run.settings = {"preset": preset, "layer_window_s": window_s, "layer_repeats": n, "warmup": w,
-                    "training": training, "graphs": bool(graphs)}
+    run.settings = {"preset": o.preset, "layer_window_s": o.layer_window_s, "layer_repeats": o.layer_repeats,
+                    "warmup": o.warmup, "training": training, "graphs": bool(graphs)}
     run.wall_s = time.perf_counter() - start_s
     return run
 
@@ -434,10 +481,7 @@ def measure_model(
     batch_size: int,
     gpu: GPU | None = None,
     training_step: bool = True,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
+    **windows: Unpack[Windows],
 ) -> tuple[ModelMeasurement, ModelMeasurement | None]:
     """The whole model: inference `model(x, training=False)` and, optionally, one training step.
 
@@ -445,13 +489,16 @@ def measure_model(
     portable forward + backward + update in every backend. The model is compiled for it (a user's
     compile configuration is restored afterwards) and its weights are restored afterwards.
     """
-    p = _preset(preset)
-    window_s = p.model_window_s if min_window_s is None else min_window_s
-    n = p.model_repeats if repeats is None else repeats
-    w = p.warmup if warmup is None else warmup
+    o = MeasureOptions.resolve(**windows, scope="model")
+    return _measure_model(model, batch_size, gpu, o, training_step=training_step)
+
+
+def _measure_model(model, batch_size: int, gpu: GPU | None, o: MeasureOptions, *,
+                   training_step: bool) -> tuple[ModelMeasurement, ModelMeasurement | None]:
+    window_s, n, w = o.model_window_s, o.model_repeats, o.warmup
     backend = _backend.active_backend()
     x = _model_inputs(model, batch_size)
-    try:
+    with _expecting(f"model '{model.name}' to run on batch {batch_size}"):
         fn, execution = _inference_fn(model, x, backend)
         inference = _to_model_measurement(
             _measure(fn, gpu, backend, min_window_s=window_s, repeats=n, warmup=w, inference=True), execution
@@ -461,12 +508,6 @@ def measure_model(
         with _backend.inference_context(backend):
             outputs = fn()
         return inference, _measure_training_step(model, x, outputs, gpu, backend, window_s, n, w)
-    except (MeasurementError, PowerError):
-        raise
-    except Exception as exc:
-        raise MeasurementError(
-            f"Expected model '{model.name}' to run on batch {batch_size}; Received {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 def measure_model_graph(
@@ -474,11 +515,8 @@ def measure_model_graph(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
     capture: Capture | None = None,
+    **windows: Unpack[Windows],
 ) -> ModelMeasurement | None:
     """Inference `model(x, training=False)` replayed from one CUDA graph: the model's GPU time, no dispatch.
 
@@ -486,26 +524,22 @@ def measure_model_graph(
     The windows default to the preset's *layer* windows: this is the reference the sum of the layers'
     graph times is compared with, measured the same way (times are good to a few percent even so).
     """
+    o = MeasureOptions.resolve(**windows)
+    return _measure_model_graph(model, batch_size, gpu, o, capture=capture)
+
+
+def _measure_model_graph(model, batch_size: int, gpu: GPU | None, o: MeasureOptions, *,
+                         capture: Capture | None = None) -> ModelMeasurement | None:
     backend = _backend.active_backend()
     if not uses_cuda_graphs(backend):
         return None
-    p = _preset(preset)
-    window_s = p.layer_window_s if min_window_s is None else min_window_s
-    n = p.layer_repeats if repeats is None else repeats
-    w = p.warmup if warmup is None else warmup
     x = _model_inputs(model, batch_size)
-    replay = _try_capture(lambda: model(x, training=False), capture, w, f"model '{model.name}'")
+    replay = _try_capture(lambda: model(x, training=False), capture, o.warmup, f"model '{model.name}'")
     if replay is None:
         return None
-    try:
-        m = _measure(replay, gpu, backend, min_window_s=window_s, repeats=n, warmup=w, inference=True)
-    except (MeasurementError, PowerError):
-        raise
-    except Exception as exc:
-        raise MeasurementError(
-            f"Expected model '{model.name}' to replay its CUDA graph on batch {batch_size}; "
-            f"Received {type(exc).__name__}: {exc}"
-        ) from exc
+    with _expecting(f"model '{model.name}' to replay its CUDA graph on batch {batch_size}"):
+        m = _measure(replay, gpu, backend, min_window_s=o.layer_window_s, repeats=o.layer_repeats, warmup=o.warmup,
+                     inference=True)
     return _to_model_measurement(m, "cuda_graph")
 
 
@@ -570,18 +604,13 @@ def measure_run(
     *,
     batch_size: int,
     gpu: GPU | None = None,
-    preset: str = "standard",
-    min_window_s: float | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
-    model_min_window_s: float | None = None,
-    model_repeats: int | None = None,
     training_step: bool = True,
     counters: bool = False,
     progress: bool = True,
     only: Collection[str] | None = None,
     command: str | None = None,
     graphs: bool = True,
+    **windows: Unpack[RunWindows],
 ) -> RunMeasurement:
     """Every layer, then the whole model (inference and a training step), in one record.
 
@@ -597,23 +626,12 @@ def measure_run(
     `intensity_source` stays "analytic".
     """
     start_s = time.perf_counter()
-    run = measure_layers(model, batch_size=batch_size, gpu=gpu, preset=preset, min_window_s=min_window_s,
-                         repeats=repeats, warmup=warmup, progress=progress, only=only, command=command,
-                         graphs=graphs)
-    run.inference, run.training_step = measure_model(
-        model, batch_size=batch_size, gpu=gpu, training_step=training_step, preset=preset,
-        min_window_s=model_min_window_s, repeats=model_repeats, warmup=warmup,
-    )
+    o = MeasureOptions.resolve(**windows)
+    run = _measure_layers(model, batch_size, gpu, o, progress=progress, only=only, command=command, graphs=graphs)
+    run.inference, run.training_step = _measure_model(model, batch_size, gpu, o, training_step=training_step)
     if graphs:
-        run.inference_graph = measure_model_graph(
-            model, batch_size=batch_size, gpu=gpu, preset=preset, min_window_s=min_window_s,
-            repeats=repeats, warmup=warmup,
-        )
-    p = _preset(preset)
-    run.settings.update(
-        model_window_s=p.model_window_s if model_min_window_s is None else model_min_window_s,
-        model_repeats=p.model_repeats if model_repeats is None else model_repeats,
-    )
+        run.inference_graph = _measure_model_graph(model, batch_size, gpu, o)
+    run.settings.update(model_window_s=o.model_window_s, model_repeats=o.model_repeats)
     if counters:
         from carm_advisor.measure.counters import measure_counters
 

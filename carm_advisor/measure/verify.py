@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from carm_advisor.carm.fitting import COUNTER_TOLERANCE
 from carm_advisor.errors import MeasurementError
 
 # CARM key -> counter path of parse_ncu_csv's flops_by_path
@@ -26,7 +27,7 @@ FLOP_COUNTER = {
     "tc_fp8_e4m3": "tensor_fp8", "tc_fp8_e5m2": "tensor_fp8", "tc_int8": "tensor_int8",
     "fp32": "cuda_fp32", "fp64": "cuda_fp64", "fp16x2": "cuda_fp16",
 }
-TOLERANCE = 0.05
+TOLERANCE = COUNTER_TOLERANCE   # one tolerance for the check and for the roof selection
 CALL_S = 0.002   # each profiled kernel: ncu replays it once per metric pass
 
 

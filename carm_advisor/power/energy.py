@@ -179,10 +179,12 @@ def measure_energy(
     warmup: int = 1,
     clock: Clock = time.perf_counter,
     sample_interval_s: float = 0.1,
+    calls_per_window: int | None = None,
 ) -> EnergyMeasurement:
     """Time and energy per call of `fn` (one unit of work: a kernel batch, a layer call).
 
-    `warmup` calls first, then a calibration finds how many calls fill `min_window_s`; then
+    `warmup` calls first, then a calibration finds how many calls fill `min_window_s` (unless
+    `calls_per_window` says it, e.g. a micro-benchmark whose calls were calibrated to a length); then
     `repeats` windows, each of at least `min_window_s` (a short one gets more calls). `sync()`
     (e.g. torch.cuda.synchronize; None for synchronous work) runs right before the clock and energy
     are read at both ends of every window, so queued GPU work lands in the window that issued it.
@@ -194,6 +196,8 @@ def measure_energy(
         raise MeasurementError(f"Expected repeats >= 1, Received: repeats={repeats}")
     if warmup < 0:
         raise MeasurementError(f"Expected warmup >= 0, Received: warmup={warmup}")
+    if calls_per_window is not None and calls_per_window < 1:
+        raise MeasurementError(f"Expected calls_per_window >= 1, Received: calls_per_window={calls_per_window}")
     do_sync: Callable[[], Any] = sync if sync is not None else (lambda: None)
 
     for _ in range(warmup):
@@ -204,7 +208,8 @@ def measure_energy(
         for _ in range(calls):
             fn()
 
-    calls_per_window = _calibrate(run_batch, do_sync, clock, min_window_s)
+    if calls_per_window is None:
+        calls_per_window = _calibrate(run_batch, do_sync, clock, min_window_s)
 
     windows: list[EnergyWindow] = []
     sampler = PowerSampler(gpu, sample_interval_s, clock) if gpu is not None else None
@@ -268,6 +273,18 @@ def measure_energy(
         windows=tuple(windows),
         samples=samples,
     )
+
+
+def idle_power_w(
+    gpu: GPU, seconds: float = 0.5, *, clock: Clock = time.perf_counter, sleep: Callable[[float], Any] = time.sleep
+) -> float | None:
+    """Average power of an idle GPU over one energy window of `seconds` (the power model's constant);
+    None when the GPU cannot say (no energy counter, a driver error)."""
+    try:
+        return measure_energy(lambda: sleep(seconds), gpu, min_window_s=seconds, repeats=1, warmup=0,
+                              calls_per_window=1, clock=clock).power_w
+    except (PowerError, MeasurementError):
+        return None
 
 
 def _check_clock_moves(calls: int, elapsed_s: float) -> None:

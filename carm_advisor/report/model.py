@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,11 @@ class LayerRow:
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
-    # The calibrated prediction (carm_advisor/calibration.py): what this backend is expected to reach;
-    # predicted_time_s stays the CARM bound (JSON: bound_time_s as well).
+    # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
+    # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
     calibrated_energy_j: float | None = None
-    calibration: str = ""             # the calibration key and its sample count, or "none"
+    calibration: str = ""             # the calibration key and its sample count, "none", or "" (not asked)
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -66,6 +66,9 @@ class LayerRow:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for key in ("calibrated_time_s", "calibrated_energy_j"):
+            if d[key] is None:
+                del d[key]
         d["achieved_flops_per_s"] = self.achieved_flops_per_s
         d["efficiency"] = self.efficiency
         d["bound_time_s"] = self.predicted_time_s
@@ -97,13 +100,60 @@ class Recommendation:
 
 
 @dataclass
+class ModelInfo:
+    """What was analysed: the model and the configuration it ran (or is predicted to run) in."""
+
+    name: str
+    batch_size: int
+    precision: str                    # the Keras dtype policy name, or the precision asked for
+    layout: str                       # "channels_last" | "channels_first"
+    backend: str                      # the Keras backend
+    math_mode: dict[str, str]         # what float32 ran as: {"conv": "tf32"|"fp32", "matmul": ..., "source": ...}
+    params: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DeviceInfo:
+    """The GPU the figures are for, and the profile whose roofs placed them."""
+
+    name: str | None
+    source: str                       # "measured" | "profile"
+    profile: str                      # the profile's device name
+    profile_source: str               # "measured" | "recorded" | ...
+    profile_provenance: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)  # what the measuring run recorded (uuid, driver, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        d.update({k: v for k, v in self.extra.items() if k not in d})
+        return d
+
+
+@dataclass
+class MeasurementInfo:
+    """Whole-model measurements of the run the report merged (each a ModelMeasurement as a dict)."""
+
+    inference: dict[str, Any] | None
+    training_step: dict[str, Any] | None
+    inference_graph: dict[str, Any] | None
+    date: str | None
+    command: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class Report:
-    model: dict[str, Any]             # name, batch_size, precision, layout, backend, math_mode
-    device: dict[str, Any]            # name, source ("measured" | "profile"), profile provenance
+    model: ModelInfo
+    device: DeviceInfo
     ceilings: dict[str, Any]
     layers: list[LayerRow]
     recommendations: list[Recommendation]
-    measurement: dict[str, Any] | None = None   # whole-model measurements, when the GPU measured
+    measurement: MeasurementInfo | None = None   # whole-model measurements, when the GPU measured
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
     # Whole-model calibrated prediction (calibration.whole_time_s) and where it came from.
@@ -112,7 +162,7 @@ class Report:
     # ---- totals -------------------------------------------------------------------------------
     @property
     def batch_size(self) -> int:
-        return int(self.model["batch_size"])
+        return int(self.model.batch_size)
 
     @property
     def known_layers(self) -> list[LayerRow]:
@@ -135,7 +185,7 @@ class Report:
     def totals(self) -> dict[str, Any]:
         flops = sum(r.flops for r in self.known_layers)
         bytes_ = sum(r.bytes for r in self.known_layers)
-        inference = (self.measurement or {}).get("inference") or {}
+        inference = (self.measurement.inference if self.measurement else None) or {}
         measured = bool(inference.get("time_s"))
         time_s = inference.get("time_s") if measured else self.predicted_time_s
         energy_j = inference.get("energy_j") if measured else self.predicted_energy_j
@@ -183,12 +233,12 @@ class Report:
             layers.append(d)
         return {
             "schema": REPORT_SCHEMA,
-            "model": self.model,
-            "device": self.device,
+            "model": self.model.to_dict(),
+            "device": self.device.to_dict(),
             "ceilings": self.ceilings,
             "layers": layers,
             "totals": self.totals(),
-            "measurement": self.measurement,
+            "measurement": self.measurement.to_dict() if self.measurement else None,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "calibration": self.calibration,
             "warnings": self.warnings,

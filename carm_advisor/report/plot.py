@@ -141,8 +141,8 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
                     textcoords="offset points", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
     m, d = report.model, report.device
-    what = "measured" if d["source"] == "measured" else f"PREDICTED from the {d.get('profile_source')} profile"
-    ax.set_title(f"CARM: {m['name']} (batch {m['batch_size']}, {m['precision']}, {m['backend']}) on {d.get('profile')} - {what}",
+    what = "measured" if d.source == "measured" else f"PREDICTED from the {d.profile_source} profile"
+    ax.set_title(f"CARM: {m.name} (batch {m.batch_size}, {m.precision}, {m.backend}) on {d.profile} - {what}",
                  fontsize=10)
     ys_all = [predicted_xy(r)[1] for r in predicted] + [r.achieved_flops_per_s for r in measured] + [top] \
         + [r.flops / r.calibrated_time_s for r in predicted if r.calibrated_time_s]

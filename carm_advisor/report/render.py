@@ -41,16 +41,16 @@ def _bound_text(bound: str, labels: dict) -> Text:
 
 def header(report) -> Panel:
     m, d = report.model, report.device
-    if d["source"] == "measured":
-        source = Text(f"MEASURED on {d.get('name')} ({m['backend']} backend); roofs from the "
-                      f"{d.get('profile_source')} profile of {d.get('profile')}", style="bold green")
+    if d.source == "measured":
+        source = Text(f"MEASURED on {d.name} ({m.backend} backend); roofs from the "
+                      f"{d.profile_source} profile of {d.profile}", style="bold green")
     else:
         source = Text(f"PREDICTED: no measurement here; every time and energy figure is a CARM prediction from the "
-                      f"{d.get('profile_source')} profile of {d.get('profile')}", style="bold yellow")
+                      f"{d.profile_source} profile of {d.profile}", style="bold yellow")
     t = report.totals()
     lines = Text.assemble(
-        (f"{m['name']}", "bold"), f"  batch {m['batch_size']}  precision {m['precision']}  layout {m['layout']}  "
-        f"backend {m['backend']}  float32 math: conv {m['math_mode'].get('conv')}, matmul {m['math_mode'].get('matmul')}\n",
+        (f"{m.name}", "bold"), f"  batch {m.batch_size}  precision {m.precision}  layout {m.layout}  "
+        f"backend {m.backend}  float32 math: conv {m.math_mode.get('conv')}, matmul {m.math_mode.get('matmul')}\n",
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "

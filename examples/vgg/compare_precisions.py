@@ -43,7 +43,7 @@ def main(argv=None) -> Table:
         report.to_json(out / f"vgg16-{policy}.json")
         t = report.totals()
         top = report.recommendations[0].title if report.recommendations else "-"
-        table.add_row(policy, f"{report.device['source']} ({t['time_source']})", _fmt(t["time_s"], 1e3, ".2f", " ms"),
+        table.add_row(policy, f"{report.device.source} ({t['time_source']})", _fmt(t["time_s"], 1e3, ".2f", " ms"),
                       _fmt(t["energy_j"], 1, ".2f", " J"), _fmt(t["samples_per_j"], 1, ".2f"),
                       _fmt(t["gflops_per_watt"], 1, ".0f"), top)
     Console().print(table)

@@ -1,0 +1,179 @@
+"""The predictor: a Keras model's layer costs placed on a profile's CARM, with predicted time and energy.
+
+    predictor = Predictor.for_backend(load_profile(), "torch")   # or Predictor(profile, math_mode, ...)
+    rows = predictor.rows(model, batch_size=64, dtype="bfloat16")
+
+Every time it predicts is the CARM bound (the roofs, stretched where the power limit forbids running
+that fast). A calibration (measured efficiency factors) may be laid over it: rows then carry the bound
+and the calibrated figure side by side, never one in place of the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
+from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
+from carm_advisor.mapping.registry import dtype_bytes_of
+from carm_advisor.profiles.profile import Profile, load_profile
+from carm_advisor.report.model import LayerRow
+
+
+class Calibration(Protocol):
+    """Measured efficiency factors over the CARM bound (issue 10 supplies one)."""
+
+    def efficiency(self, row: LayerRow, backend: str | None) -> float | None:
+        """Bound / achieved time for this layer on this backend, in (0, 1]; None where nothing calibrates it."""
+
+
+def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None) -> str:
+    """The compute roof a layer's dominant work runs on."""
+    on_tensor_cores = cost.tensor_core and cost.op_class == OP_MATMUL
+    return compute_path_for(cost.compute_dtype, on_tensor_cores, cost.type, math_mode, available)
+
+
+def memory_level(cost: LayerCost, l2_usable_bytes: int) -> str:
+    """HBM unless the layer's whole working set fits in the usable L2 (its inputs were just written there)."""
+    return memory_level_for(cost.bytes, l2_usable_bytes)
+
+
+def resolve_math_mode(backend: str, measured: dict | None = None) -> dict[str, str]:
+    """What float32 convolutions and matmuls run as: what a run measured, else the backend's default."""
+    if measured:
+        return dict(measured)
+    return dict(DEFAULT_MATH_MODE.get(backend, DEFAULT_MATH_MODE["numpy"]))
+
+
+class Predictor:
+    """Layer rows with CARM-predicted bound, time and energy for one profile and one float32 math mode.
+
+    profile: a Profile, or a name/path for load_profile (None: the embedded default). math_mode: what
+    float32 convolutions and matmuls run as ({"conv": "tf32"|"fp32", "matmul": ...}; resolve_math_mode
+    gives a backend's default). backend: the Keras backend the prediction is for (handed to the
+    calibration). calibration: measured efficiency factors; None predicts the pure CARM bound.
+    strict: an unmapped layer raises instead of becoming an unknown row.
+    """
+
+    def __init__(
+        self,
+        profile: Profile | str | None,
+        math_mode: dict[str, str],
+        *,
+        backend: str | None = None,
+        calibration: Calibration | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.math_mode = dict(math_mode)
+        self.backend = backend
+        self.calibration = calibration
+        self.strict = strict
+
+    @classmethod
+    def for_backend(
+        cls, profile: Profile | str | None, backend: str, *, calibration: Calibration | None = None, strict: bool = False
+    ) -> Predictor:
+        """A predictor with the backend's default float32 math mode (its flags as shipped)."""
+        return cls(profile, resolve_math_mode(backend), backend=backend, calibration=calibration, strict=strict)
+
+    def rows(self, model: Any, batch_size: int = 1, dtype: str | None = None) -> list[LayerRow]:
+        """Map a built Keras model at `batch_size` (compute dtype `dtype`, None: each layer's policy) and place it."""
+        from carm_advisor.mapping import map_model
+
+        return self.rows_for_costs(map_model(model, batch_size=batch_size, strict=self.strict, compute_dtype=dtype))
+
+    def for_model(self, model: Any, batch_size: int = 1, dtype: str | None = None) -> ModelPredictor:
+        """This predictor held to one model and configuration, for what-if predictions around it."""
+        return ModelPredictor(self, model, batch_size, dtype)
+
+    def rows_for_costs(self, costs: list[LayerCost]) -> list[LayerRow]:
+        """Place each layer's analytic cost on the profile's CARM and predict its time and energy."""
+        carm = self.profile.carm()
+        paths = set(carm.peak_flops_per_s)
+        pm = self.profile.power_model
+        l2 = self.profile.l2_usable_bytes
+        levels = set(carm.bandwidth_bytes_per_s)
+        rows = []
+        for c in costs:
+            path = compute_path(c, self.math_mode, paths)
+            level = memory_level(c, l2)
+            if level not in levels:   # the slowest slope the profile has: the safe upper bound
+                level = min(levels, key=lambda m: carm.bandwidth_bytes_per_s[m])
+            row = LayerRow(
+                name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
+                ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
+                predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
+                notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
+                input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
+            )
+            if c.known and (c.flops or c.bytes):
+                roof_time = carm.time_s(c.flops, c.bytes, path, level)
+                time_s = roof_time
+                if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
+                    time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
+                    row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
+                row.predicted_time_s = time_s
+                if c.flops and c.bytes:
+                    placement = carm.place(c.ai, path, level)
+                    row.bound = placement.bound
+                    row.attainable_flops_per_s = placement.attainable_flops_per_s
+                elif c.flops:        # no memory traffic at all: only the compute roof limits it
+                    row.bound, row.attainable_flops_per_s = f"compute:{path}", carm.peak_flops_per_s[path]
+                else:                # pure data movement
+                    row.bound, row.attainable_flops_per_s = f"memory:{level}", 0.0
+                if time_s > roof_time * 1.0001:
+                    row.notes = (row.notes + "; " if row.notes else "") + "slowed by the power limit (predicted)"
+            elif c.known:
+                row.bound = "none"
+            row.predicted_bound = row.bound
+            if self.calibration is not None:
+                self.calibrate(row)
+            rows.append(row)
+        return rows
+
+    def calibrate(self, row: LayerRow) -> None:
+        """Lay the calibration over one row with a bound (its calibrated time, energy and, where the
+        calibration can say which samples it used, `row.calibration`)."""
+        row.calibrated_time_s = row.calibrated_energy_j = None
+        if row.predicted_time_s is None or self.calibration is None:
+            return
+        describe = getattr(self.calibration, "describe", None)
+        row.calibration = describe(row, self.backend) if describe else ""
+        efficiency = self.calibration.efficiency(row, self.backend)
+        if efficiency is None:
+            return
+        if not efficiency > 0:
+            raise ValueError(f"Expected a calibration efficiency > 0, Received: {efficiency!r} for layer '{row.name}'")
+        # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
+        row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
+        pm = self.profile.power_model
+        if row.predicted_energy_j is not None and pm is not None:
+            # The same work over a longer time: the dynamic energy stays, the constant power runs longer.
+            row.calibrated_energy_j = pm.energy_j(row.calibrated_time_s, row.flops, row.bytes, row.path, row.level)
+
+
+class ModelPredictor:
+    """A Predictor held to one model at one batch size and dtype; `rows` re-predicts with one of them changed."""
+
+    def __init__(self, predictor: Predictor, model: Any, batch_size: int = 1, dtype: str | None = None) -> None:
+        self.predictor, self.model, self.batch_size, self.dtype = predictor, model, batch_size, dtype
+
+    def rows(self, batch_size: int | None = None, dtype: str | None = None) -> list[LayerRow]:
+        """Rows at `batch_size` and `dtype`; None keeps the configuration this was made for."""
+        return self.predictor.rows(
+            self.model, self.batch_size if batch_size is None else batch_size, self.dtype if dtype is None else dtype
+        )
+
+
+def _channels(c: LayerCost) -> tuple[int, ...]:
+    """(input, output) channels of a matmul-class layer, for Tensor Core tile alignment."""
+    if c.op_class != OP_MATMUL or not c.input_shapes or not c.output_shapes:
+        return ()
+    if "in_channels" in c.extra and "out_channels" in c.extra:
+        return (int(c.extra["in_channels"]), int(c.extra["out_channels"]))
+    first = c.extra.get("data_format") == "channels_first" and len(c.input_shapes[0]) > 2
+    axis = 1 if first else -1
+    try:
+        return (int(c.input_shapes[0][axis]), int(c.output_shapes[0][axis]))
+    except (IndexError, TypeError):
+        return ()

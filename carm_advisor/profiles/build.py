@@ -1,0 +1,116 @@
+"""Measured profiles: built from a ceilings run (measure/ceilings.py) through the roof selection of
+carm/fitting.py, selected again from a recorded run, and found again in the cache for this GPU."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+
+from carm_advisor.carm.fitting import BenchmarkRun, select_roofs
+from carm_advisor.errors import KernelBuildError, MeasurementError
+from carm_advisor.profiles.cache import cached_profile_for, store_profile
+from carm_advisor.profiles.profile import SCHEMA, Profile, profile_from_dict
+
+
+def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
+                     command: str | None = None, clock=time.perf_counter, everything: bool = False,
+                     verify_counters: bool = False, exclude: tuple[str, ...] = (), binding: str | None = None) -> Profile:
+    """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze).
+    library: a loaded Binding (else `binding`, 'ctypes' or 'tensorflow', is built and loaded; None picks
+    the default, see measure/binding.py); exclude: benchmark names not to run."""
+    from carm_advisor.measure.ceilings import run_ceilings
+    from carm_advisor.power.nvml import open_gpu
+
+    if gpu is None and library is None:
+        from carm_advisor.errors import GPUUnavailableError
+        from carm_advisor.power.nvml import gpu_count
+
+        if gpu_count() == 0:   # say so before spending a minute compiling kernels
+            raise GPUUnavailableError("no NVIDIA GPU is visible here (NVML sees none): measuring ceilings needs one; "
+                                      "'carm-advise ceilings --show' and 'analyze' work on the recorded profile")
+    if library is None:
+        from carm_advisor.measure.binding import open_binding
+        from carm_advisor.measure.build import detect_arch
+
+        library = open_binding(binding, arch=detect_arch())   # only the visible GPU's arch: a faster build
+    gpu = gpu if gpu is not None else open_gpu(device)
+    measured = run_ceilings(library, gpu, device=device, quick=quick, progress=progress, clock=clock,
+                            everything=everything, verify_counters=verify_counters, exclude=exclude)
+    profile = build_profile(measured.runs, measured.device, gpu, measured.idle_w, measured.arch, wall_s=measured.wall_s,
+                            quick=quick, command=command, source_hash=measured.source_hash or current_kernel_source_hash(),
+                            counter_check=measured.counter_check)
+    store_profile(profile)
+    return profile
+
+
+def current_kernel_source_hash() -> str | None:
+    """The hash of the kernel sources next to the package: what a profile measured today is keyed by."""
+    from carm_advisor.measure.build import source_hash
+
+    try:
+        return source_hash()
+    except KernelBuildError:   # sources not found: the profile says so by a null hash
+        return None
+
+
+def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=None, source_hash=None,
+                  counter_check=None) -> Profile:
+    """A measured Profile from runs: roofs, flags, power model and sweep by carm/fitting.select_roofs;
+    the device's identity from `dev` (the binding's DeviceInfo) and `gpu` (NVML: uuid, driver, limits)."""
+    driver = _safe(gpu.driver_version)
+    power_limit = _safe(gpu.power_limit_w)
+    sel = select_roofs(runs, counter_check, idle_w, power_limit, _dt.date.today().isoformat())
+    ceilings, flags, pm, fitness = sel["ceilings"], sel["flags"], sel["power_model"], sel["sweep"]
+    doc = {
+        "schema": SCHEMA,
+        "device": {
+            "name": dev.name, "uuid": _safe(gpu.uuid), "driver": driver, "compute_capability": f"{dev.cc_major}.{dev.cc_minor}",
+            "sm_count": dev.sm_count, "l2_bytes": dev.l2_bytes, "l2_usable_bytes": int(dev.l2_bytes * 0.8),
+            "memory_bytes": dev.global_mem_bytes, "sm_clock_max_mhz": _safe(gpu.max_sm_clock_mhz),
+            "power_limit_w": power_limit, "idle_power_w": idle_w,
+        },
+        "provenance": {"source": "measured", "created": _dt.datetime.now().isoformat(timespec="seconds"),
+                       "command": command, "quick": quick, "wall_s": wall_s, "kernel_source_hash": source_hash,
+                       "flags": flags},
+        "ceilings": ceilings,
+        "benchmarks": [r.to_dict() for r in runs],
+        "sweep": fitness,
+    }
+    if counter_check is not None:
+        doc["counter_check"] = counter_check
+    if pm:
+        doc["power_model"] = pm
+    return profile_from_dict(doc, origin="measured profile")
+
+
+def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
+    """A measured profile's JSON with its roofs, power model and sweep selected again from its own recorded
+    runs, leaving out `drop` ({benchmark name: why}); every figure stays as measured."""
+    runs = [BenchmarkRun(**b) for b in doc["benchmarks"]]
+    unknown = sorted(set(drop) - {r.name for r in runs})
+    if unknown:
+        raise MeasurementError(f"cannot drop benchmark(s) the record does not hold: {', '.join(unknown)}")
+    date = (doc.get("provenance", {}).get("created") or "")[:10] or None
+    sel = select_roofs(runs, doc.get("counter_check"), doc["device"].get("idle_power_w"),
+                       doc["device"].get("power_limit_w"), date, drop)
+    out = dict(doc)
+    out["ceilings"], out["sweep"] = sel["ceilings"], sel["sweep"]
+    out.pop("power_model", None)
+    if sel["power_model"]:
+        out["power_model"] = sel["power_model"]
+    out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"], "dropped": dict(drop)}
+    return out
+
+
+def measured_profile_for(device: dict) -> Profile | None:
+    """This GPU's cached measured profile: roofs measured with today's kernel sources first, else the
+    newest measured on it; None when it was never measured."""
+    current = current_kernel_source_hash()
+    return (current and cached_profile_for(device, current)) or cached_profile_for(device)
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:
+        return None

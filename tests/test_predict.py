@@ -1,0 +1,133 @@
+"""The Predictor: layer costs placed on a profile's CARM, the calibration seam, and the model-bound what-ifs.
+
+Profile figures are round so each expected time and energy is a hand calculation.
+"""
+
+import keras
+import pytest
+
+import carm_advisor
+from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+from carm_advisor.predict import Predictor, resolve_math_mode
+from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
+
+TORCH_MODE = {"conv": "tf32", "matmul": "fp32"}
+
+
+def profile(power_limit_w=None):
+    return profile_from_dict({
+        "schema": SCHEMA,
+        "device": {"name": "Round GPU", "l2_usable_bytes": 1000},
+        "provenance": {"source": "recorded"},
+        "ceilings": {
+            "fp32": {"kind": "compute", "value": 1e12, "provenance": {"source": "datasheet"}},
+            "tc_bf16": {"kind": "compute", "value": 2e13, "provenance": {"source": "datasheet"}},
+            "l2": {"kind": "memory", "value": 1e12, "provenance": {"source": "datasheet"}},
+            "hbm": {"kind": "memory", "value": 1e11, "provenance": {"source": "datasheet"}},
+        },
+        "power_model": {"constant_w": 100, "power_limit_w": power_limit_w,
+                        "joules_per_flop": {"fp32": 1e-11, "tc_bf16": 5e-13},
+                        "joules_per_byte": {"l2": 1e-11, "hbm": 1e-10}},
+    })
+
+
+def matmul(flops=4e10, bytes_read=6e7, dtype="bfloat16"):
+    return LayerCost(name="mm", type="Dense", flops=int(flops), bytes_read=int(bytes_read), bytes_written=0,
+                     compute_dtype=dtype, op_class=OP_MATMUL, tensor_core=True)
+
+
+class FixedEfficiency:
+    """A stand-in calibration: one efficiency for every layer, recording what it was asked."""
+
+    def __init__(self, value):
+        self.value, self.asked = value, []
+
+    def efficiency(self, row, backend):
+        self.asked.append((row.name, backend))
+        return self.value
+
+
+def test_bf16_matmul_is_compute_bound_with_time_and_energy_by_hand():
+    (row,) = Predictor(profile(), TORCH_MODE).rows_for_costs([matmul()])
+    # AI = 4e10 / 6e7 = 667 FLOP/B > ridge 2e13 / 1e11 = 200: on the BF16 roof, 4e10 / 2e13 = 2 ms.
+    assert (row.path, row.level, row.bound) == ("tc_bf16", "hbm", "compute:tc_bf16")
+    assert row.predicted_time_s == pytest.approx(2e-3)
+    # 100 W x 2 ms + 5e-13 J/FLOP x 4e10 + 1e-10 J/B x 6e7 = 0.2 + 0.02 + 0.006 J
+    assert row.predicted_energy_j == pytest.approx(0.226)
+    assert row.calibrated_time_s is None and row.calibrated_energy_j is None
+
+
+def test_power_limit_stretches_the_bound_and_says_so():
+    # dynamic energy 0.026 J over (110 - 100) W headroom = 2.6 ms > the roofs' 2 ms
+    (row,) = Predictor(profile(power_limit_w=110), TORCH_MODE).rows_for_costs([matmul()])
+    assert row.predicted_time_s == pytest.approx(2.6e-3)
+    assert "slowed by the power limit" in row.notes
+
+
+def test_float32_matmul_follows_the_math_mode_and_falls_back_to_a_roof_the_profile_has():
+    # torch's default runs float32 matmuls on CUDA cores; the profile has fp32 but no tc_tf32.
+    (fp32,) = Predictor(profile(), resolve_math_mode("torch")).rows_for_costs([matmul(dtype="float32")])
+    (tf32,) = Predictor(profile(), {"conv": "tf32", "matmul": "tf32"}).rows_for_costs([matmul(dtype="float32")])
+    assert fp32.path == "fp32" and tf32.path == "fp32"
+    assert fp32.predicted_time_s == pytest.approx(4e10 / 1e12)
+
+
+def test_for_backend_takes_torchs_shipped_flags():
+    # torch ships cudnn.allow_tf32=True and cuda.matmul.allow_tf32=False
+    predictor = Predictor.for_backend(profile(), "torch")
+    assert predictor.backend == "torch"
+    assert (predictor.math_mode["conv"], predictor.math_mode["matmul"]) == ("tf32", "fp32")
+
+
+def test_a_calibration_adds_its_time_and_energy_beside_the_unchanged_bound():
+    calibration = FixedEfficiency(0.5)
+    (row,) = Predictor(profile(), TORCH_MODE, backend="torch", calibration=calibration).rows_for_costs([matmul()])
+    assert calibration.asked == [("mm", "torch")]
+    assert row.predicted_time_s == pytest.approx(2e-3) and row.predicted_energy_j == pytest.approx(0.226)
+    # half the bound's speed: 4 ms; the constant power runs twice as long, the dynamic energy stays
+    assert row.calibrated_time_s == pytest.approx(4e-3)
+    assert row.calibrated_energy_j == pytest.approx(100 * 4e-3 + 0.026)
+    d = row.to_dict()
+    assert d["calibrated_time_s"] == pytest.approx(4e-3) and d["predicted_time_s"] == pytest.approx(2e-3)
+
+
+def test_a_calibration_never_makes_a_layer_faster_than_its_bound():
+    (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(2.0)).rows_for_costs([matmul()])
+    assert row.calibrated_time_s == pytest.approx(2e-3) and row.calibrated_energy_j == pytest.approx(0.226)
+
+
+def test_without_calibration_rows_serialise_without_calibrated_keys():
+    (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(None)).rows_for_costs([matmul()])
+    assert row.calibrated_time_s is None
+    assert "calibrated_time_s" not in row.to_dict() and "calibrated_energy_j" not in row.to_dict()
+
+
+def test_a_calibration_is_not_asked_about_layers_without_a_predicted_time():
+    unknown = LayerCost(name="odd", type="Mystery", flops=0, bytes_read=0, bytes_written=0, compute_dtype="float32",
+                        op_class=OP_ELEMENTWISE, tensor_core=False, known=False)
+    calibration = FixedEfficiency(0.5)
+    (row,) = Predictor(profile(), TORCH_MODE, calibration=calibration).rows_for_costs([unknown])
+    assert calibration.asked == [] and row.calibrated_time_s is None
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, float("nan")])
+def test_a_calibration_efficiency_that_is_not_positive_is_rejected(bad):
+    with pytest.raises(ValueError, match="efficiency > 0"):
+        Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(bad)).rows_for_costs([matmul()])
+
+
+def test_model_predictor_changes_only_the_setting_it_is_asked_to():
+    inputs = keras.Input(shape=(1024,))
+    model = keras.Model(inputs, keras.layers.Dense(1024, use_bias=False, name="fc")(inputs))
+    at_8 = Predictor(profile(), TORCH_MODE).for_model(model, batch_size=8, dtype="bfloat16")
+    (base,) = at_8.rows()
+    (bigger,) = at_8.rows(batch_size=32)
+    (fp32,) = at_8.rows(dtype="float32")
+    assert base.flops == 2 * 8 * 1024 * 1024 and base.dtype == "bfloat16"
+    assert bigger.flops == 2 * 32 * 1024 * 1024 and bigger.dtype == "bfloat16"
+    assert fp32.flops == base.flops and fp32.bytes == 2 * base.bytes and fp32.path == "fp32"
+
+
+def test_predictor_is_a_lazy_public_name_of_the_package():
+    assert "Predictor" in carm_advisor.__all__
+    assert carm_advisor.Predictor is Predictor
