@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from carm_advisor.errors import MeasurementError, PowerError
+from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
 from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, RunMeasurement
@@ -226,7 +226,7 @@ def profile_run(
     graph on a GPU), in one record. torch only; layer energy by time share (see the module docstring).
     """
     from carm_advisor.measure.layers import (
-        _model_inputs, _progress, _run_record, measure_model, measure_model_graph,
+        _expecting, _model_inputs, _progress, _run_record, measure_model, measure_model_graph,
     )
 
     if _backend.active_backend() != "torch":
@@ -238,16 +238,9 @@ def profile_run(
     calls = list(iter_layer_calls(model, batch_size))
     with _progress(progress) as bar:
         task = bar.add_task("profiled pass", total=3 if graph else 2)
-        try:
+        with _expecting(f"model '{model.name}' to run under the profiler on batch {batch_size}"):
             x = _model_inputs(model, batch_size)
             times, outside_s, source = profile_pass(model, x, calls, iterations=iterations, warmup=warmup)
-        except (MeasurementError, PowerError):
-            raise
-        except Exception as exc:  # backends raise anything; one line that names the model
-            raise MeasurementError(
-                f"Expected model '{model.name}' to run under the profiler on batch {batch_size}; "
-                f"Received {type(exc).__name__}: {exc}"
-            ) from exc
         bar.update(task, advance=1, description="whole model (eager)")
         inference, _ = measure_model(model, batch_size=batch_size, gpu=gpu, training_step=False,
                                      min_window_s=model_window_s, repeats=model_repeats, warmup=warmup)
