@@ -171,10 +171,20 @@ def child(args: argparse.Namespace) -> int:
 def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool):
     """One configuration's RunMeasurement (see the module docstring for what each backend records)."""
     if cfg["backend"] == "torch":
+        from carm_advisor.errors import MeasurementError
+        from carm_advisor.measure.layers import measure_model_graph
         from carm_advisor.measure.profiled import profile_run
 
-        return profile_run(model, batch_size=batch, gpu=gpu, iterations=2 if dry else 5, warmup=1 if dry else 2,
-                           model_window_s=0.02 if dry else 0.3, model_repeats=2, progress=False)
+        try:
+            return profile_run(model, batch_size=batch, gpu=gpu, iterations=2 if dry else 5, warmup=1 if dry else 2,
+                               model_window_s=0.02 if dry else 0.3, model_repeats=2, progress=False)
+        except MeasurementError as exc:  # no kernel attribution here: each layer alone, so the run still records
+            print(f"profiled pass failed ({exc}); layers replayed alone instead", flush=True)
+            run = record_layer_windows(model, batch, gpu, dry=dry, whole_model=True)
+            run.inference_graph = measure_model_graph(model, batch_size=batch, gpu=gpu,
+                                                      min_window_s=0.02 if dry else 0.3, repeats=2)
+            run.settings.update(method="layer-windows-instead-of-profiled", profiled_failed=str(exc))
+            return run
     return record_layer_windows(model, batch, gpu, dry=dry, whole_model=True)
 
 

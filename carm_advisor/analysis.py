@@ -299,7 +299,13 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         from carm_advisor.measure import profiled
 
         if active_backend() == "torch":
-            return profiled.profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress)
+            try:
+                return profiled.profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress)
+            except MeasurementError as exc:  # the profiler could not attribute kernels: time layers alone
+                import warnings
+
+                warnings.warn(f"carm_advisor: one-pass profile failed ({exc}); timing each layer alone",
+                              RuntimeWarning, stacklevel=3)
         if active_backend() == "jax":
             return profiled.measure_distinct_layers(model, batch_size=batch_size, gpu=gpu, progress=progress)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)

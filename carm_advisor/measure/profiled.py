@@ -203,6 +203,11 @@ def profile_pass(model, x, calls: Sequence[LayerCall], *, iterations: int = 5, w
     if cuda:
         per_range_us, outside_us = attribute_kernels(ranges, launches)
         source = "kernels"
+        if not any(per_range_us):  # CUPTI gave no kernel activity: nothing to attribute, say so
+            raise MeasurementError(
+                f"Expected GPU kernels inside the layer ranges, Received: none among {len(launches)} launches "
+                "(is CUPTI kernel tracing available?)"
+            )
     else:
         per_range_us, outside_us = [r.end_us - r.start_us for r in ranges], 0.0
         source = "cpu-ranges"
