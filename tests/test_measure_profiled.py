@@ -1,6 +1,7 @@
 """One-pass profiler: kernel-to-layer attribution on hand-made event lists, and the layer ranges."""
 
 import contextlib
+import warnings
 
 import keras
 import pytest
@@ -78,3 +79,32 @@ def test_identical_layer_calls_are_measured_once_and_mapped_back():
     reps, mapping = unique_calls(list(iter_layer_calls(model, 2)))
     assert [r.path for r in reps] == ["a", "c"]
     assert mapping == {"a": "a", "b": "a", "c": "c"}
+
+
+@pytest.mark.parametrize("method, failing, expected", [
+    ("profiled", False, "profile_run"), ("layers", False, "measure_run"), ("profiled", True, "measure_run"),
+])
+def test_analyze_measures_torch_with_one_profiled_pass_unless_asked_or_it_fails(monkeypatch, method, failing, expected):
+    import carm_advisor.analysis as analysis
+    import carm_advisor.measure.backend as backend
+    import carm_advisor.measure.layers as layers
+    import carm_advisor.measure.profiled as profiled
+    import carm_advisor.power.nvml as nvml
+    from carm_advisor.errors import MeasurementError
+
+    def fake_profile_run(*a, **k):
+        if failing:
+            raise MeasurementError("no kernels")
+        return "profile_run"
+
+    monkeypatch.setattr(nvml, "gpu_count", lambda: 1)
+    monkeypatch.setattr(backend, "has_gpu", lambda *a: True)
+    monkeypatch.setattr(backend, "active_backend", lambda: "torch")
+    monkeypatch.setattr(profiled, "profile_run", fake_profile_run)
+    monkeypatch.setattr(layers, "measure_run", lambda *a, **k: "measure_run")
+    options = {"gpu": object(), "training_step": False, "method": method}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = analysis._load_or_measure(None, 4, "auto", None, False, False, options)
+    assert got == expected
+    assert any("one-pass profile failed" in str(w.message) for w in caught) == failing
