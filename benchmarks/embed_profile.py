@@ -2,11 +2,19 @@
 recorded profile shipped with the package, keeping every figure as measured and saying where from.
 
     python benchmarks/embed_profile.py MEASURED_PROFILE.json CEILINGS_VS_REFERENCE.json OUT.json \
-        [--drop 'GLOB=why' ...]
+        [--drop 'GLOB=why' ...] [--launch-floor LAUNCH_FLOOR.json] [--power-fit sweep]
+
+--launch-floor merges the "launch_floor" measured by benchmarks/launch_floor.py (on the same GPU) into
+the profile and changes nothing else; without it (and without --power-fit sweep) the profile regenerates
+byte for byte.
 
 --drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
 then selected again from the run's own recorded figures (carm_advisor.profiles.build.reselect_recorded);
 the reason is kept in the profile's provenance.
+
+--power-fit sweep replaces the per-benchmark power model by the least-squares fit over every recorded
+benchmark row with a >= 0.9 s power window (carm_advisor/carm/power_fit.py: energies per path and
+level, zero/random data factors, voltage curve, fit quality). Without it the output is as before.
 """
 
 from __future__ import annotations
@@ -38,6 +46,26 @@ def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str
     return doc
 
 
+def launch_floor_of(measured: dict, file_name: str) -> dict:
+    """The profile's launch_floor from a benchmarks/launch_floor.py result, saying which file it came from."""
+    floor = measured.get("launch_floor")
+    if not isinstance(floor, dict) or "value_s" not in floor:
+        raise SystemExit(f"{file_name}: expected a 'launch_floor' object with 'value_s' (benchmarks/launch_floor.py output)")
+    provenance = {**floor.get("provenance", {}), "from": f"benchmarks/results/{file_name}",
+                  "device": (measured.get("device") or {}).get("name"), "date": measured.get("date")}
+    return {"value_s": floor["value_s"], "provenance": provenance}
+
+
+def sweep_power_model(measured: dict, drop: dict) -> dict:
+    """The power_model section fitted over the whole recorded sweep (rows in `drop` left out)."""
+    from carm_advisor.carm.power_fit import power_model_section
+
+    device = measured["device"]
+    date = ((measured.get("power_model") or {}).get("provenance") or {}).get("date")
+    return power_model_section(measured.get("benchmarks") or [], device.get("idle_power_w"),
+                               device.get("sm_clock_max_mhz"), device.get("power_limit_w"), date, drop)
+
+
 DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_with_power_roof",
            "power_bound_flops_per_s", "ratio_with_power_roof", "power_w"}
 
@@ -54,6 +82,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("side_by_side", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--drop", action="append", default=[], metavar="GLOB=WHY")
+    ap.add_argument("--launch-floor", type=Path, metavar="FILE", help="JSON written by benchmarks/launch_floor.py")
+    ap.add_argument("--power-fit", choices=("benchmark", "sweep"), default="benchmark",
+                    help="benchmark: e = (P - idle) / rate of each roof's own run (as before); sweep: one "
+                         "least-squares fit over every trustworthy row")
     args = ap.parse_args(argv)
     measured = json.loads(args.measured.read_text())
     drop = {}
@@ -67,6 +99,10 @@ def main(argv: list[str]) -> int:
         measured = reselect_recorded(measured, drop)
     side = json.loads(args.side_by_side.read_text())
     doc = embed(measured, side, args.measured.name, args.side_by_side.name)
+    if args.launch_floor:
+        doc["launch_floor"] = launch_floor_of(json.loads(args.launch_floor.read_text()), args.launch_floor.name)
+    if args.power_fit == "sweep":
+        doc["power_model"] = sweep_power_model(measured, drop)
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
     if drop:   # the ratios to the references, of the roofs selected again
         sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,10 +24,19 @@ _LAZY = {
 }
 
 
+_NEEDS_KERAS = {"analyze"}
+
+
 def __getattr__(name):
     if name in _LAZY:
+        if name in _NEEDS_KERAS:   # our first Keras import: quiet, and a missing backend says what to install
+            import_module("carm_advisor.keras_import").import_keras()
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'carm_advisor' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True):

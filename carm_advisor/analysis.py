@@ -172,6 +172,7 @@ def analyze(
     report.calibration = _whole_model_calibration(rows, calib, backend)
     if run is not None and measured_now and run.layers:
         _learn_from(run, rows, model_info.name)
+    report.clocks = energy_optimal_clocks(rows, profile)
     report.recommendations = recommend(report, for_model)
     if verify:
         from carm_advisor.model_loader import application_names
@@ -226,6 +227,24 @@ def _learn_from(run, rows: list[LayerRow], model_name: str) -> None:
         import warnings
 
         warnings.warn(f"carm_advisor: could not extend the calibration cache: {exc}", RuntimeWarning, stacklevel=3)
+
+
+def energy_optimal_clocks(rows: list[LayerRow], profile: Profile) -> dict | None:
+    """Predicted energy-optimal SM clock per layer and for the whole model, where the profile's power
+    model has a voltage curve (a sweep fit); None otherwise."""
+    from carm_advisor.carm.dvfs import Work, clock_advice
+
+    pm = profile.power_model
+    if pm is None or pm.voltage is None:
+        return None
+    works = {r.name: Work(r.flops, r.bytes, r.path, r.level) for r in rows
+             if r.known and (r.flops or r.bytes) and r.path in pm.joules_per_flop and r.level in pm.joules_per_byte}
+    advice = clock_advice(profile.carm(), pm, works)
+    for r in rows:
+        a = advice["layers"].get(r.name)
+        if a is not None:
+            r.energy_optimal_sm_clock_mhz, r.energy_optimal_gain = a["sm_clock_mhz"], a["energy_gain"]
+    return advice
 
 
 def _as_dict(obj) -> dict | None:

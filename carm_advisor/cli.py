@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from pathlib import Path
+import time
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
@@ -59,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
+    a.add_argument("--plot-energy", dest="plot_energy_path",
+                   help="write the energy-efficiency CARM (GFLOP/s per W against AI) with the layer dots here")
     a.add_argument("--from-measurements", help="replay per-layer measurements recorded on a GPU (JSON)")
     a.add_argument("--no-measure", action="store_true", help="predict only, even on a GPU")
     a.add_argument("--training-step", action="store_true", help="on a GPU, also measure a whole training step")
@@ -125,29 +126,10 @@ def _fail(message: str) -> None:
     sys.stderr.write("carm-advise: error: " + " ".join(message.split()) + "\n")
 
 
-@contextlib.contextmanager
-def _native_stderr_silenced():
-    """TensorFlow's C++ start-up lines go to fd 2 before absl logging is set up, whatever
-    TF_CPP_MIN_LOG_LEVEL says; keep them off the user's terminal while Keras loads its backend."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        sys.stderr.flush()
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _import_keras() -> None:
-    with _native_stderr_silenced():
-        import keras  # noqa: F401  (loads the backend once, quietly)
+    from carm_advisor.keras_import import import_keras
+
+    import_keras()   # loads the backend once, quietly; a missing backend is a one-line error
 
 
 def _analyze(args) -> int:
@@ -158,16 +140,18 @@ def _analyze(args) -> int:
     from carm_advisor.model_loader import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
 
-    profile = load_profile(args.profile) if args.profile else None
-    for out in (args.json_path, args.plot_path):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise OSError(f"output directory does not exist: {Path(out).parent}")
-        if out and Path(out).is_dir():  # caught here, not after the whole analysis has run
-            raise OSError(f"expected an output file name, received a directory: {out}")
-    if args.plot_path:
-        from carm_advisor.report.plot import check_plot_format
+    from carm_advisor.report.files import Outputs
 
-        check_plot_format(args.plot_path)
+    profile = load_profile(args.profile) if args.profile else None
+    outputs = Outputs()   # paths checked now, not after the whole analysis has run
+    outputs.plan(args.json_path, "JSON report")
+    outputs.plan(args.plot_path, "CARM chart")
+    outputs.plan(args.plot_energy_path, "energy-efficiency chart")
+    for out in (args.plot_path, args.plot_energy_path):
+        if out:
+            from carm_advisor.report.plot import check_plot_format
+
+            check_plot_format(out)
     console = Console(stderr=False)
     if args.layout:
         import keras
@@ -193,18 +177,37 @@ def _analyze(args) -> int:
     )
     from carm_advisor.report.render import print_report
 
+    if report.measurement is None:   # these flags only change a measurement, and nothing was measured
+        why = "--no-measure was given" if args.no_measure else "no NVIDIA GPU is usable here"
+        for flag, used in (("--counters", args.counters), ("--training-step", args.training_step)):
+            if used:
+                report.warnings.append(f"{flag} ignored: {why}, so every figure is a prediction")
     print_report(report, console, top=args.top)
+    with outputs:   # every file is renamed into place only once all of them were written
+        if args.json_path:
+            outputs.stage(args.json_path, lambda tmp: tmp.write_text(report.to_json_text()))
+        if args.plot_path:
+            from carm_advisor.report.plot import plot_report
+
+            outputs.stage(args.plot_path, lambda tmp: plot_report(report, tmp))
+        if args.plot_energy_path:
+            from carm_advisor.report.plot_energy import plot_energy
+
+            outputs.stage(args.plot_energy_path, lambda tmp: plot_energy(report, tmp))
+        outputs.commit()
     if args.json_path:
-        report.to_json(args.json_path)
         console.print(f"report written to {args.json_path}")
     if args.plot_path:
-        report.plot(args.plot_path)
         console.print(f"CARM chart written to {args.plot_path}")
+    if args.plot_energy_path:
+        console.print(f"energy-efficiency CARM chart written to {args.plot_energy_path}")
     return 0
 
 
 def _ceilings(args) -> int:
     """carm-advise ceilings: measure (or --show) the roofs, print a table, optionally save JSON and a chart."""
+    if args.show and args.exclude:
+        _check_recorded_benchmarks(args.exclude, args.profile)
     from rich.console import Console
 
     from carm_advisor.profiles.profile import load_profile
@@ -248,13 +251,34 @@ def _profile_for_show():
     return cached if cached is not None else load_profile()
 
 
+def _check_recorded_benchmarks(names: tuple[str, ...], profile_path: str | None) -> None:
+    """--exclude with --show: the benchmark table is read from the built CUDA library, which --show
+    neither needs nor builds, so names are checked against those the profile recorded."""
+    from carm_advisor.errors import CarmError
+    from carm_advisor.profiles.profile import load_profile
+
+    profile = load_profile(profile_path)
+    recorded = {b.get("name") for b in profile.extra.get("benchmarks") or [] if isinstance(b, dict)}
+    unknown = sorted(set(names) - recorded)
+    if unknown:
+        raise CarmError(f"--exclude: unknown benchmark(s) {', '.join(unknown)}; expected names the profile of "
+                        f"{profile.name} recorded (see kernels/README.md), e.g. {', '.join(sorted(recorded)[:4])}")
+
+
 def _build(args) -> int:
     from rich.console import Console
 
-    from carm_advisor.measure.build import build_kernels
+    from carm_advisor.measure.build import build_kernels, detect_arch
 
-    result = build_kernels(arch=args.arch, force=args.force)
-    Console().print(result)
+    started = time.perf_counter()
+    # The visible GPU's arch, as its help says and as `ceilings` builds: one cached build serves both.
+    r = build_kernels(arch=args.arch or detect_arch(), force=args.force)
+    elapsed_s = time.perf_counter() - started
+    what = "reused the cached build (sources unchanged)" if r.cached else f"compiled with {r.nvcc}"
+    tf_op = str(r.tf_op_path) if r.tf_op_path else "not built (TensorFlow is not installed here)"
+    Console(highlight=False).print(
+        f"CUDA micro-benchmarks for {', '.join(r.archs)}: {what} in {elapsed_s:.1f} s\n"
+        f"  library:       {r.lib_path}\n  TensorFlow op: {tf_op}\n  build log:     {r.log_path}", soft_wrap=True)
     return 0
 
 

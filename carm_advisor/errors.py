@@ -47,3 +47,7 @@ class NoPermissionError(PowerError):
 
 class KernelBuildError(CarmError):
     """The CUDA micro-benchmarks could not be compiled or loaded."""
+
+
+class BackendUnavailableError(CarmError):
+    """The Keras backend asked for (KERAS_BACKEND) or Keras itself is not installed."""

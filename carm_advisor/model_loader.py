@@ -59,6 +59,9 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
     """A built keras.Model and its display name from an application name or a model file."""
     import keras
 
+    if not spec.strip():   # Path("") is ".", which exists: say what was expected instead
+        raise ModelLoadError("expected a keras.applications model name (vgg16, resnet50, ...) or a .keras file, "
+                             "received an empty name")
     if is_model_file(spec):
         if input_shape is not None:
             raise ModelLoadError(f"--input-shape applies to keras.applications models; {spec} is a model file "

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from carm_advisor.carm.dvfs import predicted_time_energy
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
+from carm_advisor.carm.roofline import apply_launch_floor
 from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.profiles.profile import Profile, load_profile
@@ -110,9 +112,9 @@ class Predictor:
                 roof_time = carm.time_s(c.flops, c.bytes, path, level)
                 time_s = roof_time
                 if pm is not None and path in pm.joules_per_flop and level in pm.joules_per_byte:
-                    time_s = pm.capped_time_s(roof_time, c.flops, c.bytes, path, level)
-                    row.predicted_energy_j = pm.energy_j(time_s, c.flops, c.bytes, path, level)
-                row.predicted_time_s = time_s
+                    time_s, row.predicted_energy_j = predicted_time_energy(carm, pm, c.flops, c.bytes, path, level)
+                    row.predicted_power_w = row.predicted_energy_j / time_s if time_s > 0 else None
+                row.predicted_time_s = apply_launch_floor(time_s, self.profile.launch_floor_s)
                 if c.flops and c.bytes:
                     placement = carm.place(c.ai, path, level)
                     row.bound = placement.bound

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
+from carm_advisor.report.units import plural, seconds
 
 if TYPE_CHECKING:
     from carm_advisor.predict import ModelPredictor
@@ -83,7 +84,7 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     bf16 = roofs.get("tc_bf16", {}).get("value")
     share = _share(rows, lambda r: r in slow)
     detail = (
-        f"{len(slow)} conv/dense layers ({share:.0%} of the predicted time) run at {'/'.join(sorted({r.dtype for r in slow}))} "
+        f"{plural(len(slow), 'conv/dense layer')} ({share:.0%} of the predicted time) run at {'/'.join(sorted({r.dtype for r in slow}))} "
         f"on {now}. Under keras.mixed_precision.set_global_policy('mixed_bfloat16') they run on BF16 Tensor Cores"
         + (f" ({bf16 / 1e12:.0f} TFLOP/s)" if bf16 else "")
         + " and every activation moves half the bytes; keep the final softmax in float32 (dtype='float32')."
@@ -110,10 +111,10 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
         return None
     weight_bound = [r.name for r in memory_bound if r.type in ("Dense", "EinsumDense", "LSTM", "GRU", "MultiHeadAttention")]
     detail = (
-        f"{len(memory_bound)} layers sit under a memory slope at batch {batch}"
+        f"{plural(len(memory_bound), 'layer')} {'sits' if len(memory_bound) == 1 else 'sit'} under a memory slope at batch {batch}"
         + (f"; {len(weight_bound)} of them re-read their weights for every batch ({', '.join(weight_bound[:3])})" if weight_bound else "")
         + f". At batch {new_batch} weights are read once for {new_batch} samples and the intensity rises: "
-        f"per-sample time {per_sample_now * 1e3:.3f} -> {per_sample_new * 1e3:.3f} ms (if latency allows)."
+        f"per-sample time {seconds(per_sample_now)} -> {seconds(per_sample_new)} (if latency allows)."
     )
     return Recommendation(
         title=f"Raise the batch size from {batch} to {new_batch}",
@@ -141,7 +142,7 @@ def _fusion(report, rows) -> Recommendation | None:
     return Recommendation(
         title="Fuse memory-bound elementwise layers into their producers",
         detail=(
-            f"{len(fusible)} activation/normalisation/add layers ({saved / total:.0%} of the predicted time) only stream "
+            f"{plural(len(fusible), 'activation/normalisation/add layer')} ({saved / total:.0%} of the predicted time) only stream "
             f"their tensor through memory once more. Fused into the preceding convolution's epilogue they cost no traffic: {how}."
         ),
         expected_gain=_gain_text(speedup, energy_ratio), speedup=speedup, energy_ratio=energy_ratio,
@@ -203,25 +204,42 @@ def _bytes_text(n: float) -> str:
 
 
 def _tensor_core_alignment(report, rows) -> Recommendation | None:
+    # The last matmul-class layer's output width is the model's output (e.g. 10 classes): the task fixes it.
+    matmuls = [r for r in rows if r.channels]
+    output_layer = matmuls[-1] if matmuls else None
     misaligned = []
     for r in rows:
         if not (r.tensor_core and r.path.startswith("tc_")):
             continue
         multiple = _TC_MULTIPLE.get(dtype_bytes_of(r.dtype), 8)
-        channels = tuple(c for c in r.channels if c)
-        if channels and any(c % multiple for c in channels):
-            misaligned.append((r, channels, multiple))
+        channels = [c for c in r.channels if c]
+        if r is output_layer and len(channels) == 2:
+            channels = channels[:1]
+        off = tuple(c for c in channels if c % multiple)
+        if off:
+            misaligned.append((r, off, multiple))
     if not misaligned:
         return None
-    names = ", ".join(f"{r.name} ({'/'.join(map(str, ch))} channels, multiple of {m} needed)" for r, ch, m in misaligned[:4])
+    names = ", ".join(f"{r.name} ({'/'.join(map(str, off))} channels, multiple of {m} needed)" for r, off, m in misaligned[:4])
     share = _share(rows, lambda r: any(r is x[0] for x in misaligned))
+    # Padding can win back at most the empty part of each tile: 1 - c / (c rounded up to the multiple).
+    total = _time(rows)
+    bound = sum((r.predicted_time_s or 0.0) * _empty_tile_fraction(off, m) for r, off, m in misaligned) / total
     return Recommendation(
         title="Pad channel counts to Tensor Core multiples",
-        detail=f"{len(misaligned)} Tensor Core layers ({share:.0%} of the predicted time) have channel counts that leave "
-        f"Tensor Core tiles partly empty: {names}. Pad channels (or accept it for a 3-channel image input).",
-        expected_gain=f"at most {share:.0%} of the model's time (not modelled)", layers=[r.name for r, _, _ in misaligned],
-        basis="Tensor Core tile shapes",
+        detail=f"{plural(len(misaligned), 'Tensor Core layer')} ({share:.0%} of the predicted time) "
+        f"{'has' if len(misaligned) == 1 else 'have'} channel counts that leave Tensor Core tiles partly empty: {names}. "
+        "Pad channels (or accept it for a 3-channel image input).",
+        expected_gain=f"at most {bound:.0%} of the model's time, the empty part of their tiles (not modelled)",
+        layers=[r.name for r, _, _ in misaligned], basis="Tensor Core tile shapes",
     )
+
+
+def _empty_tile_fraction(channels: tuple[int, ...], multiple: int) -> float:
+    used = 1.0
+    for c in channels:
+        used *= c / (-(-c // multiple) * multiple)
+    return 1.0 - used
 
 
 def _depthwise(report, rows) -> Recommendation | None:
@@ -231,7 +249,7 @@ def _depthwise(report, rows) -> Recommendation | None:
         return None
     return Recommendation(
         title="Depthwise convolutions run on CUDA cores",
-        detail=f"{len(dw)} depthwise convolutions take {share:.0%} of the predicted time and cannot use Tensor Cores; "
+        detail=f"{plural(len(dw), 'depthwise convolution')} take{'s' if len(dw) == 1 else ''} {share:.0%} of the predicted time and cannot use Tensor Cores; "
         "they are memory-bound by construction. Fusing them with the following pointwise conv or using grouped convs with "
         "more channels per group moves that work onto Tensor Cores.",
         expected_gain=f"up to {1 / (1 - share):.2f}x if their time were hidden", speedup=None,

@@ -6,6 +6,11 @@ with F the FLOP rate and B = F / AI the byte rate at `level`. Energy of a piece 
 E = P_const * t + e_flop * flops + e_byte * bytes. A GPU at its board power limit slows down until
 P = limit, so the time the roofs allow is stretched to t >= (e_flop * flops + e_byte * bytes) /
 (limit - P_const): the power cap is a third roof.
+
+Optional refinements, fitted over a whole sweep by carm/power_fit.py (profiles without them behave as
+before): a data factor per compute path (all-zero operands cost a fraction of random ones on Tensor
+Cores; real layers are taken as random, DEFAULT_DATA), and a voltage curve that scales energy per
+operation with the SM clock (DVFS), used by carm/dvfs.py to predict time, power and energy at any clock.
 """
 
 from __future__ import annotations
@@ -15,6 +20,54 @@ from dataclasses import dataclass, field
 
 from carm_advisor.errors import ProfileError
 
+# What real layers feed the Tensor Cores: trained or random weights and activations, never all zeros.
+DEFAULT_DATA = "random"
+# Prior for the voltage curve where the records cannot pin it (few throttled clocks): voltage flat
+# below half the maximum clock, 0.70 of its maximum there (Hopper-class V/f tables span ~0.7-1.05 V).
+DEFAULT_F_KNEE_FRACTION = 0.5
+DEFAULT_V_KNEE = 0.70
+
+
+@dataclass(frozen=True)
+class VoltageCurve:
+    """v(f) = V(f)/V(f0): flat at v_knee below f_knee, linear up to 1 at f0 (see carm/power_fit.py)."""
+
+    f0_mhz: float
+    f_knee_mhz: float
+    v_knee: float
+    source: str = "assumed"   # "fitted" when the records chose it, "assumed" when it is the prior
+
+    def __post_init__(self):
+        if not (0 < self.f_knee_mhz < self.f0_mhz) or not (0 < self.v_knee <= 1):
+            raise ProfileError(f"voltage curve needs 0 < f_knee < f0 and 0 < v_knee <= 1, received: "
+                               f"f0={self.f0_mhz}, f_knee={self.f_knee_mhz}, v_knee={self.v_knee}")
+
+    def relative_voltage(self, f_mhz: float) -> float:
+        x = min(1.0, max(0.0, (f_mhz - self.f_knee_mhz) / (self.f0_mhz - self.f_knee_mhz)))
+        return self.v_knee + (1.0 - self.v_knee) * x
+
+    def energy_scale(self, f_mhz: float | None) -> float:
+        """Energy per operation at f relative to f0: v(f)^2 (1 when the clock is unknown)."""
+        return 1.0 if f_mhz is None else self.relative_voltage(f_mhz) ** 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"f0_mhz": self.f0_mhz, "f_knee_mhz": self.f_knee_mhz, "v_knee": self.v_knee, "source": self.source,
+                "assumption": "energy per operation ~ V(f)^2; V flat below f_knee, linear in f above it; "
+                              "constant power and HBM energy per byte independent of the SM clock"}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "VoltageCurve":
+        try:
+            return cls(float(d["f0_mhz"]), float(d["f_knee_mhz"]), float(d["v_knee"]), str(d.get("source", "assumed")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"power_model.dvfs must hold numbers f0_mhz, f_knee_mhz, v_knee, received: {d!r}") from exc
+
+    @classmethod
+    def default(cls, f0_mhz: float) -> "VoltageCurve":
+        return cls(f0_mhz, f0_mhz * DEFAULT_F_KNEE_FRACTION, DEFAULT_V_KNEE, "assumed")
+
+
+
 
 @dataclass(frozen=True)
 class PowerModel:
@@ -22,6 +75,9 @@ class PowerModel:
     joules_per_flop: dict[str, float] = field(default_factory=dict)   # per compute path
     joules_per_byte: dict[str, float] = field(default_factory=dict)   # per memory level
     power_limit_w: float | None = None
+    data_factor: dict[str, dict[str, float]] = field(default_factory=dict)  # {path: {"zero": 0.21, ...}}
+    voltage: VoltageCurve | None = None                 # energy per operation vs SM clock (None: clock-blind)
+    fit: dict = field(default_factory=dict)            # fit quality: n, r2, median/max abs relative error
 
     def __post_init__(self):
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
@@ -30,6 +86,10 @@ class PowerModel:
             for key, value in table.items():
                 if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                     raise ProfileError(f"power model {what}['{key}'] must be >= 0, received: {value!r}")
+        for path, factors in self.data_factor.items():
+            for data, value in (factors or {}).items():
+                if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                    raise ProfileError(f"power model data_factor['{path}']['{data}'] must be >= 0, received: {value!r}")
         if self.power_limit_w is not None and self.power_limit_w <= self.constant_w:
             raise ProfileError(
                 f"power limit ({self.power_limit_w} W) must exceed the constant power ({self.constant_w} W)"
@@ -48,9 +108,20 @@ class PowerModel:
     def dynamic_energy_j(self, flops: float, bytes_: float, path: str, level: str) -> float:
         return self._e_flop(path) * flops + self._e_byte(level) * bytes_
 
-    def power_w(self, flops_per_s: float, bytes_per_s: float, path: str, level: str) -> float:
-        """Uncapped board power for a kernel running at these rates."""
-        return self.constant_w + self._e_flop(path) * flops_per_s + self._e_byte(level) * bytes_per_s
+    def power_w(self, flops_per_s: float, bytes_per_s: float, path: str, level: str,
+                sm_clock_mhz: float | None = None, data: str = DEFAULT_DATA) -> float:
+        """Uncapped board power for a kernel running at these rates (reached at `sm_clock_mhz`; None:
+        the reference clock) on `data` operands ("random", the default for real layers, or "zero")."""
+        s = self.voltage.energy_scale(sm_clock_mhz) if self.voltage is not None else 1.0
+        flop_w = s * self._e_flop(path) * self.data_multiplier(path, data) * flops_per_s
+        byte_w = (1.0 if level == "hbm" else s) * self._e_byte(level) * bytes_per_s
+        return self.constant_w + flop_w + byte_w
+
+    def data_multiplier(self, path: str, data: str = DEFAULT_DATA) -> float:
+        """Energy per FLOP on `data` operands relative to random ones (1 where nothing was measured)."""
+        if data == DEFAULT_DATA:
+            return 1.0
+        return float((self.data_factor.get(path) or {}).get(data, 1.0))
 
     def capped_time_s(self, roof_time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:
         """The roofs' time, stretched where the power limit forbids running that fast."""

@@ -251,6 +251,11 @@ def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
             if kind == "call":
                 yield item
         return
+    if not model.built and not isinstance(model, keras.Model):
+        raise MappingError(
+            f"Expected a keras.Model; received a layer, {type(model).__name__} '{model.name}': wrap it in a model, "
+            "e.g. keras.Sequential([keras.Input(shape=...), layer])"
+        )
     if not model.built:
         raise MappingError(
             f"Expected a built model; received unbuilt subclassed model '{model.name}': "

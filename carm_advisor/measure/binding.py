@@ -169,10 +169,20 @@ def default_binding() -> str:
     backend = os.environ.get("KERAS_BACKEND")
     if backend is None:
         keras = sys.modules.get("keras")
-        if keras is None:
-            import keras   # Keras' own default (its config file, else tensorflow)
-        backend = keras.backend.backend()
+        # Not imported yet: read Keras' own setting rather than import it (and TensorFlow, seconds) here.
+        backend = keras.backend.backend() if keras is not None else _keras_config_backend()
     return "tensorflow" if backend == "tensorflow" else "ctypes"
+
+
+def _keras_config_backend() -> str:
+    """The backend Keras would pick without KERAS_BACKEND: its keras.json's, else tensorflow."""
+    import json
+
+    config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
+    try:
+        return str(json.loads(config.read_text()).get("backend") or "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
 
 
 def open_binding(name: str | None = None, arch: str | None = None) -> Binding:

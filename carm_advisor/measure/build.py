@@ -157,6 +157,16 @@ def cache_key(src_dir: Path, archs: Sequence[str], nvcc_version: str, with_tf: b
     return h.hexdigest()[:16]
 
 
+CUDA_KEY_FILE = "cuda_key"   # beside each built library: the key of its CUDA part alone
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
 def default_cache_root() -> Path:
     env = os.environ.get("CARM_ADVISOR_CACHE")
     return Path(env) / "kernels" if env else Path.home() / ".cache" / "carm_advisor" / "kernels"
@@ -257,7 +267,9 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
     if with_tf is None:
         with_tf = _tf_available()
     tf_cflags, tf_lflags = _tf_flags() if with_tf else ([], [])
-    key = cache_key(src, archs, _nvcc_version(nvcc), with_tf, tf_cflags + tf_lflags)
+    nvcc_version = _nvcc_version(nvcc)
+    key = cache_key(src, archs, nvcc_version, with_tf, tf_cflags + tf_lflags)
+    cuda_key = cache_key(src, archs, nvcc_version, False)   # the CUDA library alone, whatever the TF op
     out_dir = (cache_root or default_cache_root()) / f"{'-'.join(archs)}-{key}"
     lib = out_dir / LIB_NAME
     tf_lib = out_dir / TF_LIB_NAME if with_tf else None
@@ -265,6 +277,13 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
     if not force and lib.is_file() and (tf_lib is None or tf_lib.is_file()):
         say(f"kernels cached in {out_dir}")
         return BuildResult(lib, tf_lib, archs, out_dir, True, nvcc, log_path)
+    if not force and not with_tf:
+        # A build that also made the TF op (build-kernels on a TensorFlow machine) holds the very same
+        # CUDA library: reuse it instead of compiling for a minute again.
+        for other in sorted(out_dir.parent.glob(f"{'-'.join(archs)}-*")):
+            if (other / LIB_NAME).is_file() and _read(other / CUDA_KEY_FILE) == cuda_key:
+                say(f"kernels cached in {other}")
+                return BuildResult(other / LIB_NAME, None, archs, other, True, nvcc, other / "build.log")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
@@ -289,6 +308,7 @@ def build_kernels(arch: str | None = None, force: bool = False, with_tf: bool | 
     if rc:
         raise fail(f"linking {LIB_NAME} failed", out)
     tmp_lib.replace(lib)  # atomic: a concurrent loader never sees a half-written library
+    (out_dir / CUDA_KEY_FILE).write_text(cuda_key)
 
     if with_tf:
         say("compiling the TensorFlow op library")

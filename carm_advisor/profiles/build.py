@@ -3,6 +3,7 @@ carm/fitting.py, selected again from a recorded run, and found again in the cach
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 
@@ -28,17 +29,25 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
         if gpu_count() == 0:   # say so before spending a minute compiling kernels
             raise GPUUnavailableError("no NVIDIA GPU is visible here (NVML sees none): measuring ceilings needs one; "
                                       "'carm-advise ceilings --show' and 'analyze' work on the recorded profile")
+    started = time.perf_counter()
     if library is None:
         from carm_advisor.measure.binding import open_binding
         from carm_advisor.measure.build import detect_arch
 
         library = open_binding(binding, arch=detect_arch())   # only the visible GPU's arch: a faster build
+    load_s = time.perf_counter() - started   # a compile on a cold kernel cache shows here
     gpu = gpu if gpu is not None else open_gpu(device)
     measured = run_ceilings(library, gpu, device=device, quick=quick, progress=progress, clock=clock,
                             everything=everything, verify_counters=verify_counters, exclude=exclude)
+    from carm_advisor.measure.launch_floor import measure_launch_floor
+
+    floor_started = time.perf_counter()
+    floor = measure_launch_floor(library, device, arch=measured.arch, clock=clock)
+    phases_s = {"load_kernels": load_s, "benchmarks": measured.wall_s, "launch_floor": time.perf_counter() - floor_started}
     profile = build_profile(measured.runs, measured.device, gpu, measured.idle_w, measured.arch, wall_s=measured.wall_s,
                             quick=quick, command=command, source_hash=measured.source_hash or current_kernel_source_hash(),
                             counter_check=measured.counter_check)
+    profile = dataclasses.replace(profile, launch_floor=floor, provenance={**profile.provenance, "phases_s": phases_s})
     store_profile(profile)
     return profile
 

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power_model import PowerModel
+from carm_advisor.carm.power_model import PowerModel, VoltageCurve
 from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 
@@ -17,6 +17,15 @@ SCHEMA = "carm-advisor/profile/1"
 EMBEDDED = {"nvidia_h200": "nvidia_h200.json"}
 DEFAULT_EMBEDDED = "nvidia_h200"
 _SOURCES = ("measured", "reference", "datasheet", "per_clock_max", "estimate")
+# Physical plausibility: far above any GPU we know of (H200: ~2e15 FP8 FLOP/s dense, ~3.4e13 B/s
+# shared memory over all SMs), so only a unit slip or a corrupt file fails; a value there would
+# otherwise pass and break later (a chart axis at 1e308).
+MAX_VALUE = {"compute": 1e17, "memory": 1e15}   # FLOP/s, bytes/s
+# A kernel launch + synchronisation takes microseconds; a "floor" of 10 ms or more is not one.
+MAX_LAUNCH_FLOOR_S = 1e-2
+# Every layer whose working set exceeds L2 is placed on this slope; without it the prediction would
+# silently move such layers to a faster cache's slope, so a profile must have it.
+REQUIRED_MEMORY = "hbm"
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,12 @@ class Profile:
     provenance: dict[str, Any]
     power_model_provenance: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)   # measurements, sweeps, references: kept verbatim
+    launch_floor: dict[str, Any] | None = None             # {"value_s": ..., "provenance": {...}} when measured
+
+    @property
+    def launch_floor_s(self) -> float | None:
+        """Shortest time one kernel launch + synchronisation takes on this GPU; None when not measured."""
+        return None if self.launch_floor is None else float(self.launch_floor["value_s"])
 
     @property
     def name(self) -> str:
@@ -94,6 +109,16 @@ class Profile:
                 "joules_per_byte": pm.joules_per_byte,
                 "provenance": self.power_model_provenance,
             }
+            # Optional keys (sweep fit, issue 9): written only when present, so older profiles round-trip.
+            if pm.data_factor:
+                d["power_model"]["data_factor"] = pm.data_factor
+                d["power_model"]["default_data"] = "random"
+            if pm.voltage is not None:
+                d["power_model"]["dvfs"] = pm.voltage.to_dict()
+            if pm.fit:
+                d["power_model"]["fit"] = pm.fit
+        if self.launch_floor is not None:
+            d["launch_floor"] = self.launch_floor
         d.update(self.extra)
         return d
 
@@ -142,7 +167,7 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
         ceilings[key] = Ceiling(
             key=key,
             kind=kind,
-            value=_number(c.get("value"), f"{where}.value"),
+            value=_bounded(c.get("value"), f"{where}.value", MAX_VALUE[kind], "FLOP/s" if kind == "compute" else "B/s"),
             provenance=prov,
             sm_clock_mhz=_number(c.get("sm_clock_mhz"), f"{where}.sm_clock_mhz", optional=True),
             power_w=_number(c.get("power_w"), f"{where}.power_w", optional=True),
@@ -151,6 +176,10 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
         )
     if not any(c.kind == "compute" for c in ceilings.values()) or not any(c.kind == "memory" for c in ceilings.values()):
         raise ProfileError(f"{origin}: needs at least one compute and one memory ceiling")
+    if REQUIRED_MEMORY not in ceilings:
+        raise ProfileError(f"{origin}: ceilings.{REQUIRED_MEMORY} is missing; every layer larger than L2 is placed on "
+                           f"the {MEMORY_LEVELS[REQUIRED_MEMORY]} slope, so a profile must measure it")
+    launch_floor = _launch_floor(data.get("launch_floor"), origin)
     power_model = None
     pm_prov: dict[str, Any] = {}
     pm = data.get("power_model")
@@ -165,9 +194,10 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
             joules_per_flop=dict(pm["joules_per_flop"]),
             joules_per_byte=dict(pm["joules_per_byte"]),
             power_limit_w=_number(pm.get("power_limit_w"), f"{origin}: power_model.power_limit_w", optional=True),
+            **_power_model_options(pm, origin),
         )
         pm_prov = pm.get("provenance") or {}
-    known_keys = {"schema", "device", "ceilings", "provenance", "power_model"}
+    known_keys = {"schema", "device", "ceilings", "provenance", "power_model", "launch_floor"}
     extra = {k: v for k, v in data.items() if k not in known_keys}
     return Profile(
         device=dict(data["device"]),
@@ -176,7 +206,51 @@ def profile_from_dict(data: Any, origin: str = "profile") -> Profile:
         provenance=dict(data["provenance"]),
         power_model_provenance=pm_prov,
         extra=extra,
+        launch_floor=launch_floor,
     )
+
+
+def _bounded(value: Any, where: str, maximum: float, unit: str) -> float:
+    number = _number(value, where)
+    if number >= maximum:
+        raise ProfileError(f"{where} = {number:g} {unit} is beyond any GPU (expected below {maximum:g} {unit})")
+    return number
+
+
+def _launch_floor(floor: Any, origin: str) -> dict[str, Any] | None:
+    """The optional measured launch + sync floor: {"value_s": seconds, "provenance": {"source": ...}}."""
+    if floor is None:
+        return None
+    where = f"{origin}: launch_floor"
+    if not isinstance(floor, dict):
+        raise ProfileError(f"{where} must be an object like {{\"value_s\": 5e-06, \"provenance\": {{...}}}}")
+    value = _bounded(floor.get("value_s"), f"{where}.value_s", MAX_LAUNCH_FLOOR_S, "s")
+    prov = floor.get("provenance")
+    if not isinstance(prov, dict) or prov.get("source") not in _SOURCES:
+        raise ProfileError(f"{where}.provenance.source must be one of {', '.join(_SOURCES)}")
+    return {**floor, "value_s": value}
+
+
+def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
+    """The optional keys of a power model (data factors, voltage curve, fit quality), validated."""
+    out: dict[str, Any] = {}
+    factor = pm.get("data_factor")
+    if factor is not None:
+        if not isinstance(factor, dict) or not all(isinstance(v, dict) for v in factor.values()):
+            raise ProfileError(f"{origin}: power_model.data_factor must map each path to {{data: factor}}")
+        out["data_factor"] = {k: {d: _number(x, f"{origin}: power_model.data_factor.{k}.{d}", positive=False)
+                                  for d, x in v.items()} for k, v in factor.items()}
+    if pm.get("default_data", "random") != "random":
+        raise ProfileError(f"{origin}: power_model.default_data must be 'random', received: {pm.get('default_data')!r}")
+    if pm.get("dvfs") is not None:
+        if not isinstance(pm["dvfs"], dict):
+            raise ProfileError(f"{origin}: power_model.dvfs must be an object")
+        out["voltage"] = VoltageCurve.from_dict(pm["dvfs"])
+    if pm.get("fit") is not None:
+        if not isinstance(pm["fit"], dict):
+            raise ProfileError(f"{origin}: power_model.fit must be an object")
+        out["fit"] = dict(pm["fit"])
+    return out
 
 
 def load_profile(path_or_name: str | Path | None = None) -> Profile:

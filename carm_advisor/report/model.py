@@ -44,6 +44,9 @@ class LayerRow:
     # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
     calibrated_energy_j: float | None = None
+    predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
+    energy_optimal_sm_clock_mhz: float | None = None  # predicted, where the profile has a voltage curve
+    energy_optimal_gain: float | None = None  # predicted energy at the default clock / at the optimal one
     calibration: str = ""             # the calibration key and its sample count, "none", or "" (not asked)
 
     @property
@@ -156,6 +159,7 @@ class Report:
     measurement: MeasurementInfo | None = None   # whole-model measurements, when the GPU measured
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
+    clocks: dict[str, Any] | None = None         # predicted energy-optimal SM clocks (carm/dvfs.clock_advice)
     # Whole-model calibrated prediction (calibration.whole_time_s) and where it came from.
     calibration: dict[str, Any] = field(default_factory=dict)
 
@@ -242,10 +246,17 @@ class Report:
             "recommendations": [r.to_dict() for r in self.recommendations],
             "calibration": self.calibration,
             "warnings": self.warnings,
+            **({"clocks": self.clocks} if self.clocks else {}),
         }
 
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n"
+
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n")
+        """Write the report as JSON; the file appears whole or not at all (an existing one stays on failure)."""
+        from carm_advisor.report.files import write_text_atomic
+
+        write_text_atomic(path, self.to_json_text())
 
     def print(self, console=None) -> None:
         from carm_advisor.report.render import print_report
@@ -257,10 +268,23 @@ class Report:
 
         yield from renderables(self, width=options.max_width)
 
-    def plot(self, path: str | Path) -> Path:
-        from carm_advisor.report.plot import plot_report
+    def plot(self, path: str | Path, kind: str = "carm") -> Path:
+        """Write a chart to `path` (a file name; its suffix picks PNG/SVG/PDF), whole or not at all.
 
-        return plot_report(self, path)
+        kind "carm": the performance CARM with the layer dots; "energy": GFLOP/s per W against AI.
+        """
+        from carm_advisor.report.files import check_output_path, write_atomic
+        from carm_advisor.report.plot import check_plot_format, plot_report
+
+        if kind not in ("carm", "energy"):
+            from carm_advisor.errors import CarmError
+
+            raise CarmError(f"plot kind must be 'carm' or 'energy', received: {kind!r}")
+        if kind == "energy":
+            from carm_advisor.report.plot_energy import plot_energy as plot_report  # noqa: F811
+
+        check_plot_format(check_output_path(path))
+        return write_atomic(path, lambda tmp: plot_report(self, tmp))
 
 
 def _jsonable(obj):

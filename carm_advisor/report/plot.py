@@ -66,7 +66,7 @@ def draw_roofs(ax, carm, paths, ai_range: tuple[float, float]) -> float:
         under = above is not None and above / b < 1.3
         above = b
         ax.annotate(f"{MEMORY_LEVELS[m]} {b / 1e12:.3g} TB/s", (x_lab, b * x_lab), rotation=0, fontsize=8,
-                    color="0.25", xytext=(2, -12 if under else 4), textcoords="offset points")
+                    color="0.25", xytext=(2, -12 if under else 4), textcoords="offset points", gid="roof-label")
     previous, stacked = None, 0
     for p, f in sorted(peaks.items(), key=lambda kv: kv[1], reverse=True):
         color = "tab:blue" if p.startswith("tc_") else "0.3"
@@ -76,7 +76,8 @@ def draw_roofs(ax, carm, paths, ai_range: tuple[float, float]) -> float:
         previous = f
         ax.annotate(f"{COMPUTE_PATHS[p]} {f / 1e12:.4g} TFLOP/s", (x_max, f), ha="right",
                     va="bottom" if stacked == 0 else "top", fontsize=8, color=color,
-                    xytext=(0, 0 if stacked == 0 else -2 - 9 * (stacked - 1)), textcoords="offset points")
+                    xytext=(0, 0 if stacked == 0 else -2 - 9 * (stacked - 1)), textcoords="offset points",
+                    gid="roof-label")
     ax.set_xlim(x_min, x_max)
     return top
 
@@ -89,6 +90,39 @@ def _ai_range(carm, paths, ais) -> tuple[float, float]:
 
 
 def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
+    return _save(draw_report(report, labelled), path)
+
+
+# Offsets (points) tried in turn for a layer's label: nearest the dot first, then further out.
+_LABEL_OFFSETS = [(dx * r, dy * r) for r in (8, 18, 30, 46, 66)
+                  for dx, dy in ((1, 1), (1, -1.6), (-1, 1), (-1, -1.6), (0, 1.5), (0, -2.2))]
+
+
+def _place_labels(fig, ax, labels, avoid) -> None:
+    """Greedy placement: each label takes the first offset where its box overlaps no roof label and no
+    label placed before it (boxes in display coordinates, after the layout is final)."""
+    from matplotlib.text import Text
+
+    def extent(artist):   # an annotation's text alone, not its leader line
+        return (Text.get_window_extent if isinstance(artist, Text) else type(artist).get_window_extent)(artist, renderer)
+
+    fig.tight_layout()
+    renderer = fig.canvas.get_renderer()
+    taken = [extent(a).expanded(1.05, 1.1) for a in avoid]
+    inside = ax.get_window_extent(renderer)
+    for ann in labels:
+        for dx, dy in _LABEL_OFFSETS:
+            ann.xyann = (dx, dy)
+            ann.set_horizontalalignment("left" if dx >= 0 else "right")
+            box = extent(ann)
+            if inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1) and \
+                    not any(box.overlaps(t) for t in taken):
+                break
+        taken.append(extent(ann).expanded(1.05, 1.1))
+
+
+def draw_report(report, labelled: int = 6):
+    """The CARM chart of a report as a matplotlib Figure (plot_report saves it)."""
     profile = report.profile
     if profile is None:
         raise CarmError("this report carries no profile to draw roofs from")
@@ -110,9 +144,12 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
     measured = [r for r in rows if r.measured and r.achieved_flops_per_s]
     if predicted:
         xy = [predicted_xy(r) for r in predicted]
+        capped = any("power limit" in r.notes for r in predicted)
         ax.scatter([x for x, _ in xy], [y for _, y in xy], s=[max(12, scale * shares.get(r.name, 0)) for r in predicted],
                    facecolors="none", edgecolors=[color.get(r.predicted_bound.partition(":")[0], "tab:red") for r in predicted],
-                   linewidths=1.4, zorder=2, label="CARM bound (hollow; analytic AI, on its roof)")
+                   linewidths=1.4, zorder=2,
+                   label="CARM bound (hollow; analytic AI): on its roof" + (
+                       ", or below it where the power limit slows the GPU" if capped else ""))
     calibrated = [r for r in predicted if r.calibrated_time_s]
     if calibrated:
         from matplotlib.markers import MarkerStyle
@@ -133,12 +170,18 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
                    edgecolors="black", linewidths=0.6, zorder=3,
                    label="measured layer (" + ("counter" if any(r.ai_source == "counters" for r in measured) else "analytic")
                    + " AI; size = share of time)")
+    bounds = {r.predicted_bound.partition(":")[0] for r in predicted} | {r.bound.partition(":")[0] for r in measured}
+    for kind, meaning in (("compute", "compute-bound (under a compute roof)"), ("memory", "memory-bound (under a memory slope)")):
+        if kind in bounds:   # what the colours mean, as legend entries of their own
+            ax.scatter([], [], s=40, facecolors="none", edgecolors=color[kind], linewidths=1.4, label=meaning)
+    roof_labels = list(ax.texts)
     heaviest = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:labelled]
-    for i, r in enumerate(heaviest):
+    layer_labels = []
+    for r in heaviest:
         x, y = (r.ai, r.achieved_flops_per_s) if r.measured and r.achieved_flops_per_s else predicted_xy(r)
-        # Alternate above/below so neighbouring heavy layers do not print over each other.
-        ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (x, y), fontsize=8, xytext=(4, -14 if i % 2 else 9),
-                    textcoords="offset points", arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
+        layer_labels.append(ax.annotate(f"{r.name} {shares.get(r.name, 0):.0%}", (x, y), fontsize=8, xytext=(8, 8),
+                                        textcoords="offset points", gid="layer-label",
+                                        arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5}))
 
     m, d = report.model, report.device
     what = "measured" if d.source == "measured" else f"PREDICTED from the {d.profile_source} profile"
@@ -147,8 +190,9 @@ def plot_report(report, path: str | Path, labelled: int = 6) -> Path:
     ys_all = [predicted_xy(r)[1] for r in predicted] + [r.achieved_flops_per_s for r in measured] + [top] \
         + [r.flops / r.calibrated_time_s for r in predicted if r.calibrated_time_s]
     ax.set_ylim(max(min(ys_all) / 5, 1e9), top * 3)
-    ax.legend(loc="lower right", fontsize=8)
-    return _save(fig, path)
+    legend = ax.legend(loc="lower right", fontsize=8)
+    _place_labels(fig, ax, layer_labels, roof_labels + [legend])
+    return fig
 
 
 def plot_profile(profile, path: str | Path) -> Path:

@@ -7,25 +7,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.report.units import plural, seconds, si
 
-def si(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """1.23e12 -> '1.23 T' + unit; None -> '-'."""
-    if value is None:
-        return "-"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.{digits}g} {prefix}{unit}"
-    return f"{value:.{digits}g} {unit}".rstrip()
+__all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
+           "renderables", "print_report"]
 
 
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} us"
+def _watts(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} W"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -54,36 +43,38 @@ def header(report) -> Panel:
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
-        f"{_fmt(t['samples_per_j'], '.3g')} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
+        f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
         f"predicted: CARM bound {seconds(t['bound_time_s'])}   calibrated ({report.calibration.get('execution', '-')}) "
         f"{seconds(t['calibrated_time_s'])}" + (f", from one CUDA graph {seconds(report.calibration['graph_time_s'])}"
                                                if report.calibration.get("graph_time_s") else ""),
     )
+    unknown = report.unknown_layers
+    if unknown:   # said where the totals are, not only at the bottom: the totals leave these out
+        names = ", ".join(f"{r.name} ({r.type})" for r in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        lines.append_text(Text(f"\n{plural(len(unknown), 'layer')} without a cost model, left out of every total "
+                               f"above (FLOPs, time, energy): {names}", style="bold red"))
     return Panel(lines, title="carm_advisor", expand=True)
 
 
+# Columns left out first when the table is wider than the terminal; layer, type, bound, attainable,
+# the time and the share carry the message and stay (they wrap instead).
+_DROP_FIRST = ("pred. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "bound time")
+
+
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
-    """One row per layer; on narrow terminals the less essential columns are left out, not wrapped."""
+    """One row per layer; on narrow terminals the lesser columns are left out and the rest wrap."""
     shares, energy_shares = report.time_shares(), report.energy_shares()
     measured = any(r.measured for r in report.layers)
-    narrow = width < (150 if measured else 110)
-    table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False)
     columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
                ("attainable", "right")]
     if measured:
-        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("E share", "right")]
-    columns += [("bound time", "right"), ("calibrated", "right"), ("share", "right")]
-    dropped = {"type", "attainable", "energy", "bound time"} if narrow else set()
-    if width < 100:
-        dropped |= {"E share"}
-    keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
-    name_width = min(28, max([len(r.name) for r in report.layers] + [5]))
-    for i in keep:
-        name, just = columns[i]
-        table.add_column(name, justify=just, no_wrap=True, overflow="ellipsis", min_width=name_width if i == 0 else None)
+        columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("power", "right"),
+                    ("E share", "right")]
+    columns += [("bound time", "right"), ("calibrated", "right"), ("pred. power", "right"), ("share", "right")]
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
+    cells_of = []
     for r in rows:
         if not r.known:
             cells = [r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red")]
@@ -98,26 +89,48 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                 eff = r.efficiency
                 cells += [si(r.achieved_flops_per_s, "FLOP/s") if r.measured else "-",
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
+                          _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
+        cells_of.append(cells)
+    names = [name for name, _ in columns]
+    droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
+    dropped: set[str] = set()
+    while True:
+        table = _layers_table(columns, cells_of, dropped)
+        natural = Console(width=10_000).measure(table).maximum   # unwrapped width
+        if natural <= width or not droppable:
+            return table
+        dropped.add(droppable.pop(0))
+
+
+def _layers_table(columns, cells_of, dropped: set[str]) -> Table:
+    table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False)
+    keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
+    for i in keep:
+        name, just = columns[i]
+        # Names and labels wrap (fold inside a long name) rather than end in an ellipsis.
+        table.add_column(name, justify=just, overflow="fold", no_wrap=i > 1 and name != "bound")
+    for cells in cells_of:
         table.add_row(*[cells[i] for i in keep])
     return table
 
 
 def recommendations_table(report) -> Table:
-    table = Table(title="Recommendations (most gain first)", header_style="bold", show_lines=True, expand=False)
-    table.add_column("#", justify="right")
-    table.add_column("what to change")
-    table.add_column("why", ratio=3)
-    table.add_column("expected gain")
+    """One block per recommendation, as wide as the terminal: text wraps at spaces, so code to type
+    (keras.mixed_precision.set_global_policy(...), model.compile(jit_compile=True)) stays whole."""
+    table = Table(title="Recommendations (most gain first)", title_justify="left", header_style="bold", box=None,
+                  show_header=False, expand=True, padding=(0, 1, 1, 0))
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("recommendation", ratio=1, overflow="fold")
     for i, rec in enumerate(report.recommendations, 1):
         from carm_advisor.verify_recommendations import verified_text
 
         checked = verified_text(rec.verified)
-        gain = Text(rec.expected_gain)
-        if checked:
-            gain.append("\n" + checked, style="bold red" if rec.verified.get("flagged") else "bold green")
-        table.add_row(str(i), Text(rec.title, style="bold"), rec.detail, gain)
+        block = Text.assemble((rec.title, "bold"), "\n", ("expected gain: ", "dim"), rec.expected_gain, "\n", rec.detail)
+        if checked:  # what --verify measured, beside the predicted gain
+            block.append("\n" + checked, style="bold red" if rec.verified.get("flagged") else "bold green")
+        table.add_row(f"{i}.", block)
     return table
 
 
@@ -139,6 +152,12 @@ def ceilings_table(profile) -> Table:
 def renderables(report, top: int | None = None, width: int = 200):
     yield header(report)
     yield layer_table(report, top, width)
+    model_clock = (getattr(report, "clocks", None) or {}).get("model")
+    if model_clock:
+        curve = (report.clocks.get("voltage_curve") or {}).get("source", "assumed")
+        yield Text(f"Energy-optimal SM clock (predicted, voltage curve {curve}): {model_clock['sm_clock_mhz']:.0f} MHz, "
+                   f"{model_clock['energy_gain']:.2f}x less energy and {model_clock['slowdown']:.2f}x the time of the "
+                   f"default clock ({model_clock['default_sm_clock_mhz']:.0f} MHz)", style="cyan")
     if report.recommendations:
         yield recommendations_table(report)
     else:

@@ -1,0 +1,35 @@
+"""Figures as text: SI prefixes and time units chosen by magnitude, and plurals. Pure functions."""
+
+from __future__ import annotations
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "u"),
+             (1e-9, "n"), (1e-12, "p"))
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """1.23e12 -> '1.23 T' + unit, 4.1e-5 -> '41 u' + unit; None -> '-'."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return f"0 {unit}".rstrip()
+    for factor, prefix in _PREFIXES:
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}".rstrip()
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def seconds(value: float | None) -> str:
+    """A duration in s, ms, us or ns, whichever keeps 1 to 3 digits before the point."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0 s"
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {unit}"
+    return f"{value / 1e-12:.3g} ps"
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """'1 layer', '2 layers'; plural_form for irregular nouns ('1 of them' style phrases stay with the caller)."""
+    return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"

@@ -1,0 +1,115 @@
+"""What a user reads: columns that carry the message at 80 columns, code never cut, units and plurals."""
+
+import io
+
+import keras
+import pytest
+from rich.console import Console
+
+import carm_advisor as advisor
+from carm_advisor.report.render import print_report
+from carm_advisor.report.units import plural, seconds, si
+
+
+def small_cnn():
+    inputs = keras.Input(shape=(32, 32, 3))
+    x = keras.layers.Conv2D(12, 3, name="rgb_conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.ReLU(name="relu")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    return keras.Model(inputs, keras.layers.Dense(10, name="predictions")(x), name="small_cnn")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return advisor.analyze(small_cnn(), measure=False)
+
+
+def rendered(report, width):
+    buf = io.StringIO()
+    print_report(report, Console(file=buf, width=width))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_code_to_type_appears_whole_in_the_recommendations(report, width):
+    text = rendered(report, width)
+    assert "keras.mixed_precision.set_global_policy('mixed_bfloat16')" in text
+    assert "model.compile(jit_compile=True)" in text
+    assert "…" not in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_layer_table_keeps_the_columns_that_carry_the_message(report, width):
+    text = rendered(report, width)
+    header = next(line for line in text.splitlines() if "layer" in line and "share" in line)
+    for column in ("layer", "type", "bound", "attainable", "bound time", "calibrated", "share"):
+        assert column in header, (column, header)
+    assert all(len(line) <= width for line in text.splitlines())
+
+
+def test_at_120_columns_the_lesser_columns_are_shown_too(report):
+    header = next(line for line in rendered(report, 120).splitlines() if "layer" in line and "share" in line)
+    assert "FLOPs" in header and "AI F/B" in header
+
+
+@pytest.mark.parametrize("value, text", [(12.3e-6, "12.3 us"), (6.1e-6, "6.1 us"), (1.97e-9, "1.97 ns"),
+                                         (70e-12, "70 ps"), (6.13e-3, "6.13 ms"), (2.5, "2.5 s")])
+def test_times_take_the_unit_of_their_magnitude(value, text):
+    assert seconds(value) == text
+
+
+def test_small_quantities_take_milli_micro_prefixes():
+    assert si(4.08e-5, "J") == "40.8 uJ"
+    assert si(2.45e4) == "24.5 k"
+
+
+def test_plurals():
+    assert plural(1, "Tensor Core layer") == "1 Tensor Core layer"
+    assert plural(3, "Tensor Core layer") == "3 Tensor Core layers"
+
+
+def test_the_batch_advice_gives_per_sample_times_in_readable_units(report):
+    rec = next(r for r in report.recommendations if r.title.startswith("Raise the batch size"))
+    assert "0.000" not in rec.detail
+    assert "per-sample time" in rec.detail and " ns -> " in rec.detail
+
+
+def test_one_misaligned_layer_is_said_in_the_singular():
+    inputs = keras.Input(shape=(32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, name="rgb_conv")(inputs)              # 3 input channels: off the multiple
+    model = keras.Model(inputs, keras.layers.Conv2D(16, 3, name="conv2")(x))
+    rec = next(r for r in advisor.analyze(model, measure=False).recommendations if r.title.startswith("Pad channel"))
+    assert rec.detail.startswith("1 Tensor Core layer (") and " has channel counts" in rec.detail
+
+
+def test_no_channel_padding_advice_for_the_class_count_of_an_output_dense():
+    inputs = keras.Input(shape=(16,))
+    x = keras.layers.Dense(64, name="hidden")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="classes")(x))   # 10 classes: the task fixes it
+    recs = advisor.analyze(model, batch_size=64, measure=False).recommendations
+    assert not any(r.title.startswith("Pad channel") for r in recs)
+
+
+def test_channel_padding_gain_is_bounded_by_the_empty_part_of_the_tiles():
+    inputs = keras.Input(shape=(32, 32, 3))
+    x = keras.layers.Conv2D(16, 3, name="rgb_conv")(inputs)
+    model = keras.Model(inputs, keras.layers.Conv2D(16, 3, name="conv2")(x))
+    report = advisor.analyze(model, measure=False)   # float32 -> TF32 tiles: multiples of 4
+    rec = next(r for r in report.recommendations if r.title.startswith("Pad channel"))
+    # 3 input channels fill 3 of 4 tile columns: padding wins back at most 1/4 of rgb_conv's time.
+    bound = report.time_shares()["rgb_conv"] * (1 - 3 / 4)
+    assert rec.expected_gain.startswith(f"at most {bound:.0%} of the model's time")
+
+
+def test_unknown_layers_are_named_in_the_header_panel():
+    class Mystery(keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    inputs = keras.Input(shape=(16,))
+    x = Mystery(name="mystery")(keras.layers.Dense(16, name="fc")(inputs))
+    report = advisor.analyze(keras.Model(inputs, x), measure=False)
+    text = rendered(report, 100)
+    panel = " ".join(line.strip("│ ") for line in text[: text.index("╰")].splitlines())   # header panel, unwrapped
+    assert "mystery (Mystery)" in panel and "left out of every total" in panel

@@ -1,0 +1,93 @@
+"""Start-up of `carm-advise ceilings`: no framework import, and no second compile of the same library."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from carm_advisor.measure import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_ceilings_command_imports_no_ml_framework():
+    code = ("import sys\nfrom carm_advisor.cli import main\nmain(['ceilings', '--show'])\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'keras', 'tensorflow', 'torch', 'jax', 'matplotlib'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.fixture
+def no_compiler(monkeypatch):
+    monkeypatch.setattr(build, "find_nvcc", lambda: Path("/usr/bin/nvcc-stub"))
+    monkeypatch.setattr(build, "_nvcc_version", lambda nvcc: "nvcc 13.0 stub")
+
+    def compile_refused(cmd, log):
+        raise AssertionError(f"compiled again: {cmd[:3]}")
+
+    monkeypatch.setattr(build, "_run", compile_refused)
+
+
+def test_a_library_built_with_the_tf_op_serves_the_ceilings_run_without_compiling(tmp_path, no_compiler):
+    # What `build-kernels` leaves on a TensorFlow machine: the CUDA library and the TF op, in a folder
+    # whose key includes TensorFlow's flags.
+    built = tmp_path / "sm_90a-0123456789abcdef"
+    built.mkdir()
+    (built / build.LIB_NAME).write_bytes(b"library")
+    (built / build.TF_LIB_NAME).write_bytes(b"tf op")
+    (built / build.CUDA_KEY_FILE).write_text(build.cache_key(build.kernels_dir(), ("sm_90a",), "nvcc 13.0 stub", False))
+    result = build.build_kernels(arch="sm_90a", with_tf=False, cache_root=tmp_path)
+    assert result.cached and result.lib_path == built / build.LIB_NAME
+
+
+def test_a_library_of_other_sources_is_not_reused(tmp_path, no_compiler):
+    built = tmp_path / "sm_90a-0123456789abcdef"
+    built.mkdir()
+    (built / build.LIB_NAME).write_bytes(b"library")
+    (built / build.CUDA_KEY_FILE).write_text("key of older sources")
+    with pytest.raises(AssertionError, match="compiled again"):
+        build.build_kernels(arch="sm_90a", with_tf=False, cache_root=tmp_path)
+
+
+def test_build_kernels_builds_for_the_visible_gpu_like_ceilings_does(monkeypatch, capsys):
+    from carm_advisor.cli import main
+
+    asked = {}
+
+    def fake_build(arch=None, force=False):
+        asked["arch"] = arch
+        return build.BuildResult(Path("/x/lib.so"), None, (arch,), Path("/x"), True, Path("/usr/bin/nvcc"), Path("/x/log"))
+
+    monkeypatch.setattr(build, "detect_arch", lambda: "sm_90a")
+    monkeypatch.setattr(build, "build_kernels", fake_build)
+    assert main(["build-kernels"]) == 0
+    assert asked["arch"] == "sm_90a"
+
+
+def test_the_measured_profile_says_how_long_loading_the_kernels_took(tmp_path, monkeypatch):
+    from test_measure_ceilings import FakeLibrary
+
+    from carm_advisor.measure import ceilings as C
+    from carm_advisor.profiles import build as P
+    from carm_advisor.power.fake import FakeGPU
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "idle_power_w", lambda gpu, seconds=0.5: 100.0)
+    gpu = FakeGPU(power_w=300.0, sm_clock_mhz=1980.0)
+    profile = P.measure_ceilings(library=FakeLibrary(gpu), gpu=gpu, progress=False, clock=gpu.now_s, quick=True)
+    assert set(profile.provenance["phases_s"]) == {"load_kernels", "benchmarks", "launch_floor"}
+    assert all(v >= 0 for v in profile.provenance["phases_s"].values())
+
+
+def test_choosing_the_kernel_binding_imports_no_keras(tmp_path):
+    (tmp_path / "keras.json").write_text('{"backend": "torch"}')
+    code = ("import sys\nfrom carm_advisor.measure.binding import default_binding\n"
+            "print(default_binding(), 'keras' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "KERAS_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ctypes", "False"]   # Keras set to torch: the ctypes binding, read from keras.json
