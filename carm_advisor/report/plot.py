@@ -148,7 +148,7 @@ def draw_report(report, labelled: int = 6):
         ax.scatter([x for x, _ in xy], [y for _, y in xy], s=[max(12, scale * shares.get(r.name, 0)) for r in predicted],
                    facecolors="none", edgecolors=[color.get(r.predicted_bound.partition(":")[0], "tab:red") for r in predicted],
                    linewidths=1.4, zorder=2,
-                   label="CARM bound (hollow; analytic AI): on its roof" + (
+                   label="predicted layer, CARM bound (hollow; analytic AI): on its roof" + (
                        ", or below it where the power limit slows the GPU" if capped else ""))
     calibrated = [r for r in predicted if r.calibrated_time_s]
     if calibrated:
