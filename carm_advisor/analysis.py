@@ -96,6 +96,9 @@ def analyze(
     name: str | None = None,
     progress: bool = True,
     measure_options: dict | None = None,
+    calibration: Any = True,
+    verify: bool = False,
+    verify_runner: Any = None,
 ) -> Report:
     """Map every layer of a built Keras model onto a CARM and advise.
 
@@ -114,14 +117,16 @@ def analyze(
     backend = keras.backend.backend()
     compute_dtype = _compute_dtype_of(precision)
 
+    measured_now = from_measurements is None
     run = _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, measure_options or {})
     if run is not None:
         backend = getattr(run, "backend", None) or backend
     if profile is None or isinstance(profile, str):
         profile = _default_profile(profile, run)
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
+    calib = _calibration_of(calibration, run, profile)
 
-    predictor = Predictor(profile, math_mode, backend=backend, strict=strict)
+    predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
     for_model = predictor.for_model(model, batch_size, compute_dtype)
     rows = for_model.rows()
     warnings: list[str] = []
@@ -164,9 +169,64 @@ def analyze(
         model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
         recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
     )
+    report.calibration = _whole_model_calibration(rows, calib, backend)
+    if run is not None and measured_now and run.layers:
+        _learn_from(run, rows, model_info.name)
     report.clocks = energy_optimal_clocks(rows, profile)
     report.recommendations = recommend(report, for_model)
+    if verify:
+        from carm_advisor.model_loader import application_names
+        from carm_advisor.verify_recommendations import verify_recommendations
+
+        key = str(model_info.name).lower().replace("-", "").replace("_", "")
+        verify_recommendations(report, runner=verify_runner, model=model,
+                               model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+def _calibration_of(calibration, run, profile):
+    """True: the shipped calibration (on its GPU's profile) with this GPU's cache; False/None: the bound alone."""
+    from carm_advisor.calibration import Calibration, load_calibration
+
+    if calibration is True:
+        return load_calibration(getattr(run, "device", None) if run is not None else None, profile.name)
+    if calibration is None or calibration is False:
+        return None
+    if isinstance(calibration, Calibration):
+        return calibration
+    return Calibration.load(calibration)
+
+
+def whole_model_execution(backend: str) -> str:
+    """How a user's `model(x)` runs: eagerly on torch (Python dispatch per layer), jitted on jax."""
+    return {"torch": "eager", "jax": "jit", "tensorflow": "eager"}.get(backend, "eager")
+
+
+def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[str, Any]:
+    if calib is None:
+        return {"source": "none: figures are CARM bounds"}
+    execution = whole_model_execution(backend)
+    out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution),
+           "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
+    if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
+        out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")
+    return out
+
+
+def _learn_from(run, rows: list[LayerRow], model_name: str) -> None:
+    """A measured analysis extends this GPU's cached calibration (never fails the analysis)."""
+    from carm_advisor.calibration import Calibration, samples_from_rows, whole_from_run
+    from carm_advisor.profiles.cache import store_calibration
+
+    try:
+        store_calibration(run.device or {}, Calibration(
+            samples_from_rows(rows, run.backend, model_name), whole_from_run(run, rows, model_name),
+            {"records": [f"{model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})"]},
+        ))
+    except OSError as exc:
+        import warnings
+
+        warnings.warn(f"carm_advisor: could not extend the calibration cache: {exc}", RuntimeWarning, stacklevel=3)
 
 
 def energy_optimal_clocks(rows: list[LayerRow], profile: Profile) -> dict | None:
@@ -250,5 +310,22 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
             raise GPUUnavailableError("measure=True but no NVIDIA GPU is usable here (NVML or the Keras backend sees none)")
         return None
     gpu = options.pop("gpu", None) or open_gpu(0)
+    method = options.pop("method", "profiled")
+    from carm_advisor.measure.backend import active_backend
+
+    if method == "profiled" and not counters and not options.get("training_step"):
+        # torch: one profiled pass; jax: each distinct layer jitted once (one XLA program hides layers)
+        from carm_advisor.measure import profiled
+
+        if active_backend() == "torch":
+            try:
+                return profiled.profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress)
+            except MeasurementError as exc:  # the profiler could not attribute kernels: time layers alone
+                import warnings
+
+                warnings.warn(f"carm_advisor: one-pass profile failed ({exc}); timing each layer alone",
+                              RuntimeWarning, stacklevel=3)
+        if active_backend() == "jax":
+            return profiled.measure_distinct_layers(model, batch_size=batch_size, gpu=gpu, progress=progress)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 

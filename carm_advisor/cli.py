@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--counters", action="store_true", help="also read hardware counters with Nsight Compute (ncu)")
     a.add_argument("--top", type=_positive_int, help="show only the N layers with the largest share of time")
     a.add_argument("--strict", action="store_true", help="fail on layers without a cost model")
+    a.add_argument("--verify", action="store_true",
+                   help="apply each recommended configuration change in a child process and measure it")
+    a.add_argument("--measure-method", choices=("profiled", "layers"), default="profiled",
+                   help="torch on a GPU: one profiled pass (default) or each layer timed alone")
+    a.add_argument("--no-calibration", action="store_true", help="predict with the CARM bound alone")
 
     c = sub.add_parser("ceilings", help="measure (or show) the GPU's CARM roofs")
     c.add_argument("--json", dest="json_path", help="write the measured profile here")
@@ -167,8 +172,10 @@ def _analyze(args) -> int:
         from_measurements=args.from_measurements,
         counters=args.counters,
         strict=args.strict,
-        measure_options={"training_step": args.training_step},
+        measure_options={"training_step": args.training_step, "method": args.measure_method},
         name=name,
+        calibration=not args.no_calibration,
+        verify=args.verify,
     )
     from carm_advisor.report.render import print_report
 

@@ -15,17 +15,17 @@ KERAS_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bflo
 
 
 def application_names() -> dict[str, str]:
-    """Lower-case name -> keras.applications constructor name (vgg16 -> VGG16, mobilenetv2 -> MobileNetV2)."""
+    """Lower-case name -> keras.applications constructor name (vgg16 -> VGG16, mobilenetv3small -> MobileNetV3Small).
+
+    The constructors keras.applications exports at its top level: some submodules (mobilenet_v3)
+    export only preprocessing helpers, so walking the submodules misses their models.
+    """
     import keras
 
-    names = {}
-    for module_name in dir(keras.applications):
-        module = getattr(keras.applications, module_name)
-        for attr in dir(module):
-            obj = getattr(module, attr)
-            if callable(obj) and attr[:1].isupper() and attr not in ("Model",):
-                names[attr.lower()] = (module_name, attr)
-    return names
+    return {
+        attr.lower(): attr for attr in dir(keras.applications)
+        if attr[:1].isupper() and callable(getattr(keras.applications, attr))
+    }
 
 
 @contextlib.contextmanager
@@ -74,8 +74,8 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
         close = sorted(n for n in apps if n[:3] == key[:3])[:6]
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(apps)[:12])}, ..."
         raise ModelLoadError(f"'{spec}' is neither a model file nor a keras.applications model{hint}")
-    module_name, attr = apps[key]
-    constructor = getattr(getattr(keras.applications, module_name), attr)
+    attr = apps[key]
+    constructor = getattr(keras.applications, attr)
     kwargs = {"weights": None}
     if input_shape is not None:
         kwargs.update(input_shape=tuple(input_shape), include_top=True)

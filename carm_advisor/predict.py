@@ -129,13 +129,18 @@ class Predictor:
                 row.bound = "none"
             row.predicted_bound = row.bound
             if self.calibration is not None:
-                self._calibrate(row)
+                self.calibrate(row)
             rows.append(row)
         return rows
 
-    def _calibrate(self, row: LayerRow) -> None:
-        if row.predicted_time_s is None:
+    def calibrate(self, row: LayerRow) -> None:
+        """Lay the calibration over one row with a bound (its calibrated time, energy and, where the
+        calibration can say which samples it used, `row.calibration`)."""
+        row.calibrated_time_s = row.calibrated_energy_j = None
+        if row.predicted_time_s is None or self.calibration is None:
             return
+        describe = getattr(self.calibration, "describe", None)
+        row.calibration = describe(row, self.backend) if describe else ""
         efficiency = self.calibration.efficiency(row, self.backend)
         if efficiency is None:
             return

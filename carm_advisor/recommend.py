@@ -24,11 +24,13 @@ _TC_MULTIPLE = {4: 4, 2: 8, 1: 16}
 
 
 def _time(rows: list[LayerRow]) -> float:
-    return sum(r.predicted_time_s or 0.0 for r in rows if r.known)
+    """The calibrated prediction where the layer has one, else its CARM bound."""
+    return sum(r.expected_time_s or 0.0 for r in rows if r.known)
 
 
 def _energy(rows: list[LayerRow]) -> float:
-    return sum(r.predicted_energy_j or 0.0 for r in rows if r.known)
+    return sum((r.calibrated_energy_j if r.calibrated_energy_j is not None else r.predicted_energy_j) or 0.0
+               for r in rows if r.known)
 
 
 def _gain_text(speedup: float | None, energy_ratio: float | None) -> str:
@@ -59,6 +61,9 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
         _depthwise(report, rows),
     ]
     recs = [r for r in recs if r is not None]
+    from carm_advisor.measured_advice import measured_recommendations
+
+    recs = measured_recommendations(report, rows, recs, predict)
     return sorted(recs, key=lambda r: -(max(r.speedup or 1.0, r.energy_ratio or 1.0)))
 
 
@@ -87,7 +92,7 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     return Recommendation(
         title="Use mixed_bfloat16: BF16 Tensor Cores and half the activation bytes",
         detail=detail, expected_gain=_gain_text(speedup, energy_ratio), speedup=speedup,
-        energy_ratio=energy_ratio, layers=[r.name for r in slow],
+        energy_ratio=energy_ratio, layers=[r.name for r in slow], change={"precision": "mixed_bfloat16"},
     )
 
 
@@ -114,7 +119,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     return Recommendation(
         title=f"Raise the batch size from {batch} to {new_batch}",
         detail=detail, expected_gain=_gain_text(speedup, energy_ratio) + " per sample", speedup=speedup,
-        energy_ratio=energy_ratio, layers=[r.name for r in memory_bound],
+        energy_ratio=energy_ratio, layers=[r.name for r in memory_bound], change={"batch_size": new_batch},
     )
 
 
@@ -182,7 +187,7 @@ def _layout(report, rows) -> Recommendation | None:
                 f"per batch on {gpu}); keras.config.set_image_data_format('channels_first') removes those copies."
             ),
             expected_gain=_gain_text(speedup, None), speedup=speedup, layers=[r.name for r in convs],
-            basis="CARM prediction of the transpose traffic",
+            basis="CARM prediction of the transpose traffic", change={"layout": "channels_first"},
         )
     if backend == "tensorflow" and layout == "channels_first" and _has_tensor_cores(report):
         return Recommendation(

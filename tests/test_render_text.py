@@ -43,7 +43,7 @@ def test_code_to_type_appears_whole_in_the_recommendations(report, width):
 def test_the_layer_table_keeps_the_columns_that_carry_the_message(report, width):
     text = rendered(report, width)
     header = next(line for line in text.splitlines() if "layer" in line and "share" in line)
-    for column in ("layer", "type", "bound", "attainable", "pred. time", "share"):
+    for column in ("layer", "type", "bound", "attainable", "bound time", "calibrated", "share"):
         assert column in header, (column, header)
     assert all(len(line) <= width for line in text.splitlines())
 

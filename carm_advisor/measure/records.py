@@ -21,8 +21,9 @@ from carm_advisor.errors import MeasurementError
 SCHEMA = "carm-advisor/measurements/1"
 
 # How a call ran: "eager" (framework dispatch per call, as model(x) does), "jit" (compiled: jax.jit,
-# XLA), "cuda_graph" (torch: one captured CUDA graph replayed, the GPU work without the dispatch).
-EXECUTION_MODES = ("eager", "jit", "cuda_graph")
+# XLA), "cuda_graph" (torch: one captured CUDA graph replayed, the GPU work without the dispatch),
+# "profiled" (torch: the layer's kernels' GPU time inside one profiled eager pass, measure/profiled.py).
+EXECUTION_MODES = ("eager", "jit", "cuda_graph", "profiled")
 
 
 @dataclass

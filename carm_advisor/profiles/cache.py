@@ -43,3 +43,35 @@ def cached_profile_for(device: dict, kernel_source_hash: str | None = None) -> P
     pattern = profile_key(device) + (f"-*-{kernel_source_hash[:12]}.json" if kernel_source_hash else "-*.json")
     candidates = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
     return load_profile(candidates[0]) if candidates else None
+
+
+# ---- calibration samples measured on this GPU (carm_advisor/calibration.py) ---------------------
+
+
+def calibration_path(device: dict) -> Path:
+    return cache_dir().parent / "calibration" / f"{profile_key(device)}.json"
+
+
+def cached_calibration(device: dict):
+    """What earlier measured analyses on this GPU learned (a Calibration), or None."""
+    from carm_advisor.calibration import Calibration
+
+    if not device.get("uuid"):
+        return None
+    path = calibration_path(device)
+    return Calibration.load(path) if path.is_file() else None
+
+
+def store_calibration(device: dict, new) -> Path | None:
+    """Add a measured analysis's samples to this GPU's cached calibration (a run replacing an older
+    one of the same model, backend and dtype keeps only the newer samples)."""
+    from carm_advisor.calibration import Calibration
+
+    if not device.get("uuid"):
+        return None
+    old = cached_calibration(device) or Calibration()
+    models = {(s.model, s.backend, s.dtype) for s in new.samples}
+    runs = {(w.model, w.backend, w.execution) for w in new.whole}
+    kept = Calibration([s for s in old.samples if (s.model, s.backend, s.dtype) not in models],
+                       [w for w in old.whole if (w.model, w.backend, w.execution) not in runs], old.provenance)
+    return kept.extended(new).save(calibration_path(device))

@@ -41,11 +41,13 @@ class LayerRow:
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
+    # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
     calibrated_energy_j: float | None = None
     predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
     energy_optimal_sm_clock_mhz: float | None = None  # predicted, where the profile has a voltage curve
     energy_optimal_gain: float | None = None  # predicted energy at the default clock / at the optimal one
+    calibration: str = ""             # the calibration key and its sample count, "none", or "" (not asked)
 
     @property
     def achieved_flops_per_s(self) -> float | None:
@@ -72,7 +74,14 @@ class LayerRow:
                 del d[key]
         d["achieved_flops_per_s"] = self.achieved_flops_per_s
         d["efficiency"] = self.efficiency
+        d["bound_time_s"] = self.predicted_time_s
+        d["bound_energy_j"] = self.predicted_energy_j
         return d
+
+    @property
+    def expected_time_s(self) -> float | None:
+        """The calibrated prediction where there is one, else the CARM bound."""
+        return self.calibrated_time_s if self.calibrated_time_s is not None else self.predicted_time_s
 
 
 @dataclass
@@ -84,6 +93,10 @@ class Recommendation:
     energy_ratio: float | None = None  # predicted energy ratio current/new
     layers: list[str] = field(default_factory=list)
     basis: str = "CARM prediction"
+    # A configuration change `--verify` can apply and measure: keys of measure/trial.py's config
+    # (precision, layout, batch_size, backend, compile); None for advice that is not a switch.
+    change: dict[str, Any] | None = None
+    verified: dict[str, Any] | None = None   # measured beside predicted gain (verify_recommendations)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +160,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     profile: Any = None                          # the Profile used (not serialised beyond ceilings)
     clocks: dict[str, Any] | None = None         # predicted energy-optimal SM clocks (carm/dvfs.clock_advice)
+    # Whole-model calibrated prediction (calibration.whole_time_s) and where it came from.
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     # ---- totals -------------------------------------------------------------------------------
     @property
@@ -192,6 +207,11 @@ class Report:
             "samples_per_j": self.batch_size / energy_j if energy_j else None,
             "gflops_per_watt": gflops_per_watt(flops, energy_j) if energy_j else None,
             "unknown_layers": len(self.unknown_layers),
+            "bound_time_s": self.predicted_time_s,
+            "bound_energy_j": self.predicted_energy_j,
+            "calibrated_time_s": self.calibration.get("whole_time_s"),
+            "calibrated_layer_sum_s": sum(r.calibrated_time_s for r in self.known_layers if r.calibrated_time_s) or None,
+            "calibrated_energy_j": sum(r.calibrated_energy_j for r in self.known_layers if r.calibrated_energy_j) or None,
         }
 
     def time_shares(self) -> dict[str, float]:
@@ -224,6 +244,7 @@ class Report:
             "totals": self.totals(),
             "measurement": self.measurement.to_dict() if self.measurement else None,
             "recommendations": [r.to_dict() for r in self.recommendations],
+            "calibration": self.calibration,
             "warnings": self.warnings,
             **({"clocks": self.clocks} if self.clocks else {}),
         }

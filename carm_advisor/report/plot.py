@@ -148,8 +148,17 @@ def draw_report(report, labelled: int = 6):
         ax.scatter([x for x, _ in xy], [y for _, y in xy], s=[max(12, scale * shares.get(r.name, 0)) for r in predicted],
                    facecolors="none", edgecolors=[color.get(r.predicted_bound.partition(":")[0], "tab:red") for r in predicted],
                    linewidths=1.4, zorder=2,
-                   label="predicted layer (analytic AI): on its roof" + (
+                   label="predicted layer, CARM bound (hollow; analytic AI): on its roof" + (
                        ", or below it where the power limit slows the GPU" if capped else ""))
+    calibrated = [r for r in predicted if r.calibrated_time_s]
+    if calibrated:
+        from matplotlib.markers import MarkerStyle
+
+        ax.scatter([r.analytic_ai or r.ai for r in calibrated], [r.flops / r.calibrated_time_s for r in calibrated],
+                   s=[max(12, scale * shares.get(r.name, 0)) for r in calibrated], marker=MarkerStyle("o", fillstyle="bottom"),
+                   c=[color.get(r.predicted_bound.partition(":")[0], "tab:red") for r in calibrated],
+                   edgecolors="0.3", linewidths=0.8, alpha=0.8, zorder=2,
+                   label="calibrated prediction (half-filled; this backend's learned efficiency)")
     if measured:
         for r in measured:   # a faint line from each layer's prediction to where it really ran
             if r.predicted_time_s:
@@ -178,7 +187,8 @@ def draw_report(report, labelled: int = 6):
     what = "measured" if d.source == "measured" else f"PREDICTED from the {d.profile_source} profile"
     ax.set_title(f"CARM: {m.name} (batch {m.batch_size}, {m.precision}, {m.backend}) on {d.profile} - {what}",
                  fontsize=10)
-    ys_all = [predicted_xy(r)[1] for r in predicted] + [r.achieved_flops_per_s for r in measured] + [top]
+    ys_all = [predicted_xy(r)[1] for r in predicted] + [r.achieved_flops_per_s for r in measured] + [top] \
+        + [r.flops / r.calibrated_time_s for r in predicted if r.calibrated_time_s]
     ax.set_ylim(max(min(ys_all) / 5, 1e9), top * 3)
     legend = ax.legend(loc="lower right", fontsize=8)
     _place_labels(fig, ax, layer_labels, roof_labels + [legend])

@@ -43,7 +43,10 @@ def header(report) -> Panel:
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
-        f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W",
+        f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
+        f"predicted: CARM bound {seconds(t['bound_time_s'])}   calibrated ({report.calibration.get('execution', '-')}) "
+        f"{seconds(t['calibrated_time_s'])}" + (f", from one CUDA graph {seconds(report.calibration['graph_time_s'])}"
+                                               if report.calibration.get("graph_time_s") else ""),
     )
     unknown = report.unknown_layers
     if unknown:   # said where the totals are, not only at the bottom: the totals leave these out
@@ -55,7 +58,7 @@ def header(report) -> Panel:
 
 # Columns left out first when the table is wider than the terminal; layer, type, bound, attainable,
 # the time and the share carry the message and stay (they wrap instead).
-_DROP_FIRST = ("pred. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "pred. time")
+_DROP_FIRST = ("pred. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "bound time")
 
 
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
@@ -67,7 +70,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     if measured:
         columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("power", "right"),
                     ("E share", "right")]
-    columns += [("pred. time", "right"), ("pred. power", "right"), ("share", "right")]
+    columns += [("bound time", "right"), ("calibrated", "right"), ("pred. power", "right"), ("share", "right")]
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
@@ -88,10 +91,10 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
                           _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
         cells_of.append(cells)
     names = [name for name, _ in columns]
-    droppable = [n for n in _DROP_FIRST if n in names and not (n == "pred. time" and not measured)]
+    droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
     dropped: set[str] = set()
     while True:
         table = _layers_table(columns, cells_of, dropped)
@@ -121,7 +124,12 @@ def recommendations_table(report) -> Table:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("recommendation", ratio=1, overflow="fold")
     for i, rec in enumerate(report.recommendations, 1):
+        from carm_advisor.verify_recommendations import verified_text
+
+        checked = verified_text(rec.verified)
         block = Text.assemble((rec.title, "bold"), "\n", ("expected gain: ", "dim"), rec.expected_gain, "\n", rec.detail)
+        if checked:  # what --verify measured, beside the predicted gain
+            block.append("\n" + checked, style="bold red" if rec.verified.get("flagged") else "bold green")
         table.add_row(f"{i}.", block)
     return table
 

@@ -1,0 +1,63 @@
+"""Fit the calibration (carm_advisor/calibration.py) from recorded RunMeasurement files.
+
+    python benchmarks/fit_calibration.py --records DIR_OR_FILE [...] --out carm_advisor/profiles/nvidia_h200_calibration.json
+
+Every *.json under a folder that is a RunMeasurement (schema carm-advisor/measurements/1) is used;
+other files are skipped. Each record's model is rebuilt on the CPU by its recorded name, precision and
+layout (shapes only) to get the CARM bound of every layer. The shipped H200 file is written by this
+script, never by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def record_files(paths: list[str]) -> list[Path]:
+    """RunMeasurement JSON files under the given files and folders, sorted."""
+    from carm_advisor.measure.records import SCHEMA
+
+    found = []
+    for p in map(Path, paths):
+        for f in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
+            try:
+                if json.loads(f.read_text()).get("schema") == SCHEMA:
+                    found.append(f)
+            except (OSError, ValueError, AttributeError):
+                continue
+    return found
+
+
+def load_runs(paths: list[str]) -> list:
+    from carm_advisor.measure.records import RunMeasurement
+
+    runs = [RunMeasurement.from_json(f) for f in record_files(paths)]
+    return [r for r in runs if r.model_name]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", nargs="+", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    from carm_advisor.calibration import fit_runs
+
+    runs = load_runs(args.records)
+    if not runs:
+        print(f"no RunMeasurement records with a model name under {args.records}", file=sys.stderr)
+        return 2
+    calibration = fit_runs(runs)
+    calibration.provenance["command"] = " ".join(["python", *sys.argv])
+    calibration.save(args.out)
+    print(f"{len(calibration.samples)} layer samples, {len(calibration.whole)} whole-model samples -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""benchmarks/record_layers.py (dry, CPU) and benchmarks/prediction_accuracy.py (synthetic records, hand errors)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import pytest
+
+from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name):
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configs_put_batch_64_first_and_go_round_robin_over_models():
+    mod = _load("record_layers")
+    order = [(c["batch_size"], c["precision"], c["model"])
+             for c in mod.ordered_configs(["a", "b"], ["f32", "bf16"], [32, 64], "torch")]
+    assert order == [(64, "f32", "a"), (64, "f32", "b"), (64, "bf16", "a"), (64, "bf16", "b"),
+                     (32, "f32", "a"), (32, "f32", "b"), (32, "bf16", "a"), (32, "bf16", "b")]
+
+
+def test_record_layers_dry_records_one_file_per_config_and_resumes(tmp_path):
+    cmd = [sys.executable, str(BENCH / "record_layers.py"), "--models", "vgg16", "--precisions", "float32",
+           "--batch-sizes", "64", "--backends", "torch", "--torch-windows", "", "--budget-s", "120",
+           "--out", str(tmp_path), "--dry"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    path = tmp_path / "vgg16-torch-float32-channels_first-b64.json"
+    run = RunMeasurement.from_json(path)
+    assert run.model_name == "vgg16" and run.settings["method"] == "profiled"
+    assert {m.execution for m in run.layers} == {"profiled"} and len(run.layers) >= 20
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert "skip (recorded): vgg16-torch-float32-channels_first-b64.json" in again.stdout
+
+
+def _synthetic_run(model, name, efficiency):
+    """Every layer measured at exactly `efficiency` of its CARM bound; the graph = the layers' sum."""
+    from carm_advisor.calibration import rows_for_run
+
+    base = RunMeasurement(device={"name": "Fake GPU"}, backend="torch", backend_version="x", keras_version="x",
+                          batch_size=4, precision="float32", layout="channels_last",
+                          math_mode={"conv": "tf32", "matmul": "fp32"}, date="2026-12-03", command="test",
+                          model_name=name)
+    rows = rows_for_run(base, model=model)
+    base.layers = [LayerMeasurement(r.name, r.type, r.predicted_time_s / efficiency, 0.0, 1, execution="cuda_graph")
+                   for r in rows if r.known and r.predicted_time_s]
+    base.inference_graph = ModelMeasurement(sum(m.time_s for m in base.layers), 0.0, execution="cuda_graph")
+    return base
+
+
+def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path):
+    mod = _load("prediction_accuracy")
+    keras.config.set_image_data_format("channels_last")
+    models = {"mobilenet": keras.applications.MobileNet(weights=None, input_shape=(64, 64, 3)),
+              "mobilenetv3small": keras.applications.MobileNetV3Small(weights=None, input_shape=(64, 64, 3))}
+    # mobilenet at 50% of its bounds, mobilenetv3small at 25%. Predicted from the other model:
+    # mobilenet 4b against 2b measured (error 1.0), mobilenetv3small 2b against 4b (error 0.5).
+    runs = [_synthetic_run(models["mobilenet"], "mobilenet", 0.5),
+            _synthetic_run(models["mobilenetv3small"], "mobilenetv3small", 0.25)]
+    doc = mod.evaluate(runs, mod.rows_by_run(runs, build=lambda run: models[run.model_name]))
+    by_model = doc["per_layer_median_abs_err_by_model"]
+    assert by_model["mobilenet/torch"] == pytest.approx(1.0)
+    assert by_model["mobilenetv3small/torch"] == pytest.approx(0.5)
+    # whole model: one record per side, so the fit is time / layer sum = 1: the same ratios
+    assert doc["whole_model_abs_err"]["torch/cuda_graph"] == pytest.approx((1.0 + 0.5) / 2)
+    assert doc["models"] == ["mobilenet", "mobilenetv3small"]
+    assert doc["n"]["records"] == 2

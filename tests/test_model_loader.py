@@ -1,0 +1,34 @@
+"""Model names a user types resolve to keras.applications constructors."""
+
+import pytest
+
+from carm_advisor.errors import ModelLoadError
+from carm_advisor.model_loader import application_names, load_model
+
+# The constructors the Keras 3 documentation lists under keras.applications (typed from the docs, not
+# read from the code under test).
+DOCUMENTED = [
+    "Xception", "VGG16", "VGG19", "ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2",
+    "ResNet152V2", "InceptionV3", "InceptionResNetV2", "MobileNet", "MobileNetV2", "MobileNetV3Small",
+    "MobileNetV3Large", "DenseNet121", "DenseNet169", "DenseNet201", "NASNetMobile", "NASNetLarge",
+    "EfficientNetB0", "EfficientNetB1", "EfficientNetB2", "EfficientNetB3", "EfficientNetB4",
+    "EfficientNetB5", "EfficientNetB6", "EfficientNetB7", "EfficientNetV2B0", "EfficientNetV2B1",
+    "EfficientNetV2B2", "EfficientNetV2B3", "EfficientNetV2S", "EfficientNetV2M", "EfficientNetV2L",
+    "ConvNeXtTiny", "ConvNeXtSmall", "ConvNeXtBase", "ConvNeXtLarge", "ConvNeXtXLarge",
+]
+
+
+@pytest.mark.parametrize("constructor", DOCUMENTED)
+def test_every_documented_application_resolves_by_its_lower_case_name(constructor):
+    assert application_names()[constructor.lower()] == constructor
+
+
+def test_mobilenetv3small_builds_by_name_and_with_dashes():
+    model, name = load_model("MobileNet-V3-Small", input_shape=(96, 96, 3))
+    assert name == "mobilenetv3small"
+    assert model.name.lower().startswith("mobilenetv3small")
+
+
+def test_unknown_application_is_one_clear_error():
+    with pytest.raises(ModelLoadError, match="neither a model file nor a keras.applications model"):
+        load_model("mobilenetv9")
