@@ -260,3 +260,63 @@ def open_gpu(index: int = 0, fake: GPU | bool | None = None) -> GPU:
 
         return FakeGPU()
     return NvmlGPU(index)
+
+
+# ---- which NVML device a CUDA process sees --------------------------------------------------------
+#
+# CUDA_VISIBLE_DEVICES renumbers the devices a CUDA process sees, but NVML still enumerates every GPU
+# of the machine: opening NVML index 0 in a process pinned to GPU 2 would read GPU 0's energy. The
+# visible device is found by its UUID (CUDA accepts a unique UUID prefix) or, for a plain index, by
+# position in NVML's own order (PCI bus id), which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID
+# (the tuner's launcher sets it; CUDA's default "fastest first" agrees on a machine of identical GPUs).
+
+
+def visible_nvml_index(visible: str | None, uuids: list[str]) -> int:
+    """NVML index of the first CUDA-visible device. `visible`: CUDA_VISIBLE_DEVICES (None: unset);
+    `uuids`: the UUIDs of NVML's devices in NVML index order."""
+    if visible is None:
+        if not uuids:
+            raise NVMLUnavailableError("Expected at least one NVIDIA GPU, Received: NVML lists none")
+        return 0
+    first = visible.split(",")[0].strip()
+    if not first or first.startswith("-"):
+        raise NVMLUnavailableError(f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process")
+    if first.isdigit():
+        index = int(first)
+        if index >= len(uuids):
+            raise NVMLUnavailableError(f"Expected a GPU index in [0, {len(uuids)}), Received: CUDA_VISIBLE_DEVICES={visible!r}")
+        return index
+    if first.startswith("MIG-"):
+        raise NotSupportedError(f"energy of a MIG slice ({first}) is not measurable through NVML: give whole GPUs")
+    prefix = first if first.startswith("GPU-") else "GPU-" + first
+    matches = [i for i, u in enumerate(uuids) if u.startswith(prefix)]
+    if len(matches) != 1:
+        found = "no GPU" if not matches else f"{len(matches)} GPUs"
+        raise NVMLUnavailableError(f"CUDA_VISIBLE_DEVICES={visible!r} names {found} among NVML's {uuids}")
+    return matches[0]
+
+
+def nvml_uuids() -> list[str]:
+    """UUIDs of every GPU NVML enumerates, in NVML index order (empty where there is no NVML)."""
+    return [NvmlGPU(i).uuid() for i in range(gpu_count())]
+
+
+def open_visible_gpu(env: dict[str, str] | None = None, gpus: list[GPU] | None = None) -> GPU:
+    """The GPU this process's CUDA device 0 is, as a `GPU` (NVML, or one of `gpus` in tests).
+
+    env: the environment to read CUDA_VISIBLE_DEVICES from (default os.environ); gpus: the machine's
+    GPUs in NVML index order (default NVML's own)."""
+    import os
+
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if gpus is not None:
+        return gpus[visible_nvml_index(visible, [g.uuid() for g in gpus])]
+    return NvmlGPU(visible_nvml_index(visible, nvml_uuids()))
+
+
+def gpu_identity(gpu: GPU, index: int | None = None) -> dict[str, Any]:
+    """What a result records of the GPU that measured it: NVML index, UUID, name and host."""
+    import socket
+
+    return {"index": getattr(gpu, "index", index) if index is None else index, "uuid": gpu.uuid(),
+            "name": gpu.name(), "host": socket.gethostname()}
