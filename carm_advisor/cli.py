@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", help="with --show: a profile JSON to show")
 
     _add_tune_parser(sub)
+    _add_worker_parser(sub)
 
     b = sub.add_parser("build-kernels", help="compile the CUDA micro-benchmarks (and the TensorFlow op)")
     b.add_argument("--arch", help="e.g. sm_90a; default: the visible GPU's, else sm_90a and sm_80")
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     from carm_advisor.errors import CarmError
 
     try:
-        return {"analyze": _analyze, "ceilings": _ceilings, "build-kernels": _build, "tune": _tune}[args.command](args)
+        return {"analyze": _analyze, "ceilings": _ceilings, "build-kernels": _build, "tune": _tune,
+                "worker": _worker}[args.command](args)
     except CarmError as exc:
         _fail(str(exc))
         return EXIT_USAGE
@@ -286,7 +288,7 @@ def _build(args) -> int:
 
 # ---- tune ---------------------------------------------------------------------------------------
 
-_SUBCOMMANDS = ("analyze", "ceilings", "build-kernels", "tune")
+_SUBCOMMANDS = ("analyze", "ceilings", "build-kernels", "tune", "worker")
 
 
 def tune_shorthand(argv: list[str]) -> list[str]:
@@ -354,8 +356,40 @@ def _add_tune_parser(sub) -> None:
     t.add_argument("--json", dest="json_path", help="write the result as JSON here")
     t.add_argument("--plot", dest="plot_dir", help="write Optuna's history, importance (and Pareto) plots into this directory")
     t.add_argument("--no-carm-pruning", action="store_true", help="measure every configuration the sampler proposes")
+    t.add_argument("--gpus", type=_gpu_list, help="NVML indices of the GPUs to tune on at once, one worker process "
+                                                  "each, e.g. 0,1,2,3 (default: the current GPU)")
     t.add_argument("--heartbeat-s", type=_positive_float, default=None, help=argparse.SUPPRESS)
     t.add_argument("--fake-measure-s", type=float, default=None, help=argparse.SUPPRESS)  # tests: FakeRunner
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    from carm_advisor.tune.parallel import parse_gpus
+
+    try:
+        return parse_gpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_worker_parser(sub) -> None:
+    w = sub.add_parser("worker", help="join a running tuning study (from this or another machine) and run its "
+                                      "trials on this process's GPU (CUDA_VISIBLE_DEVICES picks it)")
+    w.add_argument("--storage", required=True, help="the study's storage URL (postgresql://..., sqlite:///..., journal:PATH)")
+    w.add_argument("--study", required=True, help="the study's name (printed by carm-advise tune)")
+    w.add_argument("--share", type=int, default=None, help=argparse.SUPPRESS)   # the launcher's exact share
+    w.add_argument("--worker-id", default=None, help=argparse.SUPPRESS)
+    w.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _worker(args) -> int:
+    from carm_advisor.tune.parallel import join_study
+    from carm_advisor.tune.storage import storage_url
+
+    url = storage_url(args.storage, "study")
+    done = join_study(url, args.study, share=args.share, worker_id=args.worker_id, seed=args.seed,
+                      log=lambda line: print(line, flush=True))
+    print(f"worker done: {done} trials of study {args.study!r} in {url}", flush=True)
+    return 0
 
 
 def _tune(args) -> int:
@@ -394,7 +428,8 @@ def _tune(args) -> int:
         mode=args.mode, pareto=args.pareto, backends=args.backends, batch_sizes=args.batch_sizes,
         timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
         predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
-        runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, **kwargs,
+        runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, gpus=args.gpus,
+        log=None if console.is_terminal or not args.gpus else (lambda line: print(line, flush=True)), **kwargs,
     )
     console.print(result)
     if args.json_path:

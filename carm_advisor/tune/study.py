@@ -97,6 +97,8 @@ def tune(
     progress: bool = True,
     log=None,
     command: str | None = None,
+    gpus: Sequence[int] | None = None,
+    runner_factory: str | None = None,
 ):
     """Search the configuration space for the best `objective` and return a TuneResult.
 
@@ -111,6 +113,10 @@ def tune(
     (pruning always compares the bound). log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
     clocks --apply-clocks locks (tests, calibrated predictions).
+    gpus: NVML indices of the GPUs to measure on at once (default: this process's one GPU); with two or
+    more, one worker process per GPU runs the study (tune/parallel.py). runner_factory: "module:function"
+    giving a worker process its (predictor, runner) from the study's "run" attributes (tests; replaces
+    `runner` there, since an object cannot cross into another process).
     """
     from carm_advisor.errors import GPUUnavailableError
     from carm_advisor.tune.result import build_result
@@ -127,7 +133,15 @@ def tune(
     spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder)
     built = model_or_builder if spec.kind == "model" else None
 
-    if runner is not None:
+    parallel = gpus is not None and len(gpus) > 1
+    if parallel and ((runner is not None and not isinstance(runner, FakeRunner)) or apply_clocks):
+        raise ValueError("several GPUs: each worker process builds its own runner (give runner_factory, not runner), "
+                         "and --apply-clocks is not supported there yet")
+    if runner_factory is not None:
+        from carm_advisor.tune.parallel import load_factory
+
+        source = getattr(load_factory(runner_factory), "source", "fake")
+    elif runner is not None:
         source = runner.source
     elif predict == "auto":
         source = "measured" if gpu_present() else "predicted"
@@ -174,10 +188,7 @@ def tune(
     # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func.
     constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) \
         if constrained and not _HAS_SET_CONSTRAINT else None
-    if len(objectives) == 1:
-        sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, n_startup_trials=6)
-    else:
-        sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints_func, population_size=10)
+    sampler = _sampler(objectives, constraints_func, seed)
     try:
         study = optuna.create_study(storage=store, study_name=study_name, sampler=sampler, load_if_exists=True,
                                     directions=[o.direction for o in objectives])
@@ -190,23 +201,62 @@ def tune(
     study.set_user_attr("source", source)
     study.set_user_attr("baseline", baseline.to_dict())
 
+    remaining = n_trials - _finished_count(study)
+    target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
+    # A built model is saved to a file only where another process needs it.
+    model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
+        else _portable_model(spec, built)
+    if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
+        study.set_user_attr("run", {
+            "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
+            "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
+            "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
+            "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
+            "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
+            "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
+    if parallel:
+        if model_ref is None:
+            spec.portable()   # raises: this builder cannot run in a worker process
+        from carm_advisor.tune.parallel import check_gpus_exist, launch
+
+        check_gpus_exist(gpus, source)
+        _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
+        try:
+            device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log, deadline_s=timeout_s)
+        finally:
+            _fail_stale(study)
+            quiet()
+        return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+                            wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
+                            prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
+                            budget_stopped=False)
+    if runner is None and runner_factory is not None:
+        from carm_advisor.tune.parallel import runner_from_run
+
+        predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
     if runner is None:
         if source == "predicted":
             runner = PredictedRunner(predictor)
         else:
-            model_ref = _portable_model(spec, built)
+            model_ref = model_ref or _portable_model(spec, built)
             settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
             runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
     _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
 
     state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error)
-    objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu)
-    remaining = n_trials - _finished_count(study)
+    from carm_advisor.tune.parallel import this_gpu
+
+    # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
+    # configuration whose worker died; a journal has none, so a resumed run there does not wait)
+    objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
+                                   trial_attrs={"gpu": this_gpu(source)},
+                                   shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
     deadline_s = None if budget_s is None else start_s + budget_s
     try:
         if remaining > 0:
             with _progress(progress, n_trials, state) as callback:
-                callbacks = [callback, _budget_callback(deadline_s, state)] + ([_log_callback(log, state)] if log else [])
+                callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
+                             optuna.study.MaxTrialsCallback(target, states=None)] + ([_log_callback(log, state)] if log else [])
                 study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
                                callbacks=callbacks, gc_after_trial=False)
     finally:
@@ -258,8 +308,20 @@ class _StudyState:
                 if all(c <= 0 for c in t.user_attrs.get("constraints", [0.0]))]
 
 
+def _sampler(objectives: list[Objective], constraints_func, seed: int | None):
+    # TPE's constant liar (Optuna's default) counts trials still running in other workers as bad, so
+    # workers sharing a study spread out instead of all proposing the same configuration.
+    if len(objectives) == 1:
+        return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, n_startup_trials=6)
+    return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints_func, population_size=10)
+
+
 def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPredictor, runner, carm_pruning: bool,
-                    margin: float, gpu):
+                    margin: float, gpu, trial_attrs: dict[str, Any] | None = None, shared: bool = False,
+                    gain_over=None):
+    """shared: other processes run trials of this study at the same time (wait for a configuration one of
+    them is measuring); trial_attrs: set on every trial (the GPU that runs it); gain_over(values): the
+    gain over this GPU's own baseline (parallel.py), recorded with each measured trial."""
     objectives = state.objectives
 
     def objective(trial: optuna.Trial):
@@ -270,15 +332,20 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
             state.trial_s.append(time.perf_counter() - started)
 
     def _evaluate(trial: optuna.Trial):
+        for k, v in (trial_attrs or {}).items():
+            trial.set_user_attr(k, v)
         config = space.suggest(trial)
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("config_key", config.key)
         complete = state.complete()  # one read of the storage per trial
         earlier = state.measured_by_key(complete).get(config.key)
+        if earlier is None and shared:
+            complete = _wait_for_same_config(state, trial, config.key)
+            earlier = state.measured_by_key(complete).get(config.key)
         if earlier is not None:   # measured before: the same figures, not a second measurement
-            for k in ("measurement", "bound", "constraints"):
+            for k in ("measurement", "bound", "constraints", "gpu", "gain_over_gpu_baseline"):
                 if k in earlier.user_attrs:
-                    trial.set_user_attr(k, earlier.user_attrs[k])
+                    trial.set_user_attr("measured_on" if k == "gpu" else k, earlier.user_attrs[k])
             trial.set_user_attr("repeat_of", earlier.number)
             _set_constraints(trial, earlier.user_attrs.get("constraints"))
             return list(earlier.values) if len(objectives) > 1 else earlier.values[0]
@@ -308,12 +375,27 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
         if any(v != v for v in values):
             trial.set_user_attr("error", "the measurement has no energy figure (no NVML?)")
             raise TrialFailed("no energy figure for an energy objective")
+        if gain_over is not None:
+            trial.set_user_attr("gain_over_gpu_baseline", gain_over(values))
         constraints = _constraints(m, state, complete)
         trial.set_user_attr("constraints", constraints)
         _set_constraints(trial, constraints)
         return values if len(objectives) > 1 else values[0]
 
     return objective
+
+
+def _wait_for_same_config(state: _StudyState, trial: optuna.Trial, key: str, poll_s: float = 0.2) -> list:
+    """Another worker is measuring this configuration in a trial numbered below ours: wait for its figures
+    (returned with the COMPLETE trials) instead of measuring it a second time. Each trial writes its
+    configuration before it reads the others', so of two that pick one configuration together the lower
+    number measures; a dead worker's trial stops blocking once the heartbeat fails it."""
+    while True:
+        running = state.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if not any(t.number < trial.number and t.user_attrs.get("config_key") == key for t in running):
+            return state.complete()
+        time.sleep(poll_s)
+        _fail_stale(state.study)
 
 
 _HAS_SET_CONSTRAINT = hasattr(optuna.Trial, "set_constraint")
