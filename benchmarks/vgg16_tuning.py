@@ -8,6 +8,15 @@ took to come within 2% of the exhaustive grid's best.
     ... --grid --storage $OUT/vgg16-grid.db --budget-s 480 --out $OUT
     # and a study run names the grid files to compare with: --grid-storage A.db --grid-storage B.db
 
+Several GPUs (issue 11): `--gpus 0,1,2,3` runs the study with one worker process per GPU;
+`--gpus 0,1,2,3 --compare-1-vs-n` runs the same study (same space, trials and seed, fresh storages
+<storage>-1gpu.db and <storage>-<N>gpu.db) on the first GPU alone, then on all N, and writes
+<out>/<gpu>x<N>-vgg16-tuning-<date>.json with both wall times, the speedup against the target (N-GPU
+wall time <= 1.2 / N of the single GPU's) and the best configuration each found:
+
+    KERAS_BACKEND=torch CARM_ADVISOR_NO_CLOCK_CONTROL=1 python3 benchmarks/vgg16_tuning.py --trials 32 \
+        --backends torch,jax --compilers eager,xla --gpus 0,1,2,3 --compare-1-vs-n --storage $OUT/s.db --out $OUT
+
 Writes <out>/<gpu>-vgg16-tuning-<date>.json (or -grid-) with {"device", "baseline", "best",
 "gain_gflops_per_watt", "gain_samples_per_joule", "trials", "grid_best",
 "trials_to_within_2pct_of_grid_best", "pruned_by_carm", "wall_s", "command"} and more. Both the study
@@ -40,6 +49,15 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
+def _gpus(text: str) -> tuple[int, ...]:
+    from carm_advisor.tune.parallel import parse_gpus
+
+    try:
+        return parse_gpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="vgg16", help="application name or module:function (tests use a tiny one)")
@@ -58,6 +76,11 @@ def parse(argv=None) -> argparse.Namespace:
                    help="a trial (torch.compile of VGG16 included) running longer fails and its worker restarts")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--fake", action="store_true", help="CPU: made-up figures (FakeRunner), for tests")
+    p.add_argument("--fake-delay-s", type=float, default=0.0, help="--fake: seconds each trial takes")
+    p.add_argument("--gpus", type=_gpus, default=None, help="NVML indices to tune on at once, e.g. 0,1,2,3")
+    p.add_argument("--compare-1-vs-n", action="store_true",
+                   help="with --gpus: the same study on the first GPU alone, then on all of them")
+    p.add_argument("--runner-factory", default=None, help=argparse.SUPPRESS)   # tests: workers without Keras
     return p.parse_args(argv)
 
 
@@ -88,14 +111,20 @@ def main(argv=None) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     spec = model_spec(args.model)
     predictor = ConfigPredictor(spec)
-    runner = FakeRunner(predictor) if args.fake else None
+    runner = FakeRunner(predictor, delay_s=args.fake_delay_s) if args.fake and not args.runner_factory else None
     objective = get_objective(OBJECTIVE)
     budget_s = None if args.budget_s is None else max(1.0, args.budget_s - (time.perf_counter() - start_s))
     settings = WorkerSettings(window_s=args.window_s)
     common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
                   worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
                   trial_timeout_s=args.trial_timeout_s, log_dir=args.out,
-                  log=lambda line: print(line, file=sys.stderr, flush=True))
+                  log=lambda line: print(line, file=sys.stderr, flush=True), runner_factory=args.runner_factory)
+    if args.compare_1_vs_n:
+        if args.grid or not args.gpus or len(args.gpus) < 2:
+            raise SystemExit("--compare-1-vs-n needs --gpus with two or more GPUs (and no --grid)")
+        return compare_1_vs_n(spec, args, common, objective, start_s)
+    if args.gpus:
+        common["gpus"] = args.gpus
     if args.grid:
         grid = space.grid()
         study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,
@@ -118,6 +147,46 @@ def main(argv=None) -> int:
     path = write(result_path(args.out, device, "vgg16-grid" if args.grid else "vgg16-tuning"), doc)
     print(f"wrote {path}  ({doc['wall_s']:.0f} s, {len(result.trials)} trials, "
           f"best {doc['best'] and doc['best']['key']}, gain {doc['gain_gflops_per_watt']})")
+    return 0
+
+
+def compare_1_vs_n(spec, args, common, objective, start_s: float) -> int:
+    """The same study on one GPU, then on N; both wall times and both best configurations."""
+    from carm_advisor.tune.study import tune
+
+    model = spec.spec if spec.kind != "callable" else spec.fn
+    runs = {}
+    stem = Path(args.storage)
+    for gpus in (args.gpus[:1], args.gpus):
+        storage = str(stem.with_name(f"{stem.stem}-{len(gpus)}gpu{stem.suffix or '.db'}"))
+        options = dict(common, storage=storage, gpus=gpus if len(gpus) > 1 else None)
+        saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+        if len(gpus) == 1:   # the single-GPU run's workers are pinned like each worker of the N-GPU run
+            os.environ.update(CUDA_VISIBLE_DEVICES=str(gpus[0]), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        try:
+            result = tune(model, study_name=f"{STUDY}-{len(gpus)}gpu", n_trials=args.trials, **options)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        runs[len(gpus)] = summary(result, objective, {}, args)
+    one, many = runs[1], runs[len(args.gpus)]
+    n = len(args.gpus)
+    best1, bestn = one["best"] or {}, many["best"] or {}
+    spread = best1.get("energy_spread") or best1.get("time_spread") or 0.0
+    same = best1.get("key") == bestn.get("key") or (
+        best1.get("gflops_per_watt") and bestn.get("gflops_per_watt")
+        and abs(bestn["gflops_per_watt"] / best1["gflops_per_watt"] - 1) <= spread)
+    doc = {"gpus": list(args.gpus), "n_gpus": n, "trials": args.trials, "source": one["source"],
+           "wall_s_1gpu": one["study_wall_s"], f"wall_s_{n}gpu": many["study_wall_s"],
+           "speedup": one["study_wall_s"] / many["study_wall_s"] if many["study_wall_s"] else None,
+           "target_wall_s": 1.2 * one["study_wall_s"] / n,
+           "meets_target": many["study_wall_s"] <= 1.2 * one["study_wall_s"] / n,
+           "best_1gpu": best1, f"best_{n}gpu": bestn, "same_best_within_spread": bool(same),
+           "runs": {"1gpu": one, f"{n}gpu": many}, "wall_s": time.perf_counter() - start_s}
+    device = (one["device"] or {}).get("name") or ("fake GPU" if args.fake else "cpu")
+    path = write(result_path(args.out, f"{device}x{n}", "vgg16-tuning"), doc)
+    print(f"wrote {path}  (1 GPU {doc['wall_s_1gpu']:.1f} s, {n} GPUs {doc[f'wall_s_{n}gpu']:.1f} s, "
+          f"speedup {doc['speedup']:.2f}, best {best1.get('key')} / {bestn.get('key')})")
     return 0
 
 

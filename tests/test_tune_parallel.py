@@ -170,3 +170,26 @@ def test_joining_a_study_that_is_not_there_is_one_line_and_exit_2(capsys, tmp_pa
     assert main(["worker", "--storage", str(tmp_path / "none.db"), "--study", "nope"]) == 2
     err = capsys.readouterr().err
     assert "no study 'nope'" in err and err.count("\n") == 1
+
+
+def test_benchmark_compares_the_same_study_on_one_and_on_two_gpus(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    for key, value in _env(tmp_path, 0.2).items():
+        monkeypatch.setenv(key, value)
+    spec = importlib.util.spec_from_file_location("vgg16_tuning", REPO_ROOT / "benchmarks" / "vgg16_tuning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--model", "tiny_models:tiny_cnn", "--fake", "--backends", "torch", "--batch-sizes", "32,64",
+                        "--precisions", "float32,mixed_bfloat16", "--trials", "8", "--gpus", "0,1", "--compare-1-vs-n",
+                        "--runner-factory", "multi_support:make", "--storage", str(tmp_path / "c.db"),
+                        "--out", str(tmp_path)]) == 0
+    doc = json.loads(next(tmp_path.glob("*x2-vgg16-tuning-*.json")).read_text())
+    assert doc["n_gpus"] == 2 and doc["trials"] == 8
+    assert len(doc["runs"]["1gpu"]["trials"]) == 8 and len(doc["runs"]["2gpu"]["trials"]) == 8
+    # multi_support.TABLE: bfloat16 costs half float32's joules per sample at every batch: both runs find it.
+    assert doc["best_1gpu"]["config"]["precision"] == doc["best_2gpu"]["config"]["precision"] == "mixed_bfloat16"
+    assert doc["same_best_within_spread"] and doc["speedup"] == doc["wall_s_1gpu"] / doc["wall_s_2gpu"]
+    assert (tmp_path / "c-1gpu.db").exists() and (tmp_path / "c-2gpu.db").exists()

@@ -35,13 +35,16 @@ class TrialRecord:
     error: str | None = None
     repeat_of: int | None = None
     role: str | None = None
+    gpu: dict[str, Any] | None = None              # the GPU whose worker ran the trial (index, uuid, name, host)
+    gain_over_gpu_baseline: list[float | None] | None = None   # objective / that GPU's baseline (> 1 better)
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,
                 "key": self.config.key if self.config else None, "values": self.values,
                 "measurement": self.measurement, "bound": self.bound, "feasible": self.feasible,
                 "pruned_reason": self.pruned_reason, "pruned_detail": self.pruned_detail, "error": self.error,
-                "repeat_of": self.repeat_of, "role": self.role}
+                "repeat_of": self.repeat_of, "role": self.role, "gpu": self.gpu,
+                "gain_over_gpu_baseline": self.gain_over_gpu_baseline}
 
 
 @dataclass
@@ -141,6 +144,8 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         bound=t.user_attrs.get("bound"), feasible=t.state == optuna.trial.TrialState.COMPLETE and all(c <= 0 for c in constraints),
         pruned_reason=t.user_attrs.get("pruned_reason"), pruned_detail=t.user_attrs.get("pruned_detail"),
         error=t.user_attrs.get("error"), repeat_of=t.user_attrs.get("repeat_of"), role=t.user_attrs.get("role"),
+        gpu=t.user_attrs.get("measured_on") or t.user_attrs.get("gpu"),
+        gain_over_gpu_baseline=t.user_attrs.get("gain_over_gpu_baseline"),
     )
 
 

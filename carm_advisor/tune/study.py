@@ -223,6 +223,8 @@ def tune(
         _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
         try:
             device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log, deadline_s=timeout_s)
+            names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
+            device["name"] = ", ".join(sorted(names)) or None
         finally:
             _fail_stale(study)
             quiet()
@@ -576,11 +578,11 @@ def _clock_gpu(apply_clocks: bool, gpu=None):
         return None
     from carm_advisor.errors import NoPermissionError
     from carm_advisor.power.clocks import ENV_NO_CLOCK_CONTROL, ClockController, clock_control_disabled_by_env
-    from carm_advisor.power.nvml import open_gpu
+    from carm_advisor.power.nvml import open_visible_gpu
 
     if clock_control_disabled_by_env():
         raise NoPermissionError(f"--apply-clocks refused: {ENV_NO_CLOCK_CONTROL} is set (this GPU's settings must not change)")
-    gpu = gpu or open_gpu(0)
+    gpu = gpu or open_visible_gpu()   # the GPU this process measures on, whatever CUDA_VISIBLE_DEVICES says
     # Probe the permission now, not after an hour of trials: lock at the top clock and restore.
     with ClockController(gpu, allow_changes=True) as ctl:
         top = max(gpu.supported_sm_clocks_mhz())

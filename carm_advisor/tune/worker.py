@@ -49,10 +49,10 @@ class Worker:
 
     def _open_gpu(self):
         from carm_advisor.measure.backend import has_gpu
-        from carm_advisor.power.nvml import gpu_count, open_gpu
+        from carm_advisor.power.nvml import gpu_count, open_visible_gpu
 
         try:
-            return open_gpu(0) if has_gpu() and gpu_count() > 0 else None
+            return open_visible_gpu() if has_gpu() and gpu_count() > 0 else None
         except Exception:  # no NVML: times only
             return None
 
