@@ -9,7 +9,7 @@ to the trials asked for, so one machine runs exactly that many. A worker that di
 its GPU for the rest of its share (twice at most; then a GPU whose worker finished takes it over); its
 trial is marked FAIL (RDB storages: by the heartbeat after the grace period; the journal has no
 heartbeat in Optuna 5.1, so the launcher fails it). A worker joined from another machine takes trials
-while the study has fewer than its target (Optuna's MaxTrialsCallback counting every state), so a study
+while the study has fewer than its target (Optuna's MaxTrialsCallback counting every trial taken), so a study
 with joined workers may end a trial or two over the target, never under it.
 
 Each trial records the GPU that ran it (user attribute "gpu": NVML index, UUID, name, host). GPUs of one
@@ -114,8 +114,8 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     from carm_advisor.tune.runner import TrialFailed
     from carm_advisor.tune.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage
-    from carm_advisor.tune.study import (_fail_stale, _log_callback, _make_objective, _quiet_optuna, _sampler,
-                                         _StudyState)
+    from carm_advisor.tune.study import (STARTED, _fail_stale, _log_callback, _make_objective, _quiet_optuna,
+                                         _sampler, _StudyState)
 
     quiet = _quiet_optuna()
     try:
@@ -151,13 +151,13 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
         objective_fn = _make_objective(state, space, predictor, runner, run["carm_pruning"], run["prune_margin"], None,
                                        trial_attrs={"gpu": gpu, "worker": worker_id}, shared=True, gain_over=gain_over)
         target = run["trial_target"]
-        callbacks = [optuna.study.MaxTrialsCallback(target, states=None)] + ([_log_callback(log, state)] if log else [])
+        callbacks = [optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
         options = dict(catch=(TrialFailed,), callbacks=callbacks, gc_after_trial=False)
         if share is not None:
             if share > 0:
                 study.optimize(objective_fn, n_trials=share, **options)
         else:
-            while len(study.get_trials(deepcopy=False)) < target:
+            while len(study.get_trials(deepcopy=False, states=STARTED)) < target:
                 study.optimize(objective_fn, n_trials=1, **options)
     finally:
         runner.close()
@@ -250,9 +250,10 @@ def launch(url: str, study_name: str, gpus: Sequence[int], n_trials: int, log_di
                         orphaned += owed
                     elif owed:
                         start(gpu, owed)
-                elif orphaned:
-                    start(gpu, orphaned)
-                    orphaned = 0
+            idle = [g for g in gpus if g not in running and restarts[g] <= MAX_RESTARTS]
+            if orphaned and idle:   # a given-up GPU's trials go to one that is free
+                start(idle[0], orphaned)
+                orphaned = 0
     finally:
         for proc, _, _, out in running.values():   # deadline or interrupt: stop what is left
             proc.terminate()

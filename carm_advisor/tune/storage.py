@@ -64,7 +64,10 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable for years
-            storage = optuna.storages.RDBStorage(url, heartbeat_interval=max(1, round(heartbeat_s)),
+            # SQLite: several worker processes may wait for the lock; 60 s, not pysqlite's 5, before giving up.
+            engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                                 heartbeat_interval=max(1, round(heartbeat_s)),
                                                  grace_period=max(2, round(3 * heartbeat_s)))
     except (ImportError, ModuleNotFoundError) as exc:
         raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}") from None
@@ -77,14 +80,22 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
 
 def _sqlite_wal(engine) -> None:
     """Write-ahead log, synced at checkpoints: a trial's commit no longer waits for an fsync (13 ms each on
-    a plain disk, hundreds per study), and a killed process still loses nothing it committed."""
+    a plain disk, hundreds per study), and a killed process still loses nothing it committed.
+    Every transaction starts with BEGIN IMMEDIATE (the write lock), as SQLAlchemy's pysqlite notes advise:
+    SQLite ignores SELECT ... FOR UPDATE, so two worker processes could otherwise both read an enqueued
+    trial as WAITING and both run it."""
     from sqlalchemy import event
 
+    def on_begin(connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
     def on_connect(connection, _record) -> None:
+        connection.isolation_level = None   # pysqlite's own implicit BEGIN off: on_begin issues ours
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
     event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)
     engine.dispose()  # connections opened before the listener are dropped; new ones get the pragmas

@@ -35,6 +35,8 @@ from carm_advisor.tune.storage import HEARTBEAT_S, open_storage, storage_url
 PRUNE_MARGIN = 0.10   # the bound's energy comes from a fitted power model: keep 10% benefit of the doubt
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 MODES = ("inference", "training")
+# Trials counted against a study's target: every one a worker has taken (enqueued WAITING ones are not yet).
+STARTED = FINISHED + (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
 
 
 def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> list[Objective]:
@@ -258,7 +260,7 @@ def tune(
         if remaining > 0:
             with _progress(progress, n_trials, state) as callback:
                 callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
-                             optuna.study.MaxTrialsCallback(target, states=None)] + ([_log_callback(log, state)] if log else [])
+                             optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
                 study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
                                callbacks=callbacks, gc_after_trial=False)
     finally:
@@ -388,16 +390,38 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
 
 
 def _wait_for_same_config(state: _StudyState, trial: optuna.Trial, key: str, poll_s: float = 0.2) -> list:
-    """Another worker is measuring this configuration in a trial numbered below ours: wait for its figures
-    (returned with the COMPLETE trials) instead of measuring it a second time. Each trial writes its
-    configuration before it reads the others', so of two that pick one configuration together the lower
-    number measures; a dead worker's trial stops blocking once the heartbeat fails it."""
+    """Other running trials have this configuration: wait for one of them to measure it (its figures come back
+    with the COMPLETE trials) instead of measuring it a second time.
+
+    Each trial writes its configuration before it reads the others', so of two that pick one configuration
+    at once, at least one sees the other: a trial that sees none measures; one that sees another waits
+    (marked "waiting_for_config"). Trials that all wait for each other let the lowest number go, once it
+    has seen them all waiting in two polls in a row (a trial that went on has cleared its mark by then).
+    A dead worker's trial stops blocking when the heartbeat fails it."""
+    calm = 0
+    marked = False
     while True:
-        running = state.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if not any(t.number < trial.number and t.user_attrs.get("config_key") == key for t in running):
-            return state.complete()
+        complete = state.complete()
+        if key in state.measured_by_key(complete):
+            return complete
+        others = [t for t in state.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                  if t.number != trial.number and t.user_attrs.get("config_key") == key]
+        if not others:
+            break
+        if not marked:
+            trial.set_user_attr("waiting_for_config", True)
+            marked = True
+        elif all(t.user_attrs.get("waiting_for_config") for t in others) and trial.number < min(t.number for t in others):
+            calm += 1
+            if calm >= 2:
+                break
+        else:
+            calm = 0
         time.sleep(poll_s)
         _fail_stale(state.study)
+    if marked:
+        trial.set_user_attr("waiting_for_config", False)
+    return state.complete()
 
 
 _HAS_SET_CONSTRAINT = hasattr(optuna.Trial, "set_constraint")
