@@ -68,4 +68,7 @@ if has cli; then
   done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
+# The device tool brings back a limited number of files: pack the many small ones.
+tar czf "$OUT/session.tgz" -C "$OUT" --exclude session.tgz . 2>/dev/null
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tgz ! -name '*.db' -exec rm -rf {} +
 step done
