@@ -2,6 +2,7 @@
 # One device call of the 2026-12-03 session: stages picked by STAGES (space-separated), each bounded in time,
 # everything under $OUT. Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
 #   kernels   build-kernels, then `carm-advise ceilings --quick` timed as a fresh process, then the launch floor
+#   floor     the launch floor alone (builds the kernels when the cache has none)
 #   tune      benchmarks/vgg16_tuning.py (TUNE_BUDGET_S, TUNE_TRIALS, TUNE_ARGS), resuming $OUT/vgg16-study.db
 #             when a carried copy sits in carry/ (the resume test)
 #   grid      the same space measured exhaustively (GRID_BUDGET_S), resuming carry/vgg16-grid.db
@@ -11,6 +12,7 @@
 set -u
 export PYTHONUNBUFFERED=1 CARM_ADVISOR_NO_CLOCK_CONTROL=1 MPLBACKEND=Agg XLA_PYTHON_CLIENT_PREALLOCATE=false
 export CARM_ADVISOR_CACHE=${CARM_ADVISOR_CACHE:-/tmp/carm_cache} KERAS_BACKEND=${KERAS_BACKEND:-torch}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
@@ -28,8 +30,10 @@ if has kernels; then
   step "ceilings --quick (fresh process, kernels built)"
   /usr/bin/time -f "ceilings --quick wall %e s" timeout 120 python3 -m carm_advisor.cli ceilings --quick --json "$OUT/ceilings-quick.json" > "$OUT/ceilings-quick.txt" 2>&1
   tail -n 3 "$OUT/ceilings-quick.txt"
+fi
+if has kernels || has floor; then
   step launch-floor
-  timeout 90 python3 benchmarks/launch_floor.py --out "$OUT" --budget-s 30 2>&1 | tail -n 5
+  timeout 120 python3 benchmarks/launch_floor.py --out "$OUT" --budget-s 30 2>&1 | tail -n 5
 fi
 if has tune; then
   [ -f carry/vgg16-study.db ] && { cp carry/vgg16-study.db* "$OUT/"; echo "resuming the carried study"; }
@@ -40,7 +44,7 @@ fi
 if has grid; then
   [ -f carry/vgg16-grid.db ] && { cp carry/vgg16-grid.db* "$OUT/"; echo "resuming the carried grid"; }
   step "vgg16 grid"
-  timeout $(( ${GRID_BUDGET_S:-300} + 90 )) python3 benchmarks/vgg16_tuning.py --grid $SPACE --storage "$OUT/vgg16-grid.db" \
+  timeout $(( ${GRID_BUDGET_S:-300} + 90 )) python3 benchmarks/vgg16_tuning.py --grid ${GRID_SPACE:-$SPACE} --storage "$OUT/vgg16-grid.db" \
       --budget-s "${GRID_BUDGET_S:-300}" --out "$OUT/grid" ${GRID_ARGS:-} 2>&1 | tee "$OUT/grid.log" | tail -n 40
 fi
 if has records; then
@@ -64,4 +68,7 @@ if has cli; then
   done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
+# The device tool brings back a limited number of files: pack the many small ones.
+tar czf "$OUT/session.tgz" -C "$OUT" --exclude session.tgz . 2>/dev/null
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tgz ! -name '*.db' -exec rm -rf {} +
 step done
