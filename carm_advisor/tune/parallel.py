@@ -207,6 +207,7 @@ def launch(url: str, study_name: str, gpus: Sequence[int], n_trials: int, log_di
     running: dict[int, tuple[subprocess.Popen, str, int, Any]] = {}
     workers: list[dict[str, Any]] = []
     orphaned = 0   # trials of GPUs given up on, for the next GPU that finishes
+    stopped = False
 
     def start(gpu: int, share: int) -> None:
         worker_id = f"{socket.gethostname()}:gpu{gpu}:{len(workers)}"
@@ -229,6 +230,7 @@ def launch(url: str, study_name: str, gpus: Sequence[int], n_trials: int, log_di
         while running:
             time.sleep(poll_s)
             if deadline_s is not None and time.monotonic() - started_s > deadline_s:
+                stopped = True
                 break
             for gpu, (proc, worker_id, share, out) in list(running.items()):
                 code = proc.poll()
@@ -262,7 +264,7 @@ def launch(url: str, study_name: str, gpus: Sequence[int], n_trials: int, log_di
             except subprocess.TimeoutExpired:
                 proc.kill()
             out.close()
-    return {"gpus": list(gpus), "workers": workers, "orphaned_trials": orphaned}
+    return {"gpus": list(gpus), "workers": workers, "orphaned_trials": orphaned, "stopped_at_deadline": stopped}
 
 
 def _study_storage(url: str, study_name: str):

@@ -224,7 +224,9 @@ def tune(
         check_gpus_exist(gpus, source)
         _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
         try:
-            device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log, deadline_s=timeout_s)
+            limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
+            device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
+                            deadline_s=min(limits_s) if limits_s else None)
             names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
             device["name"] = ", ".join(sorted(names)) or None
         finally:
@@ -233,7 +235,7 @@ def tune(
         return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
                             wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
                             prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
-                            budget_stopped=False)
+                            budget_stopped=bool(device.get("stopped_at_deadline")))
     if runner is None and runner_factory is not None:
         from carm_advisor.tune.parallel import runner_from_run
 
