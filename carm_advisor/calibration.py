@@ -309,21 +309,15 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
 def rows_for_run(run, profile=None, model=None) -> list:
     """Rebuild the run's model (by its recorded name, precision and layout) and merge the measurement
     into its CARM rows. `model` skips the rebuild."""
-    import keras
-
     from carm_advisor.analysis import merge_measurements
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.model_loader import image_data_format, load_model
     from carm_advisor.predict import Predictor, resolve_math_mode
     from carm_advisor.profiles.profile import load_profile
 
     profile = profile or load_profile()
     if model is None:
-        previous = keras.config.image_data_format()
-        keras.config.set_image_data_format(run.layout)
-        try:
+        with image_data_format(run.layout):
             model, _ = load_model(run.model_name, precision=run.precision)
-        finally:
-            keras.config.set_image_data_format(previous)
     rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)
     merge_measurements(rows, run, profile)
     return rows

@@ -46,6 +46,22 @@ def dtype_policy(precision: str | None):
         keras.config.set_dtype_policy(previous)
 
 
+
+@contextlib.contextmanager
+def image_data_format(layout: str | None):
+    """Build layers under a Keras image data format, restoring the previous global one afterwards."""
+    import keras
+
+    if layout is None:
+        yield
+        return
+    previous = keras.config.image_data_format()
+    keras.config.set_image_data_format(layout)
+    try:
+        yield
+    finally:
+        keras.config.set_image_data_format(previous)
+
 MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 

@@ -9,7 +9,6 @@ or a nested function cannot travel there: it is then refused with one line).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -86,27 +85,12 @@ def _resolve_builder(spec: str) -> Callable[..., Any]:
     return obj
 
 
-@contextlib.contextmanager
-def _image_data_format(layout: str | None):
-    import keras
-
-    if layout is None:
-        yield
-        return
-    previous = keras.config.image_data_format()
-    keras.config.set_image_data_format(layout)
-    try:
-        yield
-    finally:
-        keras.config.set_image_data_format(previous)
-
-
 def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channels_last", seed: int | None = 0,
           config: Any = None):
     """A built keras.Model for one configuration. `seed` fixes the random weights (same for every trial)."""
     import keras
 
-    from carm_advisor.model_loader import dtype_policy, load_model
+    from carm_advisor.model_loader import dtype_policy, image_data_format, load_model
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
@@ -115,7 +99,7 @@ def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channe
         return model
     if spec.kind == "model":
         return spec.fn()
-    with _image_data_format(layout):
+    with image_data_format(layout):
         if spec.kind == "application":
             model, _ = load_model(spec.spec, precision=policy)
             return model
