@@ -66,6 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--torch-share", type=float, default=0.5, help="share of the budget for torch (rest: jax)")
     parser.add_argument("--torch-windows", type=_csv, default=_csv("vgg16"),
                         help="models whose torch layers are also replayed alone (real per-layer power)")
+    parser.add_argument("--layer-window-s", type=float, default=0.05,
+                        help="energy window per distinct layer replayed alone (>= 0.5 s for a per-layer power that "
+                             "NVML's ~100 ms counter steps do not blur; 0.05 s times layers but its power is noise)")
+    parser.add_argument("--layer-repeats", type=int, default=2, help="windows per distinct layer (median)")
+    parser.add_argument("--model-window-s", type=float, default=0.3, help="energy window of the whole model")
     parser.add_argument("--out", required=True)
     parser.add_argument("--dry", action="store_true", help="CPU, no NVML, small inputs, tiny windows")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the backend this child process measures
@@ -147,12 +152,12 @@ def child(args: argparse.Namespace) -> int:
                                   input_shape=(3, 32, 32) if args.dry and cfg["layout"] == "channels_first"
                                   else (32, 32, 3) if args.dry else None)
             batch = 2 if args.dry else cfg["batch_size"]
-            run = record_one(model, cfg, batch, gpu, dry=args.dry)
+            run = record_one(model, cfg, batch, gpu, dry=args.dry, windows=_windows(args))
             run.model_name = cfg["model"]
             run.settings["config"] = cfg
             _write(path, run.to_dict())
             if backend == "torch" and cfg["model"] in args.torch_windows:
-                windows = record_torch_windows(model, batch, gpu, dry=args.dry)
+                windows = record_layer_windows(model, batch, gpu, dry=args.dry, whole_model=False, windows=_windows(args))
                 windows.model_name = cfg["model"]
                 windows.settings["config"] = cfg
                 _write(out / (config_key(cfg) + "-windows.json"), windows.to_dict())
@@ -168,7 +173,13 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool):
+def _windows(args: argparse.Namespace) -> dict:
+    if args.dry:
+        return {"layer_window_s": 0.01, "layer_repeats": 1, "model_window_s": 0.02}
+    return {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats, "model_window_s": args.model_window_s}
+
+
+def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict):
     """One configuration's RunMeasurement (see the module docstring for what each backend records)."""
     if cfg["backend"] == "torch":
         from carm_advisor.errors import MeasurementError
@@ -177,29 +188,24 @@ def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool):
 
         try:
             return profile_run(model, batch_size=batch, gpu=gpu, iterations=2 if dry else 5, warmup=1 if dry else 2,
-                               model_window_s=0.02 if dry else 0.3, model_repeats=2, progress=False)
+                               model_window_s=windows["model_window_s"], model_repeats=2, progress=False)
         except MeasurementError as exc:  # no kernel attribution here: each layer alone, so the run still records
             print(f"profiled pass failed ({exc}); layers replayed alone instead", flush=True)
-            run = record_layer_windows(model, batch, gpu, dry=dry, whole_model=True)
+            run = record_layer_windows(model, batch, gpu, dry=dry, whole_model=True, windows=windows)
             run.inference_graph = measure_model_graph(model, batch_size=batch, gpu=gpu,
-                                                      min_window_s=0.02 if dry else 0.3, repeats=2)
+                                                      min_window_s=windows["model_window_s"], repeats=2)
             run.settings.update(method="layer-windows-instead-of-profiled", profiled_failed=str(exc))
             return run
-    return record_layer_windows(model, batch, gpu, dry=dry, whole_model=True)
+    return record_layer_windows(model, batch, gpu, dry=dry, whole_model=True, windows=windows)
 
 
-def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool):
-    """Each distinct layer call alone in short windows (jit on jax, CUDA graph on torch), copied to its twins."""
+def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool, windows: dict):
+    """Each distinct layer call alone in its own windows (jit on jax, CUDA graph on torch), copied to its twins."""
     from carm_advisor.measure.profiled import measure_distinct_layers
 
-    window_s, repeats, warmup = (0.01, 1, 1) if dry else (0.05, 2, 1)
-    return measure_distinct_layers(model, batch_size=batch, gpu=gpu, window_s=window_s, repeats=repeats,
-                                   warmup=warmup, whole_model=whole_model, model_window_s=0.02 if dry else 0.3,
-                                   progress=False)
-
-
-def record_torch_windows(model, batch: int, gpu, *, dry: bool):
-    return record_layer_windows(model, batch, gpu, dry=dry, whole_model=False)
+    return measure_distinct_layers(model, batch_size=batch, gpu=gpu, window_s=windows["layer_window_s"],
+                                   repeats=windows["layer_repeats"], warmup=1, whole_model=whole_model,
+                                   model_window_s=windows["model_window_s"], progress=False)
 
 
 def _free_device_memory(backend: str) -> None:
