@@ -54,11 +54,11 @@ def _err(predicted: float | None, measured: float | None) -> float | None:
 
 def evaluate(runs: list, rows: list[list], batch_size: int | None = None) -> dict:
     """Leave-one-model-out errors. `rows[i]` are runs[i]'s rows (bound + measured)."""
-    from carm_advisor.calibration import Calibration, apply_calibration, samples_from_rows, whole_from_run
+    from carm_advisor.calibration import Calibration, apply_calibration, layer_execution, samples_from_rows, whole_from_run
 
     full = Calibration()
     for run, rs in zip(runs, rows):
-        full = full.extended(Calibration(samples_from_rows(rs, run.backend, run.model_name),
+        full = full.extended(Calibration(samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)),
                                          whole_from_run(run, rs, run.model_name)))
     models = sorted({r.model_name for r in runs})
     layer_errs: dict[str, list[float]] = {}

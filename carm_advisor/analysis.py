@@ -207,6 +207,7 @@ def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[
         return {"source": "none: figures are CARM bounds"}
     execution = whole_model_execution(backend)
     out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution),
+           "whole_source": calib.whole_describe(backend, execution) if hasattr(calib, "whole_describe") else "",
            "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
     if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
         out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")
@@ -215,12 +216,12 @@ def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[
 
 def _learn_from(run, rows: list[LayerRow], model_name: str) -> None:
     """A measured analysis extends this GPU's cached calibration (never fails the analysis)."""
-    from carm_advisor.calibration import Calibration, samples_from_rows, whole_from_run
+    from carm_advisor.calibration import Calibration, layer_execution, samples_from_rows, whole_from_run
     from carm_advisor.profiles.cache import store_calibration
 
     try:
         store_calibration(run.device or {}, Calibration(
-            samples_from_rows(rows, run.backend, model_name), whole_from_run(run, rows, model_name),
+            samples_from_rows(rows, run.backend, model_name, layer_execution(run)), whole_from_run(run, rows, model_name),
             {"records": [f"{model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})"]},
         ))
     except OSError as exc:

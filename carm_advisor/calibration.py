@@ -2,18 +2,25 @@
 
 efficiency = bound_time_s / measured_time_s (1 = at the roof; 0.25 = four times slower than the roofs
 allow), learned per (backend, layer class, compute dtype, size bucket) from recorded measurements.
-A layer's calibrated time is bound_time_s / efficiency, where the efficiency is the median of the
-finest key with at least MIN_SAMPLES samples, falling back to coarser keys:
-(backend, class, dtype, size) -> (backend, class, dtype) -> (backend, class) -> (backend).
-The size bucket is the half-decade of the bound time (log10 * 2, floored): a 20 us bound and a 2 ms
-bound of the same class sit in different buckets (small layers reach a smaller share of the roof).
+A layer's calibrated time is bound_time_s / efficiency, where the efficiency is the median of a cell
+(backend, class, dtype, size bucket) with at least MIN_SAMPLES samples: its own, else (estimate())
+the nearest size of the same class and dtype, another dtype, the same family (matmul-class or
+memory-bound), another backend's cell times the backend ratio learned where both have cells -- each
+first within a decade of the size, then at any size -- else the backend's samples pooled, else none
+(the CARM bound stands alone). Each row records which (row.calibration). The size bucket is the
+half-decade of the bound time (log10 * 2, floored): small layers reach a smaller share of the roof.
+Layers timed one dispatched call at a time (jax: each layer jitted alone) never go below a floor,
+the shortest median time of a cell of their class: there, time stops shrinking with the bound.
 
-The whole model: the GPU does not run the model as the sum of layers measured alone. Per backend and
-execution ("cuda_graph", "jit", "eager"), whole_time = a * sum(matmul-class calibrated) + b *
-sum(other calibrated), a and b >= 0 fitted by least squares on the records (XLA fuses the
-elementwise layers into the convolutions: b is small on jax); and where the framework dispatches
-each layer from Python (torch eager), whole_time = max(that, layer_calls * dispatch_per_call_s):
-the GPU waits for Python when the launches take longer than the kernels.
+The whole model (whole_fit) is not the sum of the layers measured alone. cuda_graph: a * sum(matmul-
+class calibrated) + b * sum(the rest), a, b >= 0 by least squares on the records. jit (XLA): the
+matmul layers' sum + b * the rest's, each layer less the per-call floor (the jitted model dispatches
+once); b, fitted, is the share of the memory-bound layers' time XLA did not fuse away. eager (torch):
+max(the cuda_graph prediction, layer calls * the host time per call), the host time per call being
+the fastest of the records where the host set the pace (whole > 1.3x the record's own CUDA-graph time):
+Python dispatch overlaps the GPU (VGG16's eager time equals its graph time), and the slower host-paced
+records are a busier host, not the software (the same models ran 1.5-2.5x slower per call later in
+the 2026-12-03 session).
 
 Shipped: carm_advisor/profiles/nvidia_h200_calibration.json, written by
 benchmarks/fit_calibration.py from recorded H200 measurements. On a GPU, every measured analysis
@@ -34,6 +41,8 @@ from carm_advisor.errors import ProfileError
 
 SCHEMA = "carm-advisor/calibration/1"
 MIN_SAMPLES = 3
+DISPATCHED_EXECUTIONS = ("jit",)   # layer times that include a per-call dispatch (each layer jitted alone)
+NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
 
 # Layer classes pooled together: their efficiency depends on what they do, not on their Keras name.
@@ -51,6 +60,11 @@ _CLASS_OF = {
 # Layers whose work is a matmul on Tensor Cores or CUDA cores: XLA fuses the others into them.
 MATMUL_CLASSES = frozenset({"Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose", "Dense", "EinsumDense",
                             "DepthwiseConv2D", "SeparableConv2D"})
+
+
+def _less_floor(matmul_s: float, other_s: float, matmul_calls: int, calls: int, floor_s: float) -> tuple[float, float]:
+    """Layer-time sums less `floor_s` per call (never below zero)."""
+    return max(matmul_s - matmul_calls * floor_s, 0.0), max(other_s - (calls - matmul_calls) * floor_s, 0.0)
 
 
 def layer_class(layer_type: str) -> str:
@@ -95,25 +109,52 @@ class WholeSample:
     other_sum_s: float
     layer_calls: int
     model: str = ""
+    matmul_calls: int = 0                 # how many of layer_calls are matmul-class
+    graph_time_s: float | None = None     # eager: the same record's CUDA-graph time (the GPU's work alone)
 
 
 @dataclass(frozen=True)
 class Estimate:
+    """Where a layer's calibration comes from: the cell's median efficiency, its key and sample count,
+    how it was found (`source`), and the per-call floor (the shortest time layers of this class were
+    measured to take, whatever their bound) under which no calibrated time goes."""
+
     efficiency: float
     key: tuple
     n: int
+    source: str = "cell"
+    floor_s: float | None = None
+
+    def time_s(self, bound_time_s: float) -> float:
+        """Calibrated time: bound / efficiency (never below the bound), and never below the floor."""
+        t = bound_time_s / min(self.efficiency, 1.0)
+        return max(t, self.floor_s) if self.floor_s else t
+
+    def effective_efficiency(self, bound_time_s: float) -> float:
+        return bound_time_s / self.time_s(bound_time_s)
 
     @property
     def label(self) -> str:
-        return f"{'/'.join(str(k) for k in self.key)} (n={self.n})"
+        floor = f", floor {self.floor_s * 1e6:.1f} us" if self.floor_s else ""
+        return f"{'/'.join(str(k) for k in self.key)} (n={self.n}; {self.source}{floor})"
 
 
 @dataclass(frozen=True)
 class WholeFit:
+    """whole = max(matmul_factor * matmul + other_factor * other, host_per_call_s * calls), where the
+    sums are of calibrated layer times less `layer_floor_s` per call (jit: a layer jitted alone pays a
+    dispatch the whole jitted model pays once) and the host term only exists for eager execution."""
+
     matmul_factor: float
     other_factor: float
-    dispatch_per_call_s: float | None
+    dispatch_per_call_s: float | None     # host (Python dispatch) time per layer call; eager only
     n: int
+    layer_floor_s: float = 0.0
+    source: str = ""
+
+
+def _family(cls: str) -> str:
+    return "matmul" if cls in MATMUL_CLASSES else "memory"
 
 
 @dataclass
@@ -123,27 +164,99 @@ class Calibration:
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._index: dict[tuple, list[float]] | None = None
+        self._index: dict[tuple, list[Sample]] | None = None
 
     # ---- layers ------------------------------------------------------------------------------
-    def _buckets(self) -> dict[tuple, list[float]]:
+    def _cells(self) -> dict[tuple, list[Sample]]:
+        """(backend, class, dtype, size) -> samples."""
         if self._index is None:
-            index: dict[tuple, list[float]] = {}
+            index: dict[tuple, list[Sample]] = {}
             for s in self.samples:
                 if s.measured_time_s > 0 and s.bound_time_s > 0:
-                    for key in s.keys():
-                        index.setdefault(key, []).append(s.efficiency)
+                    index.setdefault(s.keys()[0], []).append(s)
             self._index = index
         return self._index
 
+    def _buckets(self) -> dict[tuple, list[float]]:
+        """Every key of every sample (finest to the backend alone) -> efficiencies (the summary)."""
+        out: dict[tuple, list[float]] = {}
+        for cell in self._cells().values():
+            for s in cell:
+                for key in s.keys():
+                    out.setdefault(key, []).append(s.efficiency)
+        return out
+
+    def _nearest(self, match, size: int, reach: int | None = None) -> tuple | None:
+        """The populated cell (>= MIN_SAMPLES) matching `match` nearest in size (ties: the larger),
+        at most `reach` size buckets away."""
+        found = [k for k, v in self._cells().items() if len(v) >= MIN_SAMPLES and match(k)
+                 and (reach is None or abs(k[3] - size) <= reach)]
+        return min(found, key=lambda k: (abs(k[3] - size), -k[3])) if found else None
+
+    @staticmethod
+    def _median_eff(cell: list[Sample]) -> float:
+        return statistics.median(s.efficiency for s in cell)
+
+    def floor_s(self, backend: str, cls: str | None = None) -> float | None:
+        """The shortest median time of any populated cell of this backend and class (else of its
+        family, matmul or memory-bound): below it, a layer's time no longer shrinks with its bound
+        (a jitted call's dispatch); else of any class of the backend. Only layers timed one dispatched call
+        at a time (DISPATCHED_EXECUTIONS) have one: profiled kernel times and CUDA-graph replays do not."""
+        matches = [lambda k: k[1] == cls, lambda k: _family(k[1]) == _family(cls)] if cls else []
+        for match in (*matches, lambda k: True):
+            times = [statistics.median(s.measured_time_s for s in dispatched) for k, v in self._cells().items()
+                     if k[0] == backend and match(k)
+                     and len(dispatched := [s for s in v if s.execution in DISPATCHED_EXECUTIONS]) >= MIN_SAMPLES]
+            if times:
+                return min(times)
+        return None
+
+    def backend_ratio(self, backend: str, other: str) -> tuple[float, int] | None:
+        """Median of efficiency(backend) / efficiency(other) over the cells both populate, and how many."""
+        cells = self._cells()
+        ratios = [self._median_eff(v) / self._median_eff(cells[(other, *k[1:])])
+                  for k, v in cells.items() if k[0] == backend and len(v) >= MIN_SAMPLES
+                  and len(cells.get((other, *k[1:]), [])) >= MIN_SAMPLES]
+        return (statistics.median(ratios), len(ratios)) if ratios else None
+
     def estimate(self, backend: str, layer_type: str, dtype: str, bound_time_s: float) -> Estimate | None:
-        """The efficiency of the finest key with enough samples (the backend alone needs only one)."""
-        probe = Sample(backend, layer_class(layer_type), dtype, bound_time_s, 1.0)
-        buckets = self._buckets()
-        for key in probe.keys():
-            values = buckets.get(key, [])
-            if len(values) >= (1 if len(key) == 1 else MIN_SAMPLES):
-                return Estimate(statistics.median(values), key, len(values))
+        """The calibration of one layer, from the first of (each needs a cell of >= MIN_SAMPLES):
+        1. its own cell (backend, class, dtype, size);
+        2. the same backend, class and dtype, nearest size;
+        3. the same backend and class, another dtype, nearest size;
+        4. the same backend, family (matmul or memory-bound) and dtype, then any dtype, nearest size;
+        5. another backend's cell as in 1-3, times the backend ratio learned where both have cells;
+        6. every sample of the backend pooled (one is enough);
+        None: no calibration, the CARM bound stands alone. The floor (floor_s) applies to 1-6."""
+        cls = layer_class(layer_type)
+        size = size_bucket(bound_time_s)
+        cells = self._cells()
+        floor = self.floor_s(backend, cls)
+        own = (backend, cls, dtype, size)
+        if len(cells.get(own, [])) >= MIN_SAMPLES:
+            return Estimate(self._median_eff(cells[own]), own, len(cells[own]), "cell", floor)
+        steps = [
+            ("nearest size", lambda k: k[:3] == (backend, cls, dtype)),
+            ("other dtype", lambda k: k[:2] == (backend, cls)),
+            ("same family", lambda k: k[0] == backend and k[2] == dtype and _family(k[1]) == _family(cls)),
+            ("same family, other dtype", lambda k: k[0] == backend and _family(k[1]) == _family(cls)),
+        ]
+        others = [(o, self.backend_ratio(backend, o)) for o in sorted({k[0] for k in cells} - {backend})]
+        for reach in (NEAR_SIZES, None):   # a cell within a decade of this size first, then any size
+            for source, match in steps:
+                key = self._nearest(match, size, reach)
+                if key is not None:
+                    return Estimate(self._median_eff(cells[key]), key, len(cells[key]), source, floor)
+            for other, ratio in others:
+                for source, match in steps[:2] if ratio else ():
+                    key = self._nearest(lambda k, m=match: k[0] == other and m((backend, *k[1:])), size, reach)
+                    if key is not None:
+                        return Estimate(self._median_eff(cells[key]) * ratio[0], key, len(cells[key]),
+                                        f"{other} {source} x {backend}/{other} ratio {ratio[0]:.2f} over {ratio[1]} cells",
+                                        floor)
+        pooled = [s for k, v in cells.items() if k[0] == backend for s in v]
+        if pooled:
+            return Estimate(self._median_eff(pooled), (backend,), len(pooled), "backend pooled", floor)
         return None
 
     def _estimate_row(self, row, backend: str | None) -> Estimate | None:
@@ -152,38 +265,75 @@ class Calibration:
 
     def efficiency(self, row, backend: str | None) -> float | None:
         """The predictor's seam (predict.Calibration): a LayerRow-like row (type, dtype, bound time in
-        predicted_time_s) -> efficiency, or None where no key has samples."""
+        predicted_time_s) -> efficiency (the floor included), or None where nothing calibrates it."""
         found = self._estimate_row(row, backend)
-        return found.efficiency if found and found.efficiency > 0 else None
+        return found.effective_efficiency(row.predicted_time_s) if found and found.efficiency > 0 else None
 
     def describe(self, row, backend: str | None) -> str:
-        """Which key and how many samples calibrate this row ("none": the bound stands alone)."""
+        """Which key, how many samples and which fallback calibrate this row ("none": the bound stands alone)."""
         found = self._estimate_row(row, backend)
         return found.label if found else "none"
 
     # ---- whole model -----------------------------------------------------------------------
-    def whole_fit(self, backend: str, execution: str) -> WholeFit | None:
-        """a, b (least squares, >= 0) and the dispatch time per layer call, from this backend's records."""
+    def _gpu_fit(self, found: list[WholeSample], floor: float) -> tuple[float, float]:
+        """a, b >= 0 (least squares) of time = a * matmul + b * other, the sums less `floor` per call;
+        one record, or a negative share: one common factor."""
         import numpy as np
 
+        x = np.array([_less_floor(w.matmul_sum_s, w.other_sum_s, w.matmul_calls, w.layer_calls, floor) for w in found])
+        y = np.array([w.time_s for w in found])
+        coef = np.linalg.lstsq(x, y, rcond=None)[0] if len(found) >= 2 else None
+        if coef is None or (coef < 0).any():
+            ratios = [w.time_s / sum(xi) for w, xi in zip(found, x) if sum(xi) > 0]
+            coef = (statistics.median(ratios),) * 2 if ratios else (1.0, 1.0)
+        return float(coef[0]), float(coef[1])
+
+    @staticmethod
+    def _fused_share(found: list[WholeSample], floor: float) -> float:
+        """b >= 0 of time = matmul + b * other (sums less `floor` per call), least squares: the matmul
+        layers' work stays whole under XLA, b is the share of the memory-bound layers' time not fused away."""
+        pairs = [_less_floor(w.matmul_sum_s, w.other_sum_s, w.matmul_calls, w.layer_calls, floor) for w in found]
+        den = sum(o * o for _, o in pairs)
+        num = sum(o * (w.time_s - m) for w, (m, o) in zip(found, pairs))
+        return max(num / den, 0.0) if den > 0 else 0.0
+
+    def whole_fit(self, backend: str, execution: str) -> WholeFit | None:
+        """How the whole model relates to its layers on this backend and execution, from the records:
+        cuda_graph: a * matmul + b * other (the layers' GPU times, sequenced by the graph);
+        jit: matmul + b * other, each layer less the backend's per-call floor (a layer jitted alone pays a
+          dispatch the jitted model pays once; the matmul layers' work stays, XLA fuses the memory-bound
+          layers into them: b, fitted, is the share of their time left);
+        eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
+          where there is one; the host time per call is the median of whole / calls over the records
+          where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum)."""
         found = [w for w in self.whole if w.backend == backend and w.execution == execution and w.time_s > 0]
         if not found:
             return None
-        dispatch = None
-        if execution == "eager":
-            # Records where Python, not the GPU, set the pace: eager well above the layers' GPU sum.
-            bound_by_cpu = [w.time_s / w.layer_calls for w in found
-                            if w.layer_calls and w.time_s > 1.3 * (w.matmul_sum_s + w.other_sum_s)]
-            dispatch = statistics.median(bound_by_cpu) if bound_by_cpu else None
-            found = [w for w in found if w.time_s <= 1.3 * (w.matmul_sum_s + w.other_sum_s)] or found
-        x = np.array([[w.matmul_sum_s, w.other_sum_s] for w in found])
-        y = np.array([w.time_s for w in found])
-        coef = np.linalg.lstsq(x, y, rcond=None)[0] if len(found) >= 2 else None
-        if coef is None or (coef < 0).any():   # one record, or a negative share: one common factor
-            ratio = statistics.median(w.time_s / (w.matmul_sum_s + w.other_sum_s) for w in found
-                                      if w.matmul_sum_s + w.other_sum_s > 0)
-            coef = (ratio, ratio)
-        return WholeFit(float(coef[0]), float(coef[1]), dispatch, len(found))
+        floor = 0.0
+        if execution == "jit":
+            floor = self.floor_s(backend) or 0.0
+        if execution == "jit":
+            a, b = 1.0, self._fused_share(found, floor)
+        if execution not in ("eager", "jit"):
+            a, b = self._gpu_fit(found, floor)
+        if execution != "eager":
+            source = f"{execution}: {a:.2f} x matmul + {b:.2f} x other" + (f" (less {floor * 1e6:.1f} us per call)" if floor else "")
+            return WholeFit(a, b, None, len(found), floor, f"{source}, {len(found)} records")
+
+        def gpu_of(w: WholeSample) -> float:
+            return w.graph_time_s or (w.matmul_sum_s + w.other_sum_s)
+
+        host_bound = [w for w in found if w.layer_calls and w.time_s > 1.3 * gpu_of(w)]
+        dispatch = min(w.time_s / w.layer_calls for w in host_bound) if host_bound else None
+        graph = [w for w in self.whole if w.backend == backend and w.execution == "cuda_graph" and w.time_s > 0]
+        if graph:
+            a, b = self._gpu_fit(graph, 0.0)
+            gpu_source = f"GPU as cuda_graph ({len(graph)} records)"
+        else:   # no graph records: the GPU's share from the records the GPU paced
+            a, b = self._gpu_fit([w for w in found if w not in host_bound] or found, 0.0)
+            gpu_source = "GPU from eager records paced by the GPU"
+        host = f"host {dispatch * 1e6:.0f} us per call (median of {len(host_bound)} host-paced records)" if dispatch else "no host-paced record"
+        return WholeFit(a, b, dispatch, len(found), 0.0, f"eager: max({gpu_source}, {host})")
 
     def whole_time_s(self, rows: Sequence, backend: str, execution: str) -> float | None:
         """The calibrated whole-model time from the rows' calibrated times, or None without a fit."""
@@ -193,10 +343,17 @@ class Calibration:
             return None
         mm = sum(t for k, t in times if k in MATMUL_CLASSES)
         other = sum(t for k, t in times if k not in MATMUL_CLASSES)
+        n_mm = sum(1 for k, _ in times if k in MATMUL_CLASSES)
+        mm, other = _less_floor(mm, other, n_mm, len(times), fit.layer_floor_s)
         t = fit.matmul_factor * mm + fit.other_factor * other
         if fit.dispatch_per_call_s is not None:
             t = max(t, len(times) * fit.dispatch_per_call_s)
         return t
+
+    def whole_describe(self, backend: str, execution: str) -> str:
+        """How the whole-model calibrated prediction is made ("none": no record of this backend and execution)."""
+        fit = self.whole_fit(backend, execution)
+        return fit.source if fit else "none"
 
     # ---- combining and saving --------------------------------------------------------------
     def extended(self, other: "Calibration") -> "Calibration":
@@ -283,10 +440,10 @@ def apply_calibration(rows: Iterable, calibration: "Calibration | None", backend
 # ---- learning from records --------------------------------------------------------------------
 
 
-def samples_from_rows(rows: Iterable, backend: str, model: str) -> list[Sample]:
-    """Measured rows (bound in predicted_time_s, measurement in time_s) -> samples."""
+def samples_from_rows(rows: Iterable, backend: str, model: str, execution: str = "") -> list[Sample]:
+    """Measured rows (bound in predicted_time_s, measurement in time_s, timed as `execution`) -> samples."""
     return [
-        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, r.time_s, model, r.name)
+        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, r.time_s, model, r.name, execution)
         for r in rows
         if r.known and r.measured and r.time_s and r.predicted_time_s
     ]
@@ -299,10 +456,13 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         return []
     mm = sum(r.time_s for r in measured if r.type in MATMUL_CLASSES)
     other = sum(r.time_s for r in measured if r.type not in MATMUL_CLASSES)
+    n_mm = sum(1 for r in measured if r.type in MATMUL_CLASSES)
+    graph = run.inference_graph.time_s if run.inference_graph is not None and run.inference_graph.time_s else None
     out = []
     for m in (run.inference, run.inference_graph):
         if m is not None and m.time_s:
-            out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model))
+            out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
+                                   graph if m.execution == "eager" else None))
     return out
 
 
@@ -327,6 +487,12 @@ def rows_for_run(run, profile=None, model=None) -> list:
 GPU_TIME_EXECUTIONS = ("cuda_graph", "profiled", "jit")
 
 
+def layer_execution(run) -> str:
+    """How the run's layers were timed (the most common execution among them; "" without layers)."""
+    kinds = [m.execution for m in run.layers]
+    return max(set(kinds), key=kinds.count) if kinds else ""
+
+
 def fit_runs(runs: Iterable, profile=None) -> Calibration:
     """A calibration from recorded RunMeasurements (their models rebuilt on the CPU, shapes only).
 
@@ -341,7 +507,7 @@ def fit_runs(runs: Iterable, profile=None) -> Calibration:
     for run in runs:
         run = dataclasses.replace(run, layers=[m for m in run.layers if m.execution in GPU_TIME_EXECUTIONS])
         rows = rows_for_run(run, profile)
-        samples += samples_from_rows(rows, run.backend, run.model_name)
+        samples += samples_from_rows(rows, run.backend, run.model_name, layer_execution(run))
         whole += whole_from_run(run, rows, run.model_name)
         sources.append(f"{run.model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})")
         devices.append((run.device or {}).get("name"))

@@ -28,19 +28,63 @@ def test_the_finest_key_with_three_samples_wins(calib):
     assert found.efficiency == pytest.approx(0.4) and found.n == 3 and len(found.key) == 4
 
 
-def test_another_size_falls_back_to_class_and_dtype(calib):
-    found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-3)
-    assert found.key == ("torch", "Conv2D", "bfloat16") and found.efficiency == pytest.approx(0.4)
+def test_another_size_takes_the_nearest_populated_size_of_the_same_class_and_dtype(calib):
+    found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-3)         # bucket -6; the -8 cell is 2 away
+    assert found.key == ("torch", "Conv2D", "bfloat16", -8) and found.source == "nearest size"
+    assert found.efficiency == pytest.approx(0.4)
 
 
-def test_two_samples_are_too_few_so_the_class_median_is_used(calib):
+def test_two_samples_are_too_few_so_the_same_class_in_another_dtype_is_used(calib):
     found = calib.estimate("torch", "Conv2D", "float32", 1e-4)
-    assert found.key == ("torch", "Conv2D") and found.efficiency == pytest.approx(0.5)  # median of .2 .4 .5 .6 .7
+    assert found.key == ("torch", "Conv2D", "bfloat16", -8) and found.source == "other dtype"
+    assert found.efficiency == pytest.approx(0.4)
 
 
-def test_an_unseen_class_gets_the_backend_median_and_an_unseen_backend_none(calib):
-    assert calib.estimate("torch", "Dense", "bfloat16", 1e-4).efficiency == pytest.approx(0.5)
+def test_an_unseen_class_borrows_its_family_and_an_unseen_backend_gets_none(calib):
+    found = calib.estimate("torch", "Dense", "bfloat16", 1e-4)          # Dense is matmul-class like Conv2D
+    assert found.source == "same family" and found.efficiency == pytest.approx(0.4)
     assert calib.estimate("jax", "Conv2D", "bfloat16", 1e-4) is None
+
+
+def test_a_near_cell_of_another_dtype_beats_a_far_cell_of_the_same_dtype():
+    far = [_s(0.9, "float32", bound=1e-6, model=str(i)) for i in range(3)]      # bucket -12, 4 away from -8
+    near = [_s(0.3, "bfloat16", bound=1e-4, model=str(i)) for i in range(3)]    # bucket -8
+    found = Calibration(far + near).estimate("torch", "Conv2D", "float32", 1e-4)
+    assert found.source == "other dtype" and found.efficiency == pytest.approx(0.3)
+    only_far = Calibration(far).estimate("torch", "Conv2D", "float32", 1e-4)     # nothing near: the far cell
+    assert only_far.key == ("torch", "Conv2D", "float32", -12) and only_far.efficiency == pytest.approx(0.9)
+
+
+def test_another_backend_is_borrowed_scaled_by_the_backend_ratio_where_both_have_cells():
+    both = [_s(0.6, "float32", cls="Activation", model=str(i)) for i in range(3)] \
+        + [_s(0.3, "float32", cls="Activation", backend="jax", model=str(i)) for i in range(3)]
+    torch_conv = [_s(0.4, "bfloat16", model=str(i)) for i in range(3)]
+    found = Calibration(both + torch_conv).estimate("jax", "Conv2D", "bfloat16", 1e-4)
+    # jax has no matmul-class cell; torch's Conv2D/bfloat16 0.4 times jax/torch = 0.3 / 0.6 = 0.5
+    assert found.efficiency == pytest.approx(0.2) and found.key[0] == "torch"
+    assert "ratio 0.50 over 1 cells" in found.source
+
+
+def _timed(bound, measured, n=3, execution="jit", cls="Activation", backend="jax"):
+    return [Sample(backend, cls, "float32", bound, measured, str(i), "", execution) for i in range(n)]
+
+
+def test_layers_jitted_alone_have_a_floor_and_profiled_kernels_none():
+    # bucket -12: 1 us bound takes 50 us (efficiency 0.02); bucket -8: 100 us bound takes 125 us (0.8)
+    jit = Calibration(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6))
+    assert jit.floor_s("jax", "ReLU") == pytest.approx(50e-6)                 # the faster cell's median time
+    small = jit.estimate("jax", "ReLU", "float32", 2e-6)                      # bucket -12: 2 us / 0.02 = 100 us
+    assert small.time_s(2e-6) == pytest.approx(100e-6)
+    mid = jit.estimate("jax", "ReLU", "float32", 1e-5)                        # bucket -10: -12 and -8 tie: the larger
+    assert mid.efficiency == pytest.approx(0.8) and mid.time_s(1e-5) == pytest.approx(50e-6)   # 12.5 us < floor
+    row = SimpleNamespace(name="r", type="ReLU", dtype="float32", predicted_time_s=1e-5, predicted_energy_j=None,
+                          path="p", level="l", flops=1, bytes=1)
+    apply_calibration([row], jit, "jax")
+    assert row.calibrated_time_s == pytest.approx(50e-6) and "floor 50.0 us" in row.calibration
+    kernels = Calibration(_timed(1e-6, 50e-6, execution="profiled", backend="torch")
+                          + _timed(1e-4, 125e-6, execution="profiled", backend="torch"))
+    assert kernels.floor_s("torch") is None
+    assert kernels.estimate("torch", "ReLU", "float32", 1e-5).time_s(1e-5) == pytest.approx(12.5e-6)
 
 
 def test_calibrated_time_is_bound_over_efficiency_and_never_below_the_bound(calib):
@@ -81,6 +125,39 @@ def test_eager_whole_model_is_bounded_below_by_the_dispatch_per_layer_call():
     assert fit.dispatch_per_call_s == pytest.approx(0.1)
     rows = _rows(("Conv2D", 0.05), ("Activation", 0.05), ("Dense", 0.05))
     assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(0.3)   # 3 calls * 0.1 s > 0.15 s of GPU work
+
+
+def test_jit_whole_model_keeps_the_matmul_layers_and_a_fitted_share_of_the_rest_less_the_dispatch_floor():
+    floor = _timed(1e-6, 50e-6)                                              # jax floor: 50 us per call
+    whole = [
+        # matmul 1.5 ms over 10 calls -> 1.0 ms; other 3.0 ms over 20 calls -> 2.0 ms; 1.5 = 1.0 + b * 2.0
+        WholeSample("jax", "jit", 1.5e-3, 1.5e-3, 3.0e-3, 30, "a", 10),
+        # matmul 1.2 ms over 4 calls -> 1.0 ms; other 1.3 ms over 6 calls -> 1.0 ms; 1.25 = 1.0 + b * 1.0
+        WholeSample("jax", "jit", 1.25e-3, 1.2e-3, 1.3e-3, 10, "b", 4),
+    ]
+    c = Calibration(floor, whole)
+    fit = c.whole_fit("jax", "jit")
+    assert (fit.matmul_factor, fit.other_factor, fit.layer_floor_s) == (1.0, pytest.approx(0.25), pytest.approx(50e-6))
+    rows = _rows(("Conv2D", 0.55e-3), ("Conv2D", 0.55e-3), ("Activation", 0.25e-3), ("Activation", 0.25e-3))
+    # matmul 1.1 - 2 * 0.05 = 1.0 ms; other 0.5 - 2 * 0.05 = 0.4 ms; 1.0 + 0.25 * 0.4 = 1.1 ms
+    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(1.1e-3)
+    assert "0.25 x other" in c.whole_describe("jax", "jit") and c.whole_describe("jax", "eager") == "none"
+
+
+def test_eager_whole_model_is_the_slower_of_the_cuda_graph_fit_and_the_fastest_host_time_per_call():
+    c = Calibration(whole=[
+        WholeSample("torch", "cuda_graph", 3.0, 2.0, 2.0, 10), WholeSample("torch", "cuda_graph", 5.0, 4.0, 2.0, 10),
+        WholeSample("torch", "eager", 10.0, 1.0, 1.0, 100, graph_time_s=2.0),   # 5x its graph: host-paced, 0.1 s/call
+        WholeSample("torch", "eager", 20.0, 1.0, 1.0, 100, graph_time_s=2.0),   # host-paced, 0.2 s/call (a busy host)
+        WholeSample("torch", "eager", 2.1, 1.0, 1.0, 100, graph_time_s=2.0),    # GPU-paced
+    ])
+    fit = c.whole_fit("torch", "eager")
+    assert fit.dispatch_per_call_s == pytest.approx(0.1)
+    assert (fit.matmul_factor, fit.other_factor) == (pytest.approx(1.0), pytest.approx(0.5))
+    # host 3 calls * 0.1 s = 0.3 s > GPU 0.05 + 0.5 * 0.1 = 0.1 s
+    assert c.whole_time_s(_rows(("Conv2D", 0.05), ("Activation", 0.05), ("Dense", 0.05)), "torch", "eager") == pytest.approx(0.3)
+    # GPU 1 + 0.5 * 4 = 3 s > host 2 * 0.1 s
+    assert c.whole_time_s(_rows(("Conv2D", 1.0), ("Activation", 4.0)), "torch", "eager") == pytest.approx(3.0)
 
 
 def test_round_trip_and_bad_schema(tmp_path, calib):
