@@ -137,7 +137,9 @@ def _import_keras() -> None:
 
 
 def _analyze(args) -> int:
+    started_s = time.perf_counter()
     _import_keras()
+    timings_s = {"keras_import": time.perf_counter() - started_s}
     from rich.console import Console
 
     from carm_advisor.analysis import analyze
@@ -161,8 +163,11 @@ def _analyze(args) -> int:
         import keras
 
         keras.config.set_image_data_format(args.layout)
+    phase_s = time.perf_counter()
     with console.status(f"loading {args.model}"):
         model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape)
+    timings_s["model_build"] = time.perf_counter() - phase_s
+    phase_s = time.perf_counter()
     is_file = is_model_file(args.model)
     report = analyze(
         model,
@@ -179,6 +184,8 @@ def _analyze(args) -> int:
         calibration=not args.no_calibration,
         verify=args.verify,
     )
+    timings_s["analysis"] = time.perf_counter() - phase_s
+    report.timings_s = timings_s
     from carm_advisor.report.render import print_report
 
     if report.measurement is None:   # these flags only change a measurement, and nothing was measured
@@ -203,6 +210,8 @@ def _analyze(args) -> int:
         console.print(f"report written to {args.json_path}")
     if args.plot_path:
         console.print(f"CARM chart written to {args.plot_path}")
+    console.print("took " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in timings_s.items())
+                  + f"; {time.perf_counter() - started_s:.1f} s since start-up of the CLI", style="dim")
     if args.plot_energy_path:
         console.print(f"energy-efficiency CARM chart written to {args.plot_energy_path}")
     return 0

@@ -87,6 +87,10 @@ def test_saved_keras_model_is_analysed(capsys, tmp_path):
     assert conv["name"] == "conv"
     # 4 x 30x30x16 outputs, each 3x3x3 multiply-adds (2 FLOPs) + 1 bias add
     assert conv["flops"] == 4 * 30 * 30 * 16 * (2 * 27 + 1)
+    # Where the CLI's time went, per phase, in the JSON and on the last line printed.
+    assert set(d["timings_s"]) == {"keras_import", "model_build", "analysis"}
+    assert all(v >= 0 for v in d["timings_s"].values())
+    assert "took keras import" in out and "since start-up" in out
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -162,6 +162,9 @@ class Report:
     clocks: dict[str, Any] | None = None         # predicted energy-optimal SM clocks (carm/dvfs.clock_advice)
     # Whole-model calibrated prediction (calibration.whole_time_s) and where it came from.
     calibration: dict[str, Any] = field(default_factory=dict)
+    # Wall-clock seconds of this run's phases (measured by the caller, e.g. the CLI: keras import, model build,
+    # analysis with its measurement, report), so a slow analysis says where its time went.
+    timings_s: dict[str, float] = field(default_factory=dict)
 
     # ---- totals -------------------------------------------------------------------------------
     @property
@@ -247,6 +250,7 @@ class Report:
             "calibration": self.calibration,
             "warnings": self.warnings,
             **({"clocks": self.clocks} if self.clocks else {}),
+            **({"timings_s": self.timings_s} if self.timings_s else {}),
         }
 
     def to_json_text(self) -> str:
