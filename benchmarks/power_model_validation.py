@@ -1,18 +1,41 @@
 """Validate the power model fitted on the benchmark sweep alone against measured layers it never saw.
 
     python benchmarks/power_model_validation.py --records DIR_OR_FILE [...] --ceilings RUN.json [...] \
-        [--profile PROFILE.json] [--out DIR] [--drop NAME,...]
+        [--profile PROFILE.json] [--calibration CAL.json] [--out DIR] [--drop NAME,...] \
+        [--min-layer-window-s 0.5] [--fit-clocks]
 
---ceilings: ceilings runs (benchmarks/results/<gpu>-ceilings-*.json or a measured profile); the power
-model is fitted over every benchmark row with a >= 0.9 s power window (carm/power_fit.py). --records:
-per-layer measurements (RunMeasurement JSON, schema carm-advisor/measurements/1, or the layer reports
-that benchmarks/vgg16_layers.py writes); the same run recorded twice is counted once.
+--ceilings: ceilings runs (benchmarks/results/<gpu>-ceilings-*.json, power sweeps, or a measured profile);
+the power model is fitted over every benchmark row with a >= 0.9 s power window (carm/power_fit.py).
+--records (repeatable, files or folders): per-layer measurements (RunMeasurement JSON, schema
+carm-advisor/measurements/1, or the layer reports that benchmarks/vgg16_layers.py writes); the same run
+recorded twice is counted once.
 
-Per layer the prediction is the power model at the layer's CARM operating point (its roofs' rates at
-the default clock, the power limit as a third roof: carm/dvfs.py), compared with the power measured
-over its energy windows; the energy is that power times the MEASURED time ("energy given the measured
-time"); the time is the CARM bound (no calibration: far below the measured time, reported as such).
-Whole models: time-weighted predicted power of the layers against the measured whole-model power.
+Per layer, the headline prediction is the power model at the layer's MEASURED operating point:
+P = P_const + e_flop[path] * FLOPs / t + e_byte[level] * bytes / t with t its measured time, capped at
+the power limit (with the clock the cap implies: carm/dvfs.py predict_at_time); the energy given the
+measured time is that power times t. Reported beside it: the CARM-operating-point variant (the rates its
+roofs allow at the default clock, the power limit as a third roof), which a layer running at a fraction
+of its roofs never reaches, and the CARM bound time (uncalibrated, far below the measured time).
+
+Only per-layer power measurements are scored. Left out, each with its count: records of torch's
+profiler (settings.method "profiled": every layer gets the model's mean power, settings.layer_energy),
+layers whose energy windows (settings.layer_window_s) are shorter than --min-layer-window-s (default
+0.5 s: NVML's energy counter steps about every 100 ms, so 0.05 s windows read 0 W or > 1000 W) or
+unknown (the vgg16_layers.py reports), and readings of no power. The measurement noise floor (each
+layer's spread over the runs that measured the same configuration) is that of the scored layers.
+
+Whole models (every record with a whole-model measurement, profiled ones included): the layers' power
+at their measured times, time-weighted, against the measured whole-model power: the CUDA graph replay
+(inference_graph) where the record has one (torch), else `inference` (jax jit, or torch eager); each row
+names the one used. Energy per sample: that power times the measured whole-model time, per sample; and
+with the calibrated predicted time (predict.Predictor with the shipped calibration,
+carm_advisor/profiles/nvidia_h200_calibration.json): each layer's power at its calibrated time,
+time-weighted, times the calibrated whole-model time (calibration.whole_time_s for the reference's
+execution). The shipped calibration was fitted on these records (in sample), so the leave-one-model-out
+variant (Calibration.without_model) is reported too. Every whole-model figure is also given with the
+layers' power at their CARM operating points (carm_point_*), and validation.targets says which issue-9
+targets each variant meets. --fit-clocks fits the voltage curve to the clocks of scored layers measured
+at the power limit.
 Writes <out>/<gpu>-power-model-<date>.json.
 """
 
@@ -63,36 +86,64 @@ def _layer_rows_from_report(doc: dict) -> list[dict]:
             for l in doc["layers"] if l.get("known", True)]
 
 
-def _layer_rows_from_record(doc: dict, profile) -> list[dict]:
-    """Analytic costs of a RunMeasurement's model (built on the CPU), joined with its measured layers."""
-    import keras
+def _calibrated(rows, calibration, backend: str, execution: str | None) -> dict | None:
+    """The calibrated layer times of rows already calibrated, and the calibrated whole-model time."""
+    if calibration is None or execution is None:
+        return None
+    whole_s = calibration.whole_time_s(rows, backend, execution)
+    layers = [(r.flops, r.bytes, r.path, r.level, r.calibrated_time_s) for r in rows
+              if r.known and (r.flops or r.bytes) and r.calibrated_time_s]
+    return {"whole_time_s": whole_s, "layers": layers} if whole_s and layers else None
 
-    from carm_advisor.predict import compute_path, memory_level
-    from carm_advisor.mapping import map_model
-    from carm_advisor.model_loader import load_model
 
-    keras.config.set_image_data_format(doc["layout"])
-    model, _ = load_model(doc.get("model_name") or "vgg16", precision=doc["precision"])
-    costs = {c.name: c for c in map_model(model, batch_size=doc["batch_size"])}
-    paths = set(profile.compute_roofs())
+def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | None, lomo_cache: dict):
+    """Analytic costs of a RunMeasurement's model (built on the CPU) placed by predict.Predictor, joined
+    with its measured layers; with the calibrated times of the calibration given and of the same
+    calibration without this model's samples."""
+    from carm_advisor.calibration import apply_calibration
+    from carm_advisor.model_loader import image_data_format, load_model
+    from carm_advisor.predict import Predictor
+
+    model_name = doc.get("model_name") or "vgg16"
+    with image_data_format(doc["layout"]):
+        model, _ = load_model(model_name, precision=doc["precision"])
+        rows = Predictor(profile, doc["math_mode"], backend=doc["backend"], calibration=calibration).rows(
+            model, doc["batch_size"])
+    costs = {r.name: r for r in rows}
     out = []
     for m in doc["layers"]:
         c = costs.get(m["name"])
         if c is None or not c.known:
             continue
-        out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes,
-                    "path": compute_path(c, doc["math_mode"], paths), "level": memory_level(c, profile.l2_usable_bytes),
-                    "time_s": m.get("time_s"), "power_w": m.get("power_w"), "energy_j": m.get("energy_j"),
-                    "sm_clock_mhz": m.get("sm_clock_mhz")})
-    return out
+        out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes, "path": c.path,
+                    "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
+                    "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
+                    "execution": m.get("execution")})
+    calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution)}
+    if calibration is not None:
+        if model_name not in lomo_cache:
+            lomo_cache[model_name] = calibration.without_model(model_name)
+        apply_calibration(rows, lomo_cache[model_name], doc["backend"], profile)
+        calibrated["leave_one_model_out"] = _calibrated(rows, lomo_cache[model_name], doc["backend"], execution)
+    return out, calibrated
 
 
-def load_runs(paths: list[Path], profile) -> list[dict]:
+def whole_reference(doc: dict) -> tuple[str | None, dict]:
+    """The whole-model measurement to compare with: the CUDA graph replay where there is one (torch),
+    else `inference` (jax jit, torch eager)."""
+    for key in ("inference_graph", "inference"):
+        m = doc.get(key) or {}
+        if m.get("time_s") and m.get("power_w"):
+            return key, m
+    return None, {}
+
+
+def load_runs(paths: list[Path], profile, calibration=None) -> list[dict]:
     """Every layer run under `paths` (files or folders), one per measured run."""
     files = []
     for p in paths:
         files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
-    runs, seen = [], set()
+    runs, seen, lomo_cache = [], set(), {}
     for f in files:
         try:
             doc = json.loads(f.read_text())
@@ -101,16 +152,25 @@ def load_runs(paths: list[Path], profile) -> list[dict]:
         if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list) or "batch_size" not in doc:
             continue
         inference = doc.get("inference") or {}
-        key = (doc.get("backend"), doc.get("precision"), doc.get("batch_size"), doc.get("layout"),
-               round(inference.get("time_s") or 0.0, 12))
+        graph = doc.get("inference_graph") or {}
+        settings = doc.get("settings") or {}
+        model = doc.get("model_name") or _model_name(doc)
+        key = (model, doc.get("backend"), doc.get("precision"), doc.get("batch_size"), doc.get("layout"),
+               doc.get("date"), settings.get("method"), round(inference.get("time_s") or 0.0, 12),
+               round(graph.get("time_s") or 0.0, 12))
         if key in seen:
             continue
         seen.add(key)
-        is_record = doc.get("schema") == MEASUREMENTS_SCHEMA
-        rows = _layer_rows_from_record(doc, profile) if is_record else _layer_rows_from_report(doc)
-        runs.append({"file": str(f), "model": doc.get("model_name") or _model_name(doc), "backend": doc.get("backend"),
+        ref_key, ref = whole_reference(doc)
+        if doc.get("schema") == MEASUREMENTS_SCHEMA:
+            rows, calibrated = _layer_rows_from_record(doc, profile, calibration, ref.get("execution"), lomo_cache)
+        else:
+            rows, calibrated = _layer_rows_from_report(doc), {}
+        runs.append({"file": str(f), "model": model, "backend": doc.get("backend"),
                      "precision": doc.get("precision"), "batch_size": doc.get("batch_size"),
-                     "layout": doc.get("layout"), "inference": inference, "layers": rows})
+                     "layout": doc.get("layout"), "method": settings.get("method"),
+                     "layer_window_s": settings.get("layer_window_s"),
+                     "reference": ref_key, "whole": ref, "calibrated": calibrated, "layers": rows})
     return runs
 
 
@@ -118,89 +178,172 @@ def _model_name(doc: dict) -> str:
     return "vgg16" if "vgg16" in str(doc.get("command", "")) else str(doc.get("model", {}).get("name", "unknown"))
 
 
-def validate(runs: list[dict], carm, pm, f0_mhz: float) -> dict:
-    from carm_advisor.carm.dvfs import Work, predict_at_clock
+# Why a layer's measured power is not scored (the first that applies), in the order checked.
+EXCLUSIONS = {
+    "profiled": "torch profiler record: every layer carries the model's mean power (settings.layer_energy)",
+    "window_unknown": "the record does not say how long its layer energy windows were",
+    "window_short": "layer energy windows shorter than --min-layer-window-s: NVML's ~100 ms energy steps dominate",
+    "no_power_reading": "no power, or 0 W, measured for the layer",
+}
+
+
+def exclusion(run: dict, layer: dict, min_layer_window_s: float) -> str | None:
+    """Why this layer's measured power is no per-layer measurement worth scoring, or None."""
+    if run.get("method") == "profiled":
+        return "profiled"
+    window = run.get("layer_window_s")
+    if min_layer_window_s > 0:
+        if window is None:
+            return "window_unknown"
+        if window < min_layer_window_s:
+            return "window_short"
+    if not (layer.get("power_w") or 0) > 0:
+        return "no_power_reading"
+    return None
+
+
+def _covered(l: dict, carm, pm) -> bool:
+    return bool((l["flops"] or l["bytes"]) and l["path"] in carm.peak_flops_per_s
+                and l["level"] in carm.bandwidth_bytes_per_s and l["path"] in pm.joules_per_flop
+                and l["level"] in pm.joules_per_byte)
+
+
+def _err(predicted, measured):
+    return predicted / measured - 1 if predicted is not None and measured else None
+
+
+def _time_weighted_power(parts, carm, pm, f0_mhz: float) -> tuple[float | None, float | None]:
+    """(work, time_s) pairs -> (power at each one's time, power at each one's CARM operating point),
+    time-weighted over the times (None without time)."""
+    from carm_advisor.carm.dvfs import predict_at_clock, predict_at_time
+
+    total = sum(t for _, t in parts)
+    if not total:
+        return None, None
+    at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t in parts) / total
+    at_roofs = sum(predict_at_clock(carm, pm, w, f0_mhz, f0_mhz).power_w * t for w, t in parts) / total
+    return at_time, at_roofs
+
+
+def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5) -> dict:
+    from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
 
     layers, models = [], []
     for run in runs:
-        weighted_w = measured_t = pred_t = 0.0
+        weighted_w = carm_weighted_w = measured_t = carm_t = 0.0
         for l in run["layers"]:
-            if not l.get("time_s") or not l.get("power_w") or not (l["flops"] or l["bytes"]):
+            if not l.get("time_s") or not _covered(l, carm, pm):
                 continue
-            if l["path"] not in carm.peak_flops_per_s or l["level"] not in carm.bandwidth_bytes_per_s:
-                continue
-            p = predict_at_clock(carm, pm, Work(l["flops"], l["bytes"], l["path"], l["level"]), f0_mhz, f0_mhz)
-            energy_j = p.power_w * l["time_s"]
-            measured_e = l.get("energy_j") or l["power_w"] * l["time_s"]
+            work = Work(l["flops"], l["bytes"], l["path"], l["level"])
+            at = predict_at_time(pm, work, l["time_s"], f0_mhz)
+            roof = predict_at_clock(carm, pm, work, f0_mhz, f0_mhz)
+            weighted_w += at.power_w * l["time_s"]
+            carm_weighted_w += roof.power_w * l["time_s"]
+            measured_t += l["time_s"]
+            carm_t += roof.time_s
+            excluded = exclusion(run, l, min_layer_window_s)
+            power = l.get("power_w")
+            measured_e = l.get("energy_j") or (power * l["time_s"] if power else None)
             layers.append({"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
                            "precision": run["precision"], "batch_size": run["batch_size"], "layer": l["name"],
                            "type": l["type"], "path": l["path"], "level": l["level"],
-                           "measured_power_w": l["power_w"], "predicted_power_w": p.power_w,
-                           "power_err": p.power_w / l["power_w"] - 1,
-                           "measured_energy_j": measured_e, "predicted_energy_j_given_time": energy_j,
-                           "energy_err": energy_j / measured_e - 1,
-                           "measured_time_s": l["time_s"], "predicted_time_s": p.time_s,
-                           "time_err": p.time_s / l["time_s"] - 1,
-                           "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": p.sm_clock_mhz,
-                           "power_capped": p.power_capped})
-            weighted_w += p.power_w * l["time_s"]
-            measured_t += l["time_s"]
-            pred_t += p.time_s
-        inf = run["inference"]
-        if measured_t and inf.get("power_w"):
-            power_w = weighted_w / measured_t
-            models.append({"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
-                           "precision": run["precision"], "batch_size": run["batch_size"],
-                           "measured_power_w": inf["power_w"], "predicted_power_w": power_w,
-                           "power_err": power_w / inf["power_w"] - 1,
-                           "measured_energy_j": inf.get("energy_j"),
-                           "predicted_energy_j_given_time": power_w * inf["time_s"],
-                           "energy_err": (power_w * inf["time_s"] / inf["energy_j"] - 1) if inf.get("energy_j") else None,
-                           "measured_time_s": inf["time_s"], "predicted_time_s": pred_t,
-                           "time_err": pred_t / inf["time_s"] - 1})
-    return {"layers": layers, "models": models, "validation": summary(layers, models)}
+                           "method": run.get("method"), "layer_window_s": run.get("layer_window_s"),
+                           "scored": excluded is None, "excluded": excluded,
+                           "measured_power_w": power, "predicted_power_w": at.power_w,
+                           "power_err": _err(at.power_w, power),
+                           "measured_energy_j": measured_e, "predicted_energy_j_given_time": at.energy_j,
+                           "energy_err": _err(at.energy_j, measured_e),
+                           "measured_time_s": l["time_s"],
+                           "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": at.sm_clock_mhz,
+                           "power_capped": at.power_capped,
+                           "carm_point_predicted_power_w": roof.power_w,
+                           "carm_point_power_err": _err(roof.power_w, power),
+                           "carm_bound_time_s": roof.time_s, "carm_bound_time_err": _err(roof.time_s, l["time_s"])})
+        ref = run.get("whole") or {}
+        if not (measured_t and ref.get("power_w") and ref.get("time_s")):
+            continue
+        batch = run["batch_size"]
+        power_w = weighted_w / measured_t
+        measured_e = ref.get("energy_j") or ref["power_w"] * ref["time_s"]
+        row = {"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
+               "precision": run["precision"], "batch_size": batch, "method": run.get("method"),
+               "reference": run["reference"], "reference_execution": ref.get("execution"),
+               "measured_power_w": ref["power_w"], "predicted_power_w": power_w,
+               "power_err": _err(power_w, ref["power_w"]),
+               "measured_time_s": ref["time_s"], "sum_layer_time_s": measured_t,
+               "measured_energy_per_sample_j": measured_e / batch,
+               "predicted_energy_per_sample_j_given_time": power_w * ref["time_s"] / batch,
+               "energy_per_sample_err_given_time": _err(power_w * ref["time_s"], measured_e),
+               "carm_point_predicted_power_w": carm_weighted_w / measured_t,
+               "carm_point_power_err": _err(carm_weighted_w / measured_t, ref["power_w"]),
+               "carm_point_energy_per_sample_err_given_time": _err(carm_weighted_w / measured_t * ref["time_s"],
+                                                                   measured_e),
+               "carm_bound_time_s": carm_t}
+        for variant, cal in (run.get("calibrated") or {}).items():
+            if not cal:
+                row[f"calibrated_{variant}"] = None
+                continue
+            parts = [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers"]
+                     if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
+            cal_w, roofs_w = _time_weighted_power(parts, carm, pm, f0_mhz)
+            e = cal_w * cal["whole_time_s"] if cal_w is not None else None
+            roofs_e = roofs_w * cal["whole_time_s"] if roofs_w is not None else None
+            row[f"calibrated_{variant}"] = {
+                "time_s": cal["whole_time_s"], "time_err": _err(cal["whole_time_s"], ref["time_s"]),
+                "predicted_power_w": cal_w, "power_err": _err(cal_w, ref["power_w"]),
+                "predicted_energy_per_sample_j": e / batch if e is not None else None,
+                "energy_per_sample_err": _err(e, measured_e),
+                "carm_point_predicted_power_w": roofs_w,
+                "carm_point_energy_per_sample_err": _err(roofs_e, measured_e)}
+        models.append(row)
+    return {"layers": layers, "models": models, "validation": summary(layers, models, min_layer_window_s)}
 
 
-def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None) -> list:
-    """Layers measured at >= 95% of the power limit, with the clock they sustained there."""
+def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None,
+                        min_layer_window_s: float = 0.5) -> list:
+    """Layers measured at >= 95% of the power limit, with the clock they sustained there: only layers
+    whose power is a per-layer measurement (exclusion() lets it through)."""
     from carm_advisor.carm.power_fit import CappedClock
 
     return [CappedClock(l["flops"], l["bytes"], l["path"], l["level"], l["sm_clock_mhz"])
             for run in runs if run["file"] != exclude_run for l in run["layers"]
-            if l.get("power_w") and l.get("sm_clock_mhz") and l["power_w"] >= 0.95 * power_limit_w
+            if exclusion(run, l, min_layer_window_s) is None
+            and l.get("power_w") and l.get("sm_clock_mhz") and l["power_w"] >= 0.95 * power_limit_w
             and l["path"] in carm.peak_flops_per_s and l["level"] in carm.bandwidth_bytes_per_s]
 
 
-def voltage_from_clocks(runs: list[dict], records, idle_w, f0_mhz, power_limit_w, carm, pm_prior=None) -> dict:
+def voltage_from_clocks(runs: list[dict], records, idle_w, f0_mhz, power_limit_w, carm, pm_prior=None,
+                        min_layer_window_s: float = 0.5) -> dict:
     """The voltage curve fitted to the clocks of capped layers, and its leave-one-run-out clock error."""
     import statistics as st
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock
     from carm_advisor.carm.power_fit import fit_voltage_to_capped_clocks
 
-    fit, err = fit_voltage_to_capped_clocks(records, idle_w, f0_mhz, power_limit_w, carm,
-                                            capped_observations(runs, power_limit_w, carm))
+    observed = capped_observations(runs, power_limit_w, carm, min_layer_window_s=min_layer_window_s)
+    if not observed:
+        return {"skipped": "no scored layer was measured at >= 95% of the power limit"}
+    fit, err = fit_voltage_to_capped_clocks(records, idle_w, f0_mhz, power_limit_w, carm, observed)
     held_out = []
     for run in runs:
-        test = capped_observations([run], power_limit_w, carm)
-        train = capped_observations(runs, power_limit_w, carm, run["file"])
+        test = capped_observations([run], power_limit_w, carm, min_layer_window_s=min_layer_window_s)
+        train = capped_observations(runs, power_limit_w, carm, run["file"], min_layer_window_s)
         if not test or not train:
             continue
         train_fit, _ = fit_voltage_to_capped_clocks(records, idle_w, f0_mhz, power_limit_w, carm, train)
         pm = power_model_of(train_fit, power_limit_w)
         held_out += [predict_at_clock(carm, pm, Work(o.flops, o.bytes, o.path, o.level), f0_mhz, f0_mhz).sm_clock_mhz
                      - o.sm_clock_mhz for o in test]
-    observed = capped_observations(runs, power_limit_w, carm)
     prior_err = st.median(abs(predict_at_clock(carm, pm_prior, Work(o.flops, o.bytes, o.path, o.level), f0_mhz,
                                                f0_mhz).sm_clock_mhz - o.sm_clock_mhz) for o in observed) \
-        if pm_prior is not None and observed else None
+        if pm_prior is not None else None
     return {"dvfs": fit.voltage.to_dict(), "observations": fit.quality["voltage_fit"]["observations"],
             "median_abs_clock_err_mhz_sweep_fit_curve": prior_err,
             "median_abs_clock_err_mhz_in_sample": err,
             "median_abs_clock_err_mhz_leave_one_run_out": st.median(abs(e) for e in held_out) if held_out else None,
             "n_held_out": len(held_out),
-            "note": "fitted to layer clocks under the cap (natural throttling); the power validation above uses "
-                    "the sweep fit alone, whose capped power is the limit whatever the curve"}
+            "note": "fitted to the clocks of scored layers under the cap (natural throttling), each at its CARM "
+                    "operating point; the power validation above uses the sweep fit alone"}
 
 
 def _median_abs(values) -> float | None:
@@ -229,80 +372,182 @@ def capped_clock_error(layers: list[dict]) -> dict:
             "median_err_mhz": statistics.median(errs) if errs else None}
 
 
-def summary(layers: list[dict], models: list[dict]) -> dict:
-    worst = sorted(layers, key=lambda r: -abs(r["power_err"]))[:5]
+TARGETS = {"layer_power": 0.10, "layer_power_min_n": 100, "model_power": 0.07, "layer_energy_given_time": 0.15,
+           "model_energy_per_sample_calibrated_time": 0.15}
+
+
+def _models_summary(models: list[dict]) -> dict:
+    def cal(variant, key):
+        return _median_abs((r.get(f"calibrated_{variant}") or {}).get(key) for r in models)
+
+    return {"n": len(models),
+            "power_median_abs_err": _median_abs(r["power_err"] for r in models),
+            "energy_per_sample_median_abs_err_given_time": _median_abs(r["energy_per_sample_err_given_time"]
+                                                                       for r in models),
+            "energy_per_sample_median_abs_err_calibrated_time": cal("in_sample", "energy_per_sample_err"),
+            "energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out":
+                cal("leave_one_model_out", "energy_per_sample_err"),
+            "n_calibrated": sum(1 for r in models if r.get("calibrated_in_sample")),
+            "n_calibrated_leave_one_model_out": sum(1 for r in models if r.get("calibrated_leave_one_model_out")),
+            "calibrated_time_median_abs_err": cal("in_sample", "time_err"),
+            "calibrated_time_median_abs_err_leave_one_model_out": cal("leave_one_model_out", "time_err"),
+            "carm_point_power_median_abs_err": _median_abs(r["carm_point_power_err"] for r in models),
+            "carm_point_energy_per_sample_median_abs_err_given_time":
+                _median_abs(r["carm_point_energy_per_sample_err_given_time"] for r in models),
+            "carm_point_energy_per_sample_median_abs_err_calibrated_time":
+                cal("in_sample", "carm_point_energy_per_sample_err"),
+            "carm_point_energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out":
+                cal("leave_one_model_out", "carm_point_energy_per_sample_err"),
+            "by_reference": {ref: {"n": len(rs), "power_median_abs_err": _median_abs(r["power_err"] for r in rs)}
+                             for ref in sorted({r["reference_execution"] or "" for r in models})
+                             for rs in [[r for r in models if (r["reference_execution"] or "") == ref]]}}
+
+
+def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 0.5) -> dict:
+    scored = [r for r in layers if r["scored"]]
+    worst = sorted(scored, key=lambda r: -abs(r["power_err"]))[:5]
+    m = _models_summary(models)
+    power = _median_abs(r["power_err"] for r in scored)
+    energy = _median_abs(r["energy_err"] for r in scored)
+    carm_power = _median_abs(r["carm_point_power_err"] for r in scored)
+
+    def met(value, target, ok=True):
+        return None if value is None else bool(ok and value <= target)
+
+    def targets(layer_power, layer_energy, model_power, model_energy):
+        enough = len(scored) >= TARGETS["layer_power_min_n"]
+        return {"layer_power_met": met(layer_power, TARGETS["layer_power"], enough),
+                "model_power_met": met(model_power, TARGETS["model_power"]),
+                "layer_energy_given_time_met": met(layer_energy, TARGETS["layer_energy_given_time"]),
+                "model_energy_per_sample_calibrated_time_met": met(model_energy,
+                                                                   TARGETS["model_energy_per_sample_calibrated_time"])}
+
     return {
-        "n": len(layers),
-        "power_median_abs_err": _median_abs(r["power_err"] for r in layers),
-        "energy_median_abs_err": _median_abs(r["energy_err"] for r in layers),
-        "time_median_abs_err": _median_abs(r["time_err"] for r in layers),
-        "worst": [{k: r[k] for k in ("run", "layer", "measured_power_w", "predicted_power_w", "power_err")} for r in worst],
-        "models": {"n": len(models), "power_median_abs_err": _median_abs(r["power_err"] for r in models),
-                   "energy_median_abs_err": _median_abs(r["energy_err"] for r in models),
-                   "time_median_abs_err": _median_abs(r["time_err"] for r in models)},
-        "power_median_abs_err_layers_over_100us": _median_abs(r["power_err"] for r in layers
+        "n": len(scored),
+        "power_median_abs_err": power,
+        "energy_median_abs_err": energy,
+        "carm_point_power_median_abs_err": carm_power,
+        "carm_bound_time_median_abs_err": _median_abs(r["carm_bound_time_err"] for r in scored),
+        "power_median_abs_err_layers_over_100us": _median_abs(r["power_err"] for r in scored
                                                                if r["measured_time_s"] >= 1e-4),
-        "measurement_noise_floor": noise_floor(layers),
-        "capped_sm_clock": capped_clock_error(layers),
-        "coverage": {"models": sorted({r["model"] for r in layers}), "backends": sorted({r["backend"] for r in layers}),
-                     "precisions": sorted({r["precision"] for r in layers}),
-                     "batch_sizes": sorted({r["batch_size"] for r in layers})},
-        "notes": "power: predicted at the layer's CARM operating point with the power limit, from the sweep fit alone; "
-                 "energy: predicted power x measured time; time: the CARM bound (uncalibrated), so its error is the "
-                 "layers' distance below their roofs, not a power-model error",
+        "filters": {"min_layer_window_s": min_layer_window_s, "evaluated": len(layers), "scored": len(scored),
+                    "removed": {k: sum(1 for r in layers if r["excluded"] == k) for k in EXCLUSIONS},
+                    "why": EXCLUSIONS},
+        "unfiltered": {"n": sum(1 for r in layers if r["power_err"] is not None),
+                       "power_median_abs_err": _median_abs(r["power_err"] for r in layers),
+                       "carm_point_power_median_abs_err": _median_abs(r["carm_point_power_err"] for r in layers),
+                       "measurement_noise_floor": noise_floor([r for r in layers if r["measured_power_w"]])},
+        "worst": [{k: r[k] for k in ("run", "layer", "measured_power_w", "predicted_power_w", "power_err")}
+                  for r in worst],
+        "models": m,
+        "measurement_noise_floor": noise_floor(scored),
+        "capped_sm_clock": capped_clock_error(scored),
+        "targets": {**TARGETS,
+                    **targets(power, energy, m["power_median_abs_err"],
+                              m["energy_per_sample_median_abs_err_calibrated_time"]),
+                    # The same targets, the power model at the CARM operating point (energy = power x time).
+                    "carm_point": targets(carm_power, carm_power, m["carm_point_power_median_abs_err"],
+                                          m["carm_point_energy_per_sample_median_abs_err_calibrated_time"])},
+        "coverage": {"models": sorted({r["model"] for r in scored}), "backends": sorted({r["backend"] for r in scored}),
+                     "precisions": sorted({r["precision"] for r in scored}),
+                     "batch_sizes": sorted({r["batch_size"] for r in scored})},
+        "notes": "measured: layer and whole-model power, energy, time (NVML windows). Predicted: power at the layer's "
+                 "measured operating point (its FLOPs and bytes over its MEASURED time) from the sweep fit alone, "
+                 "capped at the power limit; energy = that power x measured time. carm_point_*: the power model at "
+                 "the CARM operating point (the roofs' rates, power limit as a roof); carm_bound_time: the CARM "
+                 "bound (uncalibrated), its error is the layers' distance below their roofs. Whole models: layer "
+                 "powers time-weighted at measured layer times, against inference_graph (torch CUDA graph) where "
+                 "recorded, else inference (jax jit / torch eager); calibrated_*: layer powers at calibrated "
+                 "times x the calibrated whole-model time (shipped calibration: in sample on its own records)",
     }
 
 
 def main(argv: list[str] | None = None) -> int:
+    from carm_advisor.calibration import Calibration, shipped_calibration
+    from carm_advisor.errors import CarmError
     from carm_advisor.profiles.profile import load_profile
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=Path, action="append", required=True)
+    ap.add_argument("--records", type=Path, action="append", required=True,
+                    help="RunMeasurement JSON files or folders of them (repeatable: old and new record folders)")
     ap.add_argument("--ceilings", type=Path, action="append", required=True)
     ap.add_argument("--profile", help="profile whose roofs place the layers (default: the embedded H200)")
+    ap.add_argument("--calibration", type=Path,
+                    help="calibration JSON for the calibrated whole-model time (default: the shipped one)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--min-layer-window-s", type=float, default=0.5,
+                    help="score per-layer power only where the record's layer energy windows are at least this "
+                         "long (default 0.5 s; 0 scores every layer measurement but the profiled ones)")
     ap.add_argument("--fit-clocks", action="store_true",
-                    help="also fit the voltage curve to the clocks of layers measured at the power limit "
+                    help="also fit the voltage curve to the clocks of scored layers measured at the power limit "
                          "(leave-one-run-out clock error)")
     ap.add_argument("--drop", default="", help="benchmark rows to leave out of the fit, comma-separated")
     args = ap.parse_args(argv)
-    for p in args.records + args.ceilings:
+    for p in args.records + args.ceilings + ([args.calibration] if args.calibration else []):
         if not p.exists():
             print(f"error: not found: {p}", file=sys.stderr)
             return 2
+    if not args.min_layer_window_s >= 0:
+        print(f"error: --min-layer-window-s must be >= 0, received: {args.min_layer_window_s}", file=sys.stderr)
+        return 2
+    try:
+        calibration = Calibration.load(args.calibration) if args.calibration else shipped_calibration()
+    except CarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     profile = load_profile(args.profile)
     docs = [json.loads(p.read_text()) for p in args.ceilings]
     drop = {n.strip() for n in args.drop.split(",") if n.strip()}
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
     fit, limit = fit_from_runs(docs, drop)
     pm = power_model_of(fit, limit)
-    runs = load_runs(args.records, profile)
-    result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz)
+    runs = load_runs(args.records, profile, calibration if calibration.samples else None)
+    result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s)
     doc = {"device": {"name": profile.name, **{k: profile.device.get(k) for k in ("power_limit_w", "sm_clock_max_mhz")}},
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},
+           "calibration": {"from": str(args.calibration) if args.calibration else "shipped",
+                           "provenance": calibration.provenance},
            "validation": result["validation"], "models": result["models"], "layers": result["layers"]}
     if args.fit_clocks and limit:
         from carm_advisor.carm.power_fit import records_from_benchmarks
 
         records = [r for d in docs for r in records_from_benchmarks(d.get("benchmarks") or []) if r.name not in drop]
         doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
-                                                                limit, profile.carm(), pm)
+                                                                limit, profile.carm(), pm, args.min_layer_window_s)
     path = write(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
+    m = v["models"]
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
     print(f"fit: n={fit.quality['n']} R^2={fit.quality['r2']:.3f} median {fmt(fit.quality['median_abs_rel_err'])} "
           f"max {fmt(fit.quality['max_abs_rel_err'])}")
-    print(f"layers n={v['n']}: power {fmt(v['power_median_abs_err'])}, energy given time {fmt(v['energy_median_abs_err'])}, "
-          f"time (CARM bound) {fmt(v['time_median_abs_err'])}; models n={v['models']['n']}: power "
-          f"{fmt(v['models']['power_median_abs_err'])}, energy {fmt(v['models']['energy_median_abs_err'])}")
-    if "voltage_from_capped_clocks" in doc:
-        vc = doc["voltage_from_capped_clocks"]
+    removed = ", ".join(f"{k} {n}" for k, n in v["filters"]["removed"].items())
+    print(f"layers: {v['filters']['evaluated']} evaluated, {v['n']} scored (windows >= {args.min_layer_window_s} s; "
+          f"removed: {removed}); noise floor {fmt(v['measurement_noise_floor']['power_median_abs_dev'])} "
+          f"(n={v['measurement_noise_floor']['n']})")
+    print(f"layers n={v['n']}: power at the measured operating point {fmt(v['power_median_abs_err'])} "
+          f"(CARM operating point {fmt(v['carm_point_power_median_abs_err'])}), energy given time "
+          f"{fmt(v['energy_median_abs_err'])}")
+    print(f"models n={m['n']}: power {fmt(m['power_median_abs_err'])} (CARM operating point "
+          f"{fmt(m['carm_point_power_median_abs_err'])}), energy per sample given time "
+          f"{fmt(m['energy_per_sample_median_abs_err_given_time'])}, with the calibrated time "
+          f"{fmt(m['energy_per_sample_median_abs_err_calibrated_time'])} (n={m['n_calibrated']}; leave one model out "
+          f"{fmt(m['energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out'])}, "
+          f"n={m['n_calibrated_leave_one_model_out']})")
+    print(f"models at the CARM operating point: energy per sample given time "
+          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_given_time'])}, with the calibrated time "
+          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time'])} (leave one model out "
+          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out'])})")
+    vc = doc.get("voltage_from_capped_clocks")
+    if vc and "skipped" in vc:
+        print(f"voltage curve from capped clocks: skipped ({vc['skipped']})")
+    elif vc:
         print(f"clock error of the sweep fit's curve on the same layers: "
               f"{vc['median_abs_clock_err_mhz_sweep_fit_curve']:.0f} MHz")
+        held = vc["median_abs_clock_err_mhz_leave_one_run_out"]
         print(f"voltage curve from capped clocks: knee {vc['dvfs']['f_knee_mhz']:.0f} MHz at {vc['dvfs']['v_knee']:.2f}; "
               f"clock error {vc['median_abs_clock_err_mhz_in_sample']:.0f} MHz in sample, "
-              f"{vc['median_abs_clock_err_mhz_leave_one_run_out']:.0f} MHz leave-one-run-out (n={vc['n_held_out']})")
+              f"{'-' if held is None else f'{held:.0f}'} MHz leave-one-run-out (n={vc['n_held_out']})")
     print(f"wrote {path}")
     return 0
 

@@ -74,18 +74,30 @@ def test_validation_script_fits_on_the_sweep_and_scores_recorded_layers_once_per
     copy.parent.mkdir()
     copy.write_text(layers.read_text())
     mod = _load("power_model_validation")
+    # The vgg16_layers.py report does not say how long its layer windows were: scored only with the filter off.
     assert mod.main(["--records", str(layers), "--records", str(copy.parent), "--ceilings", str(CEILINGS),
-                     "--out", str(tmp_path)]) == 0
+                     "--out", str(tmp_path), "--min-layer-window-s", "0"]) == 0
     doc = json.loads(next(tmp_path.glob("nvidia-h200-power-model-*.json")).read_text())
     assert set(doc) >= {"device", "fit", "validation", "command"}
     v = doc["validation"]
     assert v["n"] == 22                  # one run of VGG16's 22 layers, not two
     assert v["models"]["n"] == 1
+    assert doc["models"][0]["reference"] == "inference"      # the report has no CUDA graph replay
     assert "mix_fp32_hbm_tma_c1" in doc["fit"]["left_out"]   # the embedded profile's dropped rows
     row = next(r for r in doc["layers"] if r["layer"] == "block4_conv2")
-    # A heavy BF16 convolution is predicted at the 700 W cap; energy given time is that power x measured time.
-    assert row["predicted_power_w"] == pytest.approx(700.0)
-    assert row["predicted_energy_j_given_time"] == pytest.approx(700.0 * row["measured_time_s"])
+    # At its CARM operating point a heavy BF16 convolution is predicted at the 700 W cap.
+    assert row["carm_point_predicted_power_w"] == pytest.approx(700.0)
+    # At its measured operating point: the fitted coefficients applied by hand to FLOPs and bytes over its
+    # measured time (uncapped: below the limit), and energy given time is that power x measured time.
+    fit, report = doc["fit"], json.loads(layers.read_text())
+    layer = next(l for l in report["layers"] if l["name"] == "block4_conv2")
+    t = layer["time_s"]
+    by_hand = (fit["constant_w"] + fit["joules_per_flop"][layer["path"]] * layer["flops"] / t
+               + fit["joules_per_byte"][layer["level"]] * layer["bytes"] / t)
+    assert by_hand < 700.0
+    assert row["predicted_power_w"] == pytest.approx(by_hand)
+    assert row["predicted_energy_j_given_time"] == pytest.approx(by_hand * t)
+    assert row["power_err"] == pytest.approx(by_hand / layer["power_w"] - 1)
 
 
 def test_validation_script_refuses_a_missing_records_path(tmp_path, capsys):
@@ -217,7 +229,7 @@ def test_wide_report_table_shows_predicted_power_per_layer_and_narrow_one_leaves
 def test_validation_script_fits_the_voltage_curve_to_capped_layer_clocks_and_scores_it_on_held_out_runs(tmp_path):
     runs = [RESULTS / f"nvidia-h200-vgg16-layers-mixed_bfloat16-channels_first-2026-12-02-run{n}.json" for n in (4, 7)]
     mod = _load("power_model_validation")
-    args = ["--ceilings", str(CEILINGS), "--out", str(tmp_path), "--fit-clocks"]
+    args = ["--ceilings", str(CEILINGS), "--out", str(tmp_path), "--fit-clocks", "--min-layer-window-s", "0"]
     assert mod.main(args + [a for r in runs for a in ("--records", str(r))]) == 0
     doc = json.loads(next(tmp_path.glob("nvidia-h200-power-model-*.json")).read_text())
     vc = doc["voltage_from_capped_clocks"]
@@ -234,3 +246,162 @@ def test_power_sweep_leaves_out_excluded_rows():
     doc = _load("power_sweep").sweep(_FakeLibrary(gpu), gpu, [], window_s=1.0, budget_s=60.0,
                                      clock=gpu.now_s, sleep=gpu.advance, exclude=["mix_*"])
     assert [r["name"] for r in doc["benchmarks"]] == ["fp32_fma"]
+
+
+# ---- the measured operating point and the per-layer filters, on synthetic records --------------
+#
+# A hand-made power model: P = 100 W + 1e-12 J/FLOP (tc_bf16) + 1e-10 J/B (hbm), 700 W limit. The work
+# W = 2e11 FLOPs + 1e9 bytes costs 0.2 J + 0.1 J of dynamic energy, so at a measured time t its power is
+# 100 + 0.3 / t W: 400 W at 1 ms, 250 W at 2 ms. 1e12 FLOPs + 1e9 bytes in 1 ms: 100 + 1000 + 100 = 1200 W,
+# above the limit: 700 W.
+
+def _hand_model(voltage=None):
+    from carm_advisor.carm.power_model import PowerModel
+
+    return PowerModel(constant_w=100.0, joules_per_flop={"tc_bf16": 1e-12}, joules_per_byte={"hbm": 1e-10},
+                      power_limit_w=700.0, voltage=voltage)
+
+
+def _hand_carm():
+    from carm_advisor.carm.roofline import CARM
+
+    return CARM({"tc_bf16": 1e15}, {"hbm": 4e12})
+
+
+def test_power_at_a_measured_time_is_the_model_at_the_rates_it_ran_at_capped_at_the_limit():
+    from carm_advisor.carm.dvfs import Work, predict_at_time
+    from carm_advisor.carm.power_model import VoltageCurve
+
+    p = predict_at_time(_hand_model(), Work(2e11, 1e9, "tc_bf16", "hbm"), 1e-3, 2000.0)
+    assert p.power_w == pytest.approx(400.0) and p.energy_j == pytest.approx(0.4) and not p.power_capped
+    assert p.sm_clock_mhz == 2000.0 and p.time_s == 1e-3
+    capped = predict_at_time(_hand_model(), Work(1e12, 1e9, "tc_bf16", "hbm"), 1e-3, 2000.0)
+    assert capped.power_capped and capped.power_w == pytest.approx(700.0) and capped.energy_j == pytest.approx(0.7)
+    # With a voltage curve (flat 0.5 below 1000 MHz, linear to 1 at 2000 MHz) the cap implies a clock:
+    # 100 + v^2 * 1000 + 100 (HBM bytes do not scale) = 700 -> v = sqrt(0.5) -> f = 1000 + 1000 * (v - 0.5) / 0.5.
+    curved = predict_at_time(_hand_model(VoltageCurve(2000.0, 1000.0, 0.5)), Work(1e12, 1e9, "tc_bf16", "hbm"), 1e-3)
+    assert curved.power_w == pytest.approx(700.0)
+    assert curved.sm_clock_mhz == pytest.approx(1000.0 + 1000.0 * (0.5 ** 0.5 - 0.5) / 0.5, abs=0.01)
+    with pytest.raises(ProfileError, match="measured time must be > 0"):
+        predict_at_time(_hand_model(), Work(2e11, 1e9, "tc_bf16", "hbm"), 0.0, 2000.0)
+
+
+def _layer(name, flops, bytes_, time_s, power_w):
+    return {"name": name, "type": "Conv2D", "flops": flops, "bytes": bytes_, "path": "tc_bf16", "level": "hbm",
+            "time_s": time_s, "power_w": power_w, "energy_j": None if power_w is None else power_w * time_s,
+            "sm_clock_mhz": 1980.0}
+
+
+def _run(file, method, window, layers, whole=None, calibrated=None, batch=10):
+    return {"file": file, "model": "toy", "backend": "torch", "precision": "mixed_bfloat16", "batch_size": batch,
+            "layout": "channels_first", "method": method, "layer_window_s": window,
+            "reference": "inference_graph" if whole else None, "whole": whole or {}, "calibrated": calibrated or {},
+            "layers": layers}
+
+
+def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_per_layer_measurement():
+    mod = _load("power_model_validation")
+    runs = [
+        _run("long.json", "layer-windows", 0.5, [_layer("a", 2e11, 1e9, 1e-3, 500.0),        # 400 W: -20%
+                                                 _layer("hot", 1e12, 1e9, 1e-3, 700.0),      # capped: 0%
+                                                 _layer("zero", 2e11, 1e9, 1e-3, 0.0)]),     # no reading
+        _run("short.json", "layer-windows", 0.05, [_layer("a", 2e11, 1e9, 1e-3, 1200.0)]),
+        _run("profiled.json", "profiled", None, [_layer("a", 2e11, 1e9, 1e-3, 650.0)]),
+        _run("old.json", None, None, [_layer("a", 2e11, 1e9, 1e-3, 300.0)]),
+    ]
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, min_layer_window_s=0.5)
+    v = out["validation"]
+    assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 1, "window_short": 1, "no_power_reading": 1}
+    assert v["filters"]["evaluated"] == 6 and v["n"] == 2
+    a = next(r for r in out["layers"] if r["run"] == "long.json" and r["layer"] == "a")
+    assert a["scored"] and a["predicted_power_w"] == pytest.approx(400.0) and a["power_err"] == pytest.approx(-0.2)
+    assert a["predicted_energy_j_given_time"] == pytest.approx(0.4) and a["energy_err"] == pytest.approx(-0.2)
+    # Its CARM operating point: the roofs allow max(2e11/1e15, 1e9/4e12) = 0.25 ms at 100 + 0.3/0.25e-3 = 1300 W,
+    # over the limit; without a voltage curve the clock drops until 100 + 0.3 / t = 700, t = 0.5 ms.
+    assert a["carm_point_predicted_power_w"] == pytest.approx(700.0)
+    assert a["carm_bound_time_s"] == pytest.approx(5e-4, rel=1e-6)
+    assert a["carm_point_power_err"] == pytest.approx(700.0 / 500.0 - 1)
+    hot = next(r for r in out["layers"] if r["layer"] == "hot")
+    assert hot["power_capped"] and hot["power_err"] == pytest.approx(0.0)
+    assert v["power_median_abs_err"] == pytest.approx(0.1)          # median of |-0.2| and |0|
+    assert v["carm_point_power_median_abs_err"] == pytest.approx((0.4 + 0.0) / 2)
+    assert v["worst"][0]["layer"] == "a"
+    # A lower threshold lets the short window in (1200 W measured against 400 W: -2/3); 0 lets the old one in.
+    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.05)["validation"]["n"] == 3
+    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.0)["validation"]["n"] == 4
+
+
+def test_noise_floor_is_that_of_the_scored_layers_only():
+    mod = _load("power_model_validation")
+    runs = [_run(f"r{i}.json", "layer-windows", w, [_layer("a", 2e11, 1e9, 1e-3, p)])
+            for i, (w, p) in enumerate([(0.5, 400.0), (0.5, 440.0), (0.5, 420.0), (0.05, 50.0), (0.05, 1100.0)])]
+    v = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5)["validation"]
+    # Scored: 400, 440, 420 W; median 420: deviations -1/21, +1/21, 0 -> median |dev| 1/21.
+    assert v["measurement_noise_floor"] == {"power_median_abs_dev": pytest.approx(1 / 21), "n": 3, "configurations": 1}
+    assert v["unfiltered"]["measurement_noise_floor"]["n"] == 5
+
+
+def test_whole_model_power_is_the_layers_time_weighted_at_measured_times_and_energy_per_sample_both_ways():
+    mod = _load("power_model_validation")
+    # Layers: 400 W for 1 ms and 700 W (capped) for 1 ms -> 550 W. Measured whole model (graph): 500 W
+    # over 2.5 ms, 1.25 J per call of 10 samples: 0.125 J per sample.
+    whole = {"time_s": 2.5e-3, "power_w": 500.0, "energy_j": 1.25, "execution": "cuda_graph"}
+    # Calibrated: the first layer's work in 2 ms (250 W), whole model 3 ms -> 250 W x 3 ms = 0.75 J, 0.075 J/sample.
+    calibrated = {"in_sample": {"whole_time_s": 3e-3, "layers": [(2e11, 1e9, "tc_bf16", "hbm", 2e-3)]},
+                  "leave_one_model_out": None}
+    run = _run("m.json", "profiled", None, [_layer("a", 2e11, 1e9, 1e-3, 550.0), _layer("hot", 1e12, 1e9, 1e-3, 550.0)],
+               whole=whole, calibrated=calibrated)
+    out = mod.validate([run], _hand_carm(), _hand_model(), 2000.0, 0.5)
+    assert out["validation"]["n"] == 0                        # profiled: no per-layer power scored...
+    (m,) = out["models"]                                      # ...but the whole model counts
+    assert m["reference"] == "inference_graph" and m["reference_execution"] == "cuda_graph"
+    assert m["predicted_power_w"] == pytest.approx(550.0) and m["power_err"] == pytest.approx(0.1)
+    assert m["measured_energy_per_sample_j"] == pytest.approx(0.125)
+    assert m["predicted_energy_per_sample_j_given_time"] == pytest.approx(550.0 * 2.5e-3 / 10)
+    assert m["energy_per_sample_err_given_time"] == pytest.approx(0.1)
+    cal = m["calibrated_in_sample"]
+    assert cal["predicted_power_w"] == pytest.approx(250.0) and cal["time_err"] == pytest.approx(0.2)
+    assert cal["predicted_energy_per_sample_j"] == pytest.approx(0.075)
+    assert cal["energy_per_sample_err"] == pytest.approx(-0.4)
+    assert m["calibrated_leave_one_model_out"] is None
+    s = out["validation"]["models"]
+    assert s["energy_per_sample_median_abs_err_calibrated_time"] == pytest.approx(0.4)
+    assert s["n_calibrated"] == 1 and s["n_calibrated_leave_one_model_out"] == 0
+    assert s["by_reference"] == {"cuda_graph": {"n": 1, "power_median_abs_err": pytest.approx(0.1)}}
+
+
+def _report(path, settings, power_w, inference=None, graph=None):
+    layers = [{"name": "a", "type": "Conv2D", "flops": 2e11, "bytes": 1e9, "path": "tc_bf16", "level": "hbm",
+               "time_s": 1e-3, "power_w": power_w, "energy_j": power_w * 1e-3, "sm_clock_mhz": 1980.0}]
+    path.write_text(json.dumps({"backend": "torch", "batch_size": 10, "precision": "mixed_bfloat16",
+                                "layout": "channels_first", "command": "vgg16_layers.py", "settings": settings,
+                                "date": str(path.name), "inference": inference, "inference_graph": graph,
+                                "layers": layers}))
+
+
+def test_records_from_several_folders_carry_their_method_window_and_whole_model_reference(tmp_path):
+    mod = _load("power_model_validation")
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    eager = {"time_s": 0.05, "power_w": 150.0, "energy_j": 7.5, "execution": "eager"}
+    graph = {"time_s": 0.01, "power_w": 600.0, "energy_j": 6.0, "execution": "cuda_graph"}
+    _report(old / "profiled.json", {"method": "profiled"}, 600.0, eager, graph)
+    _report(old / "short.json", {"method": "layer-windows", "layer_window_s": 0.05}, 90.0)
+    _report(new / "long.json", {"method": "layer-windows", "layer_window_s": 0.5}, 420.0,
+            {"time_s": 0.004, "power_w": 500.0, "energy_j": 2.0, "execution": "jit"})
+    runs = {Path(r["file"]).name: r for r in mod.load_runs([old, new], profile=None)}
+    assert runs["profiled.json"]["reference"] == "inference_graph"   # the graph replay over the eager call
+    assert runs["long.json"]["reference"] == "inference" and runs["long.json"]["layer_window_s"] == 0.5
+    assert runs["short.json"]["reference"] is None
+    out = tmp_path / "out"
+    args = ["--records", str(old), "--records", str(new), "--ceilings", str(CEILINGS), "--out", str(out)]
+    assert mod.main(args) == 0
+    v = json.loads(next(out.glob("*.json")).read_text())["validation"]
+    assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 0, "window_short": 1, "no_power_reading": 0}
+    assert v["n"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
+
+
+def test_validation_script_refuses_a_negative_window_threshold(tmp_path, capsys):
+    mod = _load("power_model_validation")
+    assert mod.main(["--records", str(tmp_path), "--ceilings", str(CEILINGS), "--min-layer-window-s", "-1"]) == 2
+    assert "--min-layer-window-s must be >= 0" in capsys.readouterr().err

@@ -7,7 +7,8 @@ model's voltage curve f0, else the profile's maximum SM clock). A kernel runs at
 point (the roofs' time); its power is the power model at that point's rates, which is what a kernel
 that keeps its bounding unit busy draws (VGG16's convolutions on the H200 draw 600-780 W at 13-45% of
 the BF16 roof). Above the power limit the GPU lowers its clock until P = limit: the clock each kernel
-sustains under the cap. Every figure here is a prediction.
+sustains under the cap. predict_at_time evaluates the same model at a measured time instead (the
+rates a kernel actually ran at). Every figure here is a prediction.
 """
 
 from __future__ import annotations
@@ -88,6 +89,40 @@ def predict_at_clock(carm: CARM, pm: PowerModel, work: Work, sm_clock_mhz: float
         f = lo
         time_s, power_w = _uncapped(carm, pm, work, f, f0, memory_clock_scale)
     return ClockPrediction(float(sm_clock_mhz), f, time_s, power_w, power_w * time_s, capped)
+
+
+def predict_at_time(pm: PowerModel, work: Work, time_s: float,
+                    reference_sm_clock_mhz: float | None = None) -> ClockPrediction:
+    """Power and energy of `work` that took `time_s` (a measured time): the power model at the rates it
+    actually ran at, flops / time_s and bytes / time_s, not at its CARM operating point.
+
+    Evaluated at the reference clock; where that power exceeds the power limit, the GPU lowers its clock
+    until P = limit: the power is the limit, and the clock is the one at which the model's power at these
+    rates meets it (bisection; with no voltage curve the clock stays the reference one). Where even the
+    voltage curve's lowest energy per operation stays above the limit, the clock is the bisection's floor.
+    """
+    if not time_s > 0:
+        raise ProfileError(f"a measured time must be > 0 s, received: {time_s!r}")
+    f0 = reference_clock_mhz(pm, reference_sm_clock_mhz)
+
+    def power_at(f_mhz: float) -> float:
+        return pm.power_w(work.flops / time_s, work.bytes / time_s, work.path, work.level,
+                          sm_clock_mhz=f_mhz, data=work.data)
+
+    f, power_w = f0, power_at(f0)
+    capped = pm.power_limit_w is not None and power_w > pm.power_limit_w
+    if capped:
+        if pm.voltage is not None:
+            lo, hi = 1.0, f0
+            for _ in range(32):
+                mid = 0.5 * (lo + hi)
+                if power_at(mid) > pm.power_limit_w:
+                    hi = mid
+                else:
+                    lo = mid
+            f = lo
+        power_w = pm.power_limit_w
+    return ClockPrediction(f0, f, time_s, power_w, power_w * time_s, capped)
 
 
 def predict_model_at_clock(carm: CARM, pm: PowerModel, works: Iterable[Work], sm_clock_mhz: float,
