@@ -102,7 +102,20 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
         raise
     except Exception as exc:  # keras raises ValueError for bad input shapes etc.
         raise ModelLoadError(f"could not build {attr}: {_first_line(exc)}") from None
+    if input_shape is None and _open_dimensions(model):
+        # MobileNetV3* builds with (None, None, 3) when no shape is given: a CARM needs sizes, so build it
+        # at the ImageNet size its weights are published for, in the current layout.
+        channels_first = keras.config.image_data_format() == "channels_first"
+        return load_model(spec, precision, (3, *DEFAULT_IMAGE_SIZE) if channels_first else (*DEFAULT_IMAGE_SIZE, 3))
     return model, attr.lower()
+
+
+DEFAULT_IMAGE_SIZE = (224, 224)
+
+
+def _open_dimensions(model) -> bool:
+    """True when an input of `model` has an unknown dimension besides the batch."""
+    return any(d is None for x in model.inputs for d in tuple(x.shape)[1:])
 
 
 def _load_file(path: Path):

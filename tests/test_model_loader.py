@@ -32,3 +32,11 @@ def test_mobilenetv3small_builds_by_name_and_with_dashes():
 def test_unknown_application_is_one_clear_error():
     with pytest.raises(ModelLoadError, match="neither a model file nor a keras.applications model"):
         load_model("mobilenetv9")
+
+
+@pytest.mark.parametrize("name", ["mobilenetv3small", "mobilenetv3large"])
+def test_application_without_a_fixed_input_shape_is_built_at_224(name):
+    # keras.applications.MobileNetV3*(weights=None) accepts any image size ((None, None, 3)); the CARM
+    # needs sizes, and 224x224 is the size its ImageNet weights are published for.
+    model, _ = load_model(name)
+    assert tuple(model.inputs[0].shape)[1:] in ((224, 224, 3), (3, 224, 224))
