@@ -118,13 +118,15 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
         out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes, "path": c.path,
                     "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
                     "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
-                    "execution": m.get("execution")})
+                    "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
     calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution)}
     if calibration is not None:
         if model_name not in lomo_cache:
             lomo_cache[model_name] = calibration.without_model(model_name)
         apply_calibration(rows, lomo_cache[model_name], doc["backend"], profile)
         calibrated["leave_one_model_out"] = _calibrated(rows, lomo_cache[model_name], doc["backend"], execution)
+        for layer in out:
+            layer["calibrated_time_s_leave_one_model_out"] = costs[layer["name"]].calibrated_time_s
     return out, calibrated
 
 

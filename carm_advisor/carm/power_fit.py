@@ -170,7 +170,12 @@ def _solve(records, cols, voltage, idle_w, fit_constant):
 
     a = _design(records, cols, voltage)
     p = np.array([r.power_w for r in records])
-    if fit_constant:
+    if fit_constant and idle_w is not None:
+        # A GPU running a kernel draws at least its idle power: the intercept is idle + an excess >= 0
+        # (free, the least squares put it at 0 W on the H200 sweep and let the energies absorb it).
+        x, _ = nnls(np.hstack([np.ones((len(records), 1)), a]), p - float(idle_w))
+        const, x = float(idle_w) + float(x[0]), x[1:]
+    elif fit_constant:
         x, _ = nnls(np.hstack([np.ones((len(records), 1)), a]), p)
         const, x = float(x[0]), x[1:]
     else:
@@ -212,7 +217,8 @@ def fit_power_sweep(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz
     fit = PowerFit(const, e_flop, e_byte, factor, voltage, {}, "fitted" if fit_constant else "idle power", rows)
     fit.quality = fit_quality([r.power_w for r in rows], [fit.predict_w(r) for r in rows])
     fit.quality.update({"records": len(rows), "parameters": len(cols) + int(fit_constant),
-                        "constant": "fitted (intercept)" if fit_constant else "fixed to the measured idle power "
+                        "constant": ("fitted (intercept, at least the measured idle power)" if idle_w is not None
+                                     else "fitted (intercept)") if fit_constant else "fixed to the measured idle power "
                         "(no record mixes paths and levels, so an intercept is not identifiable)",
                         "solver": "non-negative least squares (Lawson-Hanson active set, numpy)", "min_window_s": min_window_s,
                         "sse_w2": sse})
