@@ -387,6 +387,46 @@ def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float |
     return best
 
 
+# ---- the duty curve, from measured layers -------------------------------------------------------
+
+@dataclass(frozen=True)
+class DutyObservation:
+    """A measured layer: its time per call, its measured power and its busy power (the power model at
+    its CARM operating point, cap included)."""
+
+    time_s: float
+    measured_w: float
+    busy_w: float
+
+
+def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
+                   gammas: Iterable[float] | None = None, t_fulls_s: Iterable[float] | None = None,
+                   source: str = "fitted on layer records"):
+    """(t_full_s, gamma) of P = P_const + (busy - P_const) * min(1, (t / t_full_s) ** gamma) that minimise
+    the median absolute relative power error over `observations` (a grid search: robust to the layers no
+    curve describes, and the figure the validation reports). Returns (DutyCurve, that median error).
+    Fitted on LAYER data: validate it on layers of models it was not fitted on."""
+    import numpy as np
+
+    from carm_advisor.carm.power_model import DutyCurve
+
+    obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w]
+    if not obs:
+        raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
+                           "above the constant power")
+    t = np.array([o.time_s for o in obs])
+    m = np.array([o.measured_w for o in obs])
+    busy = np.array([o.busy_w for o in obs])
+    best = None
+    for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
+        for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
+            p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)
+            err = float(np.median(np.abs(p / m - 1)))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, float(t_full), float(g))
+    return DutyCurve(best[1], best[2], source), best[0]
+
+
 def power_model_section(benchmark_rows: Iterable[dict[str, Any]], idle_w: float | None, f0_mhz: float,
                         power_limit_w: float | None, date: str | None = None,
                         drop: Iterable[str] = ()) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from carm_advisor.errors import ProfileError
 
@@ -70,6 +71,42 @@ class VoltageCurve:
 
 
 @dataclass(frozen=True)
+class DutyCurve:
+    """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws:
+    d(t) = min(1, (t / t_full_s) ** gamma). Fitted on measured LAYERS (carm/power_fit.fit_duty_curve),
+    not on the sweep: every sweep benchmark keeps the whole GPU busy for seconds, so the sweep cannot
+    see it. On the H200 (2026-12-03 records) short layer calls draw less: a 6 us call replayed from a
+    CUDA graph leaves the GPU idle between replays, a 50-100 us one (ResNet50's 1x1 convolutions) fills
+    part of the SMs, a >= 0.3 ms one runs at its busy power."""
+
+    t_full_s: float
+    gamma: float
+    source: str = "fitted on layer records"
+
+    def __post_init__(self):
+        if not (math.isfinite(self.t_full_s) and self.t_full_s > 0) or not (math.isfinite(self.gamma) and self.gamma >= 0):
+            raise ProfileError(f"duty curve needs t_full_s > 0 and gamma >= 0, received: t_full_s={self.t_full_s!r}, "
+                               f"gamma={self.gamma!r}")
+
+    def fraction(self, time_s: float | None) -> float:
+        """d(t) in (0, 1]; 1 where the time is unknown (the busy power stands)."""
+        if time_s is None or not time_s > 0:
+            return 1.0
+        return min(1.0, (time_s / self.t_full_s) ** self.gamma)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t_full_s": self.t_full_s, "gamma": self.gamma, "source": self.source,
+                "form": "P = P_const + (P_busy - P_const) * min(1, (t / t_full_s) ** gamma), t the time per call"}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "DutyCurve":
+        try:
+            return cls(float(d["t_full_s"]), float(d["gamma"]), str(d.get("source", "fitted on layer records")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"power_model.duty must hold numbers t_full_s, gamma, received: {d!r}") from exc
+
+
+@dataclass(frozen=True)
 class PowerModel:
     constant_w: float                                   # drawn whenever a kernel runs (static + uncore)
     joules_per_flop: dict[str, float] = field(default_factory=dict)   # per compute path
@@ -78,6 +115,7 @@ class PowerModel:
     data_factor: dict[str, dict[str, float]] = field(default_factory=dict)  # {path: {"zero": 0.21, ...}}
     voltage: VoltageCurve | None = None                 # energy per operation vs SM clock (None: clock-blind)
     fit: dict = field(default_factory=dict)            # fit quality: n, r2, median/max abs relative error
+    duty: DutyCurve | None = None                      # busy power vs time per call (None: the busy power)
 
     def __post_init__(self):
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
@@ -129,6 +167,13 @@ class PowerModel:
             return roof_time_s
         power_time_s = self.dynamic_energy_j(flops, bytes_, path, level) / (self.power_limit_w - self.constant_w)
         return max(roof_time_s, power_time_s)
+
+    def duty_power_w(self, busy_w: float, time_s: float | None) -> float:
+        """A layer's power from its busy power (the power model at its CARM operating point) and its
+        time per call: P_const + (busy - P_const) * duty(t); the busy power without a duty curve."""
+        if self.duty is None:
+            return busy_w
+        return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s)
 
     def energy_j(self, time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:
         return self.constant_w * time_s + self.dynamic_energy_j(flops, bytes_, path, level)
