@@ -46,9 +46,9 @@ if has cli; then
   mkdir -p "$OUT/cli"
   for m in ${CLI_MODELS:-vgg16 resnet50 mobilenetv2}; do
     step "cli analyze $m"
-    /usr/bin/time -f "$m CLI wall %e s" timeout $(cap 150) python3 -m carm_advisor.cli analyze "$m" --batch-size 64 \
+    /usr/bin/time -o "$OUT/cli/$m.time" -f "$m CLI wall %e s" timeout $(cap 150) python3 -m carm_advisor.cli analyze "$m" --batch-size 64 \
         --precision mixed_bfloat16 --layout channels_first --json "$OUT/cli/$m.json" > "$OUT/cli/$m.txt" 2>&1
-    tail -n 2 "$OUT/cli/$m.txt"
+    tail -n 2 "$OUT/cli/$m.txt"; cat "$OUT/cli/$m.time"
   done
   if [ -n "${CLI_VERIFY:-}" ]; then
     step "cli analyze vgg16 --verify"
