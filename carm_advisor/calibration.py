@@ -365,6 +365,12 @@ class Calibration:
         return Calibration([s for s in self.samples if s.model != model], [w for w in self.whole if w.model != model],
                            {**self.provenance, "left_out": model})
 
+    def with_models(self, models: Iterable[str]) -> "Calibration":
+        """Only the samples of `models`: a calibration fitted on these, to predict the others (held out)."""
+        keep = set(models)
+        return Calibration([s for s in self.samples if s.model in keep], [w for w in self.whole if w.model in keep],
+                           {**self.provenance, "fitted_on": sorted(keep)})
+
     def summary(self) -> dict[str, Any]:
         """Per key: median efficiency and count (what a reader checks; the samples are the truth)."""
         return {"/".join(str(k) for k in key): {"median_efficiency": statistics.median(v), "n": len(v)}
