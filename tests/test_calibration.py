@@ -187,3 +187,13 @@ def test_the_shipped_calibration_is_only_used_for_its_own_gpu_and_the_cache_exte
     assert len(load_calibration(device, "Some Other GPU").samples) == 1     # this GPU's own measurements
     store_calibration(device, Calibration([_s(0.25, model="mine"), _s(0.3, model="mine")]))  # a newer run replaces
     assert len(load_calibration(device, "Some Other GPU").samples) == 2
+
+
+def test_an_unseen_normalization_borrows_batch_normalization_before_the_rest_of_its_family():
+    bn = [_s(0.3, cls="BatchNormalization", model=str(i)) for i in range(3)]
+    relu = [_s(0.9, cls="elementwise", model=str(i)) for i in range(3)]
+    calib = Calibration(bn + relu)
+    found = calib.estimate("torch", "LayerNormalization", "bfloat16", 1e-4)
+    assert found.efficiency == pytest.approx(0.3) and found.source == "similar class BatchNormalization"
+    assert calib.estimate("torch", "LayerScale", "bfloat16", 1e-4).efficiency == pytest.approx(0.9)   # elementwise
+    assert calib.estimate("torch", "LayerNormalization", "float32", 1e-4).source == "similar class BatchNormalization, other dtype"
