@@ -119,7 +119,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
             predicted = calib.whole_time_s(rs, run.backend, m.execution)
             e = _err(predicted, m.time_s)
             entry["whole"][m.execution] = {"measured_s": m.time_s, "calibrated_s": predicted, "abs_err": e,
-                                           "source": calib.whole_describe(run.backend, m.execution)}
+                                           "source": calib.whole_describe(run.backend, m.execution, rs)}
             if e is not None:
                 whole_errs.setdefault(f"{run.backend}/{m.execution}", []).append(e)
                 per_model_whole.setdefault(f"{run.model_name}/{run.backend}/{m.execution}", []).append(e)
