@@ -10,12 +10,24 @@ the power model is fitted over every benchmark row with a >= 0.9 s power window 
 carm-advisor/measurements/1, or the layer reports that benchmarks/vgg16_layers.py writes); the same run
 recorded twice is counted once.
 
-Per layer, the headline prediction is the power model at the layer's MEASURED operating point:
-P = P_const + e_flop[path] * FLOPs / t + e_byte[level] * bytes / t with t its measured time, capped at
-the power limit (with the clock the cap implies: carm/dvfs.py predict_at_time); the energy given the
-measured time is that power times t. Reported beside it: the CARM-operating-point variant (the rates its
-roofs allow at the default clock, the power limit as a third roof), which a layer running at a fraction
-of its roofs never reaches, and the CARM bound time (uncalibrated, far below the measured time).
+Per layer, the variants (validation.variants, each with breakdowns by model, backend, precision, batch
+size, window, layer class and call time; what each needs in VARIANTS):
+- duty_lomo_calibrated_time, the HEADLINE (needs no measurement of the model): the busy power (the power
+  model at the layer's CARM operating point at the default clock, the power limit as a roof) scaled
+  above the constant power by the duty curve min(1, (t / t_full) ** gamma) at the layer's calibrated
+  time (carm_advisor/calibration.py). The duty curve is fitted on the scored layers of the OTHER models
+  (leave one model out) and the calibration is Calibration.without_model(this model).
+- carm_point: the busy power alone: the sweep fit, no layer data at all.
+- calibrated_point / measured_point: the sweep fit at the layer's FLOPs and bytes over its calibrated /
+  measured time (the useful rates): they miss by 35-65%, see carm/power_model.py for why.
+- duty_lomo_measured_time, duty_in_sample_measured_time (in sample: NOT a validation).
+The energy given the measured time is the headline power x the measured time.
+Choices made after seeing data (2026-12-03 records, VGG16 and ResNet50 windows): the busy power as the
+base (the CARM point was already reported closer than the measured point), the duty curve's form (a
+power law in the time per call, from the error by call time) and the headline. The leave-one-model-out
+figures validate the curve's parameters, not its form; records taken after the form was fixed (e.g.
+nvidia-h200-records-2026-12-04*) are its first test. The sweep fit's intercept is held >= the measured
+idle power (physics, decided before looking at layers: free, it went to 0 W).
 
 Only per-layer power measurements are scored. Left out, each with its count: records of torch's
 profiler (settings.method "profiled": every layer gets the model's mean power, settings.layer_energy),
@@ -24,7 +36,10 @@ layers whose energy windows (settings.layer_window_s) are shorter than --min-lay
 unknown (the vgg16_layers.py reports), and readings of no power. The measurement noise floor (each
 layer's spread over the runs that measured the same configuration) is that of the scored layers.
 
-Whole models (every record with a whole-model measurement, profiled ones included): the layers' power
+Whole models, headline: the layers' headline powers time-weighted at their calibrated times (leave one
+model out) times the calibrated whole-model time, per sample (calibrated_leave_one_model_out.duty_lomo_*);
+validation.models.measurement_noise_floor is the spread of the whole-model power of the same
+configuration over records. Also (every record with a whole-model measurement, profiled ones included): the layers' power
 at their measured times, time-weighted, against the measured whole-model power: the CUDA graph replay
 (inference_graph) where the record has one (torch), else `inference` (jax jit, or torch eager); each row
 names the one used. Energy per sample: that power times the measured whole-model time, per sample; and
@@ -118,13 +133,15 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
         out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes, "path": c.path,
                     "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
                     "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
-                    "execution": m.get("execution")})
+                    "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
     calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution)}
     if calibration is not None:
         if model_name not in lomo_cache:
             lomo_cache[model_name] = calibration.without_model(model_name)
         apply_calibration(rows, lomo_cache[model_name], doc["backend"], profile)
         calibrated["leave_one_model_out"] = _calibrated(rows, lomo_cache[model_name], doc["backend"], execution)
+        for layer in out:
+            layer["calibrated_time_s_leave_one_model_out"] = costs[layer["name"]].calibrated_time_s
     return out, calibrated
 
 
@@ -212,48 +229,126 @@ def _err(predicted, measured):
     return predicted / measured - 1 if predicted is not None and measured else None
 
 
-def _time_weighted_power(parts, carm, pm, f0_mhz: float) -> tuple[float | None, float | None]:
-    """(work, time_s) pairs -> (power at each one's time, power at each one's CARM operating point),
-    time-weighted over the times (None without time)."""
+def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None) -> tuple[float | None, float | None, float | None]:
+    """(work, time_s) pairs -> the power at each one's time, at each one's CARM operating point, and the
+    latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times."""
+    import dataclasses
+
     from carm_advisor.carm.dvfs import predict_at_clock, predict_at_time
 
     total = sum(t for _, t in parts)
     if not total:
-        return None, None
+        return None, None, None
     at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t in parts) / total
-    at_roofs = sum(predict_at_clock(carm, pm, w, f0_mhz, f0_mhz).power_w * t for w, t in parts) / total
-    return at_time, at_roofs
+    busy = [(predict_at_clock(carm, pm, w, f0_mhz, f0_mhz).power_w, t) for w, t in parts]
+    at_roofs = sum(p * t for p, t in busy) / total
+    with_duty = None
+    if duty is not None:
+        pmd = dataclasses.replace(pm, duty=duty)
+        with_duty = sum(pmd.duty_power_w(p, t) * t for p, t in busy) / total
+    return at_time, at_roofs, with_duty
+
+
+# Per-layer power variants (predicted W), the headline first. Which figure needs what is in the text.
+HEADLINE = "duty_lomo_calibrated_time"
+VARIANTS = {
+    "duty_lomo_calibrated_time": "HEADLINE, needs no measurement of the model: the busy power (carm_point) scaled "
+                                 "by the duty curve at the layer's calibrated time; the duty curve fitted on the "
+                                 "scored layers of the OTHER models, the calibration without this model's samples",
+    "carm_point": "sweep fit alone at the CARM operating point (the roofs' rates, power limit as a roof): the busy "
+                  "power; no layer data, no time",
+    "calibrated_point": "sweep fit alone at the layer's FLOPs and bytes over its calibrated time (leave one model "
+                        "out): the useful rates the product predicts",
+    "measured_point": "sweep fit alone at the layer's FLOPs and bytes over its MEASURED time (needs a measurement)",
+    "duty_lomo_measured_time": "busy power x the leave-one-model-out duty curve at the MEASURED time (isolates the "
+                               "power model from the time prediction)",
+    "duty_in_sample_measured_time": "busy power x the duty curve fitted on ALL scored layers, at the measured time: "
+                                    "in sample, NOT a validation (what the form can do at best)",
+}
+
+
+def _duty_curves(obs_by_model: dict, constant_w: float) -> tuple[dict, object | None]:
+    """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one."""
+    from carm_advisor.carm.power_fit import fit_duty_curve
+
+    every = [o for obs in obs_by_model.values() for o in obs]
+    in_sample = fit_duty_curve(every, constant_w, source="fitted on every scored layer (in sample)")[0] \
+        if every else None
+    lomo = {}
+    for model in obs_by_model:
+        train = [o for m, obs in obs_by_model.items() if m != model for o in obs]
+        lomo[model] = fit_duty_curve(train, constant_w, source=f"fitted on the scored layers of every model but {model}")[0] \
+            if train else None
+    return lomo, in_sample
 
 
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5) -> dict:
-    from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
+    import dataclasses
 
-    layers, models = [], []
+    from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
+    from carm_advisor.carm.power_fit import DutyObservation
+
+    layers, models, per_run = [], [], []
+    obs_by_model: dict[str, list] = {}
     for run in runs:
-        weighted_w = carm_weighted_w = measured_t = carm_t = 0.0
+        kept = []
         for l in run["layers"]:
             if not l.get("time_s") or not _covered(l, carm, pm):
                 continue
             work = Work(l["flops"], l["bytes"], l["path"], l["level"])
-            at = predict_at_time(pm, work, l["time_s"], f0_mhz)
             roof = predict_at_clock(carm, pm, work, f0_mhz, f0_mhz)
-            weighted_w += at.power_w * l["time_s"]
-            carm_weighted_w += roof.power_w * l["time_s"]
+            excluded = exclusion(run, l, min_layer_window_s)
+            kept.append((l, work, roof, excluded))
+            if excluded is None:
+                obs_by_model.setdefault(run["model"], []).append(DutyObservation(l["time_s"], l["power_w"], roof.power_w))
+        per_run.append(kept)
+    lomo_curves, in_sample_curve = _duty_curves(obs_by_model, pm.constant_w)
+    duty_pm = {m: dataclasses.replace(pm, duty=c) for m, c in lomo_curves.items() if c is not None}
+    pm_in = dataclasses.replace(pm, duty=in_sample_curve) if in_sample_curve is not None else None
+
+    for run, kept in zip(runs, per_run):
+        weighted = {"measured_point": 0.0, "carm_point": 0.0, "duty_lomo_measured_time": 0.0}
+        measured_t = carm_t = 0.0
+        lomo_pm = duty_pm.get(run["model"])
+        for l, work, roof, excluded in kept:
+            at = predict_at_time(pm, work, l["time_s"], f0_mhz)
+            t_cal = l.get("calibrated_time_s_leave_one_model_out")
+            pred = {"measured_point": at.power_w, "carm_point": roof.power_w,
+                    "calibrated_point": predict_at_time(pm, work, t_cal, f0_mhz).power_w if t_cal else None,
+                    "duty_lomo_measured_time": lomo_pm.duty_power_w(roof.power_w, l["time_s"]) if lomo_pm else None,
+                    "duty_lomo_calibrated_time": lomo_pm.duty_power_w(roof.power_w, t_cal) if lomo_pm and t_cal
+                    else None,
+                    "duty_in_sample_measured_time": pm_in.duty_power_w(roof.power_w, l["time_s"]) if pm_in else None}
             measured_t += l["time_s"]
             carm_t += roof.time_s
-            excluded = exclusion(run, l, min_layer_window_s)
+            for k in weighted:
+                if weighted[k] is not None and pred[k] is not None:
+                    weighted[k] += pred[k] * l["time_s"]
+                else:
+                    weighted[k] = None
             power = l.get("power_w")
             measured_e = l.get("energy_j") or (power * l["time_s"] if power else None)
+            head = pred[HEADLINE]
             layers.append({"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
                            "precision": run["precision"], "batch_size": run["batch_size"], "layer": l["name"],
                            "type": l["type"], "path": l["path"], "level": l["level"],
                            "method": run.get("method"), "layer_window_s": run.get("layer_window_s"),
                            "scored": excluded is None, "excluded": excluded,
-                           "measured_power_w": power, "predicted_power_w": at.power_w,
-                           "power_err": _err(at.power_w, power),
-                           "measured_energy_j": measured_e, "predicted_energy_j_given_time": at.energy_j,
-                           "energy_err": _err(at.energy_j, measured_e),
-                           "measured_time_s": l["time_s"],
+                           "measured_power_w": power, "measured_energy_j": measured_e,
+                           "measured_time_s": l["time_s"], "calibrated_time_s": t_cal,
+                           "calibrated_time_err": _err(t_cal, l["time_s"]),
+                           "predicted_power_w_by_variant": pred,
+                           "power_err_by_variant": {k: _err(p, power) for k, p in pred.items()},
+                           "headline_power_w": head, "headline_power_err": _err(head, power),
+                           "headline_energy_j_given_time": head * l["time_s"] if head is not None else None,
+                           "headline_energy_err_given_time": _err(head * l["time_s"] if head is not None else None,
+                                                                  measured_e),
+                           "headline_energy_j_calibrated_time": head * t_cal if head is not None and t_cal else None,
+                           "headline_energy_err_calibrated_time": _err(head * t_cal if head is not None and t_cal
+                                                                       else None, measured_e),
+                           # the measured-operating-point figures under their earlier names
+                           "predicted_power_w": at.power_w, "power_err": _err(at.power_w, power),
+                           "predicted_energy_j_given_time": at.energy_j, "energy_err": _err(at.energy_j, measured_e),
                            "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": at.sm_clock_mhz,
                            "power_capped": at.power_capped,
                            "carm_point_predicted_power_w": roof.power_w,
@@ -263,8 +358,9 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
         if not (measured_t and ref.get("power_w") and ref.get("time_s")):
             continue
         batch = run["batch_size"]
-        power_w = weighted_w / measured_t
         measured_e = ref.get("energy_j") or ref["power_w"] * ref["time_s"]
+        at_measured = {k: (w / measured_t if w is not None else None) for k, w in weighted.items()}
+        power_w = at_measured["measured_point"]
         row = {"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
                "precision": run["precision"], "batch_size": batch, "method": run.get("method"),
                "reference": run["reference"], "reference_execution": ref.get("execution"),
@@ -274,10 +370,12 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                "measured_energy_per_sample_j": measured_e / batch,
                "predicted_energy_per_sample_j_given_time": power_w * ref["time_s"] / batch,
                "energy_per_sample_err_given_time": _err(power_w * ref["time_s"], measured_e),
-               "carm_point_predicted_power_w": carm_weighted_w / measured_t,
-               "carm_point_power_err": _err(carm_weighted_w / measured_t, ref["power_w"]),
-               "carm_point_energy_per_sample_err_given_time": _err(carm_weighted_w / measured_t * ref["time_s"],
+               "carm_point_predicted_power_w": at_measured["carm_point"],
+               "carm_point_power_err": _err(at_measured["carm_point"], ref["power_w"]),
+               "carm_point_energy_per_sample_err_given_time": _err(at_measured["carm_point"] * ref["time_s"],
                                                                    measured_e),
+               "duty_lomo_measured_time_predicted_power_w": at_measured["duty_lomo_measured_time"],
+               "duty_lomo_measured_time_power_err": _err(at_measured["duty_lomo_measured_time"], ref["power_w"]),
                "carm_bound_time_s": carm_t}
         for variant, cal in (run.get("calibrated") or {}).items():
             if not cal:
@@ -285,18 +383,29 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 continue
             parts = [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
-            cal_w, roofs_w = _time_weighted_power(parts, carm, pm, f0_mhz)
-            e = cal_w * cal["whole_time_s"] if cal_w is not None else None
-            roofs_e = roofs_w * cal["whole_time_s"] if roofs_w is not None else None
+            cal_w, roofs_w, duty_w = _time_weighted_power(parts, carm, pm, f0_mhz, lomo_curves.get(run["model"]))
+            whole_s = cal["whole_time_s"]
+            energy = {k: (w * whole_s if w is not None else None) for k, w in
+                      (("calibrated_point", cal_w), ("carm_point", roofs_w), ("duty_lomo", duty_w))}
             row[f"calibrated_{variant}"] = {
-                "time_s": cal["whole_time_s"], "time_err": _err(cal["whole_time_s"], ref["time_s"]),
+                "time_s": whole_s, "time_err": _err(whole_s, ref["time_s"]),
                 "predicted_power_w": cal_w, "power_err": _err(cal_w, ref["power_w"]),
-                "predicted_energy_per_sample_j": e / batch if e is not None else None,
-                "energy_per_sample_err": _err(e, measured_e),
+                "predicted_energy_per_sample_j": energy["calibrated_point"] / batch
+                if energy["calibrated_point"] is not None else None,
+                "energy_per_sample_err": _err(energy["calibrated_point"], measured_e),
                 "carm_point_predicted_power_w": roofs_w,
-                "carm_point_energy_per_sample_err": _err(roofs_e, measured_e)}
+                "carm_point_power_err": _err(roofs_w, ref["power_w"]),
+                "carm_point_energy_per_sample_err": _err(energy["carm_point"], measured_e),
+                "duty_lomo_predicted_power_w": duty_w, "duty_lomo_power_err": _err(duty_w, ref["power_w"]),
+                "duty_lomo_predicted_energy_per_sample_j": energy["duty_lomo"] / batch
+                if energy["duty_lomo"] is not None else None,
+                "duty_lomo_energy_per_sample_err": _err(energy["duty_lomo"], measured_e)}
         models.append(row)
-    return {"layers": layers, "models": models, "validation": summary(layers, models, min_layer_window_s)}
+    curves = {"leave_one_model_out": {m: (c.to_dict() if c else None) for m, c in lomo_curves.items()},
+              "in_sample": in_sample_curve.to_dict() if in_sample_curve else None,
+              "n_by_model": {m: len(o) for m, o in obs_by_model.items()}}
+    return {"layers": layers, "models": models, "duty_curves": curves,
+            "validation": summary(layers, models, min_layer_window_s)}
 
 
 def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None,
@@ -376,11 +485,81 @@ TARGETS = {"layer_power": 0.10, "layer_power_min_n": 100, "model_power": 0.07, "
            "model_energy_per_sample_calibrated_time": 0.15}
 
 
+BREAKDOWNS = {"by_model": "model", "by_backend": "backend", "by_precision": "precision", "by_batch_size": "batch_size",
+              "by_layer_window_s": "layer_window_s"}
+# Per-call time buckets (measured time): where the duty curve acts.
+TIME_BUCKETS_S = (1e-5, 2e-5, 5e-5, 1e-4, 3e-4, 1e-3)
+
+
+def _time_bucket(t: float) -> str:
+    lo = 0.0
+    for hi in TIME_BUCKETS_S:
+        if t < hi:
+            return f"[{lo * 1e6:g}, {hi * 1e6:g}) us"
+        lo = hi
+    return f">= {lo * 1e6:g} us"
+
+
+def _variant_stats(rows: list[dict], variant: str) -> dict:
+    errs = [r["power_err_by_variant"].get(variant) for r in rows]
+    errs = [e for e in errs if e is not None]
+    return {"n": len(errs), "power_median_abs_err": _median_abs(errs),
+            "power_median_err": statistics.median(errs) if errs else None}
+
+
+def _breakdown(rows: list[dict], variant: str) -> dict:
+    from carm_advisor.calibration import layer_class
+
+    out = {}
+    for name, key in BREAKDOWNS.items():
+        out[name] = {str(v): _variant_stats([r for r in rows if r[key] == v], variant)
+                     for v in sorted({r[key] for r in rows}, key=str)}
+    out["by_layer_class"] = {c: _variant_stats([r for r in rows if layer_class(r["type"]) == c], variant)
+                             for c in sorted({layer_class(r["type"]) for r in rows})}
+    out["by_call_time"] = {b: _variant_stats([r for r in rows if _time_bucket(r["measured_time_s"]) == b], variant)
+                           for b in dict.fromkeys(_time_bucket(r["measured_time_s"])
+                                                  for r in sorted(rows, key=lambda r: r["measured_time_s"]))}
+    return out
+
+
 def _models_summary(models: list[dict]) -> dict:
     def cal(variant, key):
         return _median_abs((r.get(f"calibrated_{variant}") or {}).get(key) for r in models)
 
+    def by(key, field):
+        return {str(v): {"n": len(rs), "power_median_abs_err": _median_abs(r.get(field) for r in rs)}
+                for v in sorted({r[key] for r in models}, key=str) for rs in [[r for r in models if r[key] == v]]}
+
+    def by_cal(key, field):
+        return {str(v): {"n": len(rs), "median_abs_err": _median_abs((r.get("calibrated_leave_one_model_out") or {})
+                                                                     .get(field) for r in rs)}
+                for v in sorted({r[key] for r in models}, key=str) for rs in [[r for r in models if r[key] == v]]}
+
+    groups: dict[tuple, list[float]] = {}
+    for r in models:
+        groups.setdefault((r["model"], r["backend"], r["precision"], r["batch_size"], r["reference_execution"]),
+                          []).append(r["measured_power_w"])
+    devs = [p / statistics.median(ps) - 1 for ps in groups.values() if len(ps) >= 2 for p in ps]
     return {"n": len(models),
+            "headline": {
+                "variant": "duty_lomo at calibrated times (leave one model out: duty curve and calibration)",
+                "power_median_abs_err": cal("leave_one_model_out", "duty_lomo_power_err"),
+                "energy_per_sample_median_abs_err_calibrated_time": cal("leave_one_model_out",
+                                                                        "duty_lomo_energy_per_sample_err"),
+                "time_median_abs_err": cal("leave_one_model_out", "time_err"),
+                "energy_per_sample_median_abs_err_in_sample_calibrated_time": cal("in_sample",
+                                                                                 "duty_lomo_energy_per_sample_err"),
+                "n": sum(1 for r in models if (r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err")
+                         is not None),
+                "by_model": by_cal("model", "duty_lomo_energy_per_sample_err"),
+                "by_backend": by_cal("backend", "duty_lomo_energy_per_sample_err"),
+                "by_precision": by_cal("precision", "duty_lomo_energy_per_sample_err"),
+                "by_batch_size": by_cal("batch_size", "duty_lomo_energy_per_sample_err"),
+                "power_by_model": by_cal("model", "duty_lomo_power_err")},
+            "measurement_noise_floor": {"power_median_abs_dev": _median_abs(devs), "n": len(devs),
+                                        "configurations": sum(1 for ps in groups.values() if len(ps) >= 2),
+                                        "note": "whole-model power of the same configuration measured in several "
+                                                "records (0.3-1 s model windows)"},
             "power_median_abs_err": _median_abs(r["power_err"] for r in models),
             "energy_per_sample_median_abs_err_given_time": _median_abs(r["energy_per_sample_err_given_time"]
                                                                        for r in models),
@@ -398,6 +577,9 @@ def _models_summary(models: list[dict]) -> dict:
                 cal("in_sample", "carm_point_energy_per_sample_err"),
             "carm_point_energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out":
                 cal("leave_one_model_out", "carm_point_energy_per_sample_err"),
+            "duty_lomo_measured_time_power_median_abs_err": _median_abs(r["duty_lomo_measured_time_power_err"]
+                                                                        for r in models),
+            "carm_point_power_by_model": by("model", "carm_point_power_err"),
             "by_reference": {ref: {"n": len(rs), "power_median_abs_err": _median_abs(r["power_err"] for r in rs)}
                              for ref in sorted({r["reference_execution"] or "" for r in models})
                              for rs in [[r for r in models if (r["reference_execution"] or "") == ref]]}}
@@ -405,60 +587,64 @@ def _models_summary(models: list[dict]) -> dict:
 
 def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 0.5) -> dict:
     scored = [r for r in layers if r["scored"]]
-    worst = sorted(scored, key=lambda r: -abs(r["power_err"]))[:5]
+    head = [r for r in scored if r["headline_power_err"] is not None]
+    worst = sorted(head, key=lambda r: -abs(r["headline_power_err"]))[:5]
     m = _models_summary(models)
-    power = _median_abs(r["power_err"] for r in scored)
-    energy = _median_abs(r["energy_err"] for r in scored)
+    power = _median_abs(r["headline_power_err"] for r in head)
+    energy = _median_abs(r["headline_energy_err_given_time"] for r in head)
     carm_power = _median_abs(r["carm_point_power_err"] for r in scored)
+    mh = m["headline"]
 
     def met(value, target, ok=True):
         return None if value is None else bool(ok and value <= target)
 
-    def targets(layer_power, layer_energy, model_power, model_energy):
-        enough = len(scored) >= TARGETS["layer_power_min_n"]
-        return {"layer_power_met": met(layer_power, TARGETS["layer_power"], enough),
+    def targets(layer_power, n, layer_energy, model_power, model_energy):
+        return {"layer_power_met": met(layer_power, TARGETS["layer_power"], n >= TARGETS["layer_power_min_n"]),
                 "model_power_met": met(model_power, TARGETS["model_power"]),
                 "layer_energy_given_time_met": met(layer_energy, TARGETS["layer_energy_given_time"]),
                 "model_energy_per_sample_calibrated_time_met": met(model_energy,
                                                                    TARGETS["model_energy_per_sample_calibrated_time"])}
 
     return {
-        "n": len(scored),
+        "headline_variant": HEADLINE,
+        "n": len(head),
         "power_median_abs_err": power,
         "energy_median_abs_err": energy,
+        "energy_median_abs_err_calibrated_time": _median_abs(r["headline_energy_err_calibrated_time"] for r in head),
+        "time_median_abs_err": _median_abs(r["calibrated_time_err"] for r in head),
+        "time_note": "per layer: the leave-one-model-out calibrated time against the measured time",
+        "variants": {k: {"what": what, **_variant_stats(scored, k), "breakdown": _breakdown(scored, k)}
+                     for k, what in VARIANTS.items()},
         "carm_point_power_median_abs_err": carm_power,
         "carm_bound_time_median_abs_err": _median_abs(r["carm_bound_time_err"] for r in scored),
-        "power_median_abs_err_layers_over_100us": _median_abs(r["power_err"] for r in scored
-                                                               if r["measured_time_s"] >= 1e-4),
         "filters": {"min_layer_window_s": min_layer_window_s, "evaluated": len(layers), "scored": len(scored),
                     "removed": {k: sum(1 for r in layers if r["excluded"] == k) for k in EXCLUSIONS},
                     "why": EXCLUSIONS},
-        "unfiltered": {"n": sum(1 for r in layers if r["power_err"] is not None),
-                       "power_median_abs_err": _median_abs(r["power_err"] for r in layers),
+        "unfiltered": {"n": sum(1 for r in layers if r["carm_point_power_err"] is not None),
+                       "headline_power_median_abs_err": _median_abs(r["headline_power_err"] for r in layers),
                        "carm_point_power_median_abs_err": _median_abs(r["carm_point_power_err"] for r in layers),
                        "measurement_noise_floor": noise_floor([r for r in layers if r["measured_power_w"]])},
-        "worst": [{k: r[k] for k in ("run", "layer", "measured_power_w", "predicted_power_w", "power_err")}
-                  for r in worst],
+        "worst": [{k: r[k] for k in ("run", "layer", "type", "measured_time_s", "measured_power_w", "headline_power_w",
+                                     "headline_power_err")} for r in worst],
         "models": m,
         "measurement_noise_floor": noise_floor(scored),
         "capped_sm_clock": capped_clock_error(scored),
         "targets": {**TARGETS,
-                    **targets(power, energy, m["power_median_abs_err"],
-                              m["energy_per_sample_median_abs_err_calibrated_time"]),
-                    # The same targets, the power model at the CARM operating point (energy = power x time).
-                    "carm_point": targets(carm_power, carm_power, m["carm_point_power_median_abs_err"],
-                                          m["carm_point_energy_per_sample_median_abs_err_calibrated_time"])},
+                    **targets(power, len(head), energy, mh["power_median_abs_err"],
+                              mh["energy_per_sample_median_abs_err_calibrated_time"]),
+                    "sweep_only_carm_point": targets(carm_power, len(scored), carm_power,
+                                                     m["carm_point_power_median_abs_err"],
+                                                     m["carm_point_energy_per_sample_median_abs_err_calibrated_time_"
+                                                       "leave_one_model_out"])},
         "coverage": {"models": sorted({r["model"] for r in scored}), "backends": sorted({r["backend"] for r in scored}),
                      "precisions": sorted({r["precision"] for r in scored}),
                      "batch_sizes": sorted({r["batch_size"] for r in scored})},
-        "notes": "measured: layer and whole-model power, energy, time (NVML windows). Predicted: power at the layer's "
-                 "measured operating point (its FLOPs and bytes over its MEASURED time) from the sweep fit alone, "
-                 "capped at the power limit; energy = that power x measured time. carm_point_*: the power model at "
-                 "the CARM operating point (the roofs' rates, power limit as a roof); carm_bound_time: the CARM "
-                 "bound (uncalibrated), its error is the layers' distance below their roofs. Whole models: layer "
-                 "powers time-weighted at measured layer times, against inference_graph (torch CUDA graph) where "
-                 "recorded, else inference (jax jit / torch eager); calibrated_*: layer powers at calibrated "
-                 "times x the calibrated whole-model time (shipped calibration: in sample on its own records)",
+        "notes": "measured: layer and whole-model power, energy, time (NVML windows). Headline (" + HEADLINE + "): "
+                 + VARIANTS[HEADLINE] + ". Energy per layer given time: headline power x measured time. Whole "
+                 "models, headline: the layers' headline powers time-weighted at their calibrated times (leave one "
+                 "model out) x the calibrated whole-model time, against inference_graph (torch CUDA graph) where "
+                 "recorded, else inference (jax jit / torch eager). variants: every per-layer variant with its "
+                 "breakdowns; targets.sweep_only_carm_point: the same targets for the sweep fit alone.",
     }
 
 
@@ -508,7 +694,8 @@ def main(argv: list[str] | None = None) -> int:
                    "left_out": sorted(drop)},
            "calibration": {"from": str(args.calibration) if args.calibration else "shipped",
                            "provenance": calibration.provenance},
-           "validation": result["validation"], "models": result["models"], "layers": result["layers"]}
+           "validation": result["validation"], "duty_curves": result["duty_curves"],
+           "models": result["models"], "layers": result["layers"]}
     if args.fit_clocks and limit:
         from carm_advisor.carm.power_fit import records_from_benchmarks
 
@@ -525,19 +712,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"layers: {v['filters']['evaluated']} evaluated, {v['n']} scored (windows >= {args.min_layer_window_s} s; "
           f"removed: {removed}); noise floor {fmt(v['measurement_noise_floor']['power_median_abs_dev'])} "
           f"(n={v['measurement_noise_floor']['n']})")
-    print(f"layers n={v['n']}: power at the measured operating point {fmt(v['power_median_abs_err'])} "
-          f"(CARM operating point {fmt(v['carm_point_power_median_abs_err'])}), energy given time "
-          f"{fmt(v['energy_median_abs_err'])}")
-    print(f"models n={m['n']}: power {fmt(m['power_median_abs_err'])} (CARM operating point "
-          f"{fmt(m['carm_point_power_median_abs_err'])}), energy per sample given time "
-          f"{fmt(m['energy_per_sample_median_abs_err_given_time'])}, with the calibrated time "
-          f"{fmt(m['energy_per_sample_median_abs_err_calibrated_time'])} (n={m['n_calibrated']}; leave one model out "
-          f"{fmt(m['energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out'])}, "
-          f"n={m['n_calibrated_leave_one_model_out']})")
-    print(f"models at the CARM operating point: energy per sample given time "
-          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_given_time'])}, with the calibrated time "
-          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time'])} (leave one model out "
-          f"{fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out'])})")
+    for name, st in v["variants"].items():
+        print(f"  layer power, {name:<30s} n={st['n']:4d}: {fmt(st['power_median_abs_err'])}")
+    print(f"layers n={v['n']} (headline {v['headline_variant']}): power {fmt(v['power_median_abs_err'])}, energy "
+          f"given the measured time {fmt(v['energy_median_abs_err'])}, with the calibrated time "
+          f"{fmt(v['energy_median_abs_err_calibrated_time'])} (calibrated time {fmt(v['time_median_abs_err'])})")
+    h = m["headline"]
+    print(f"models (headline, leave one model out) n={h['n']}: power {fmt(h['power_median_abs_err'])}, energy per "
+          f"sample with the calibrated time {fmt(h['energy_per_sample_median_abs_err_calibrated_time'])} (calibrated "
+          f"time {fmt(h['time_median_abs_err'])}); whole-model noise floor "
+          f"{fmt(m['measurement_noise_floor']['power_median_abs_dev'])} (n={m['measurement_noise_floor']['n']})")
+    print(f"models n={m['n']}: CARM operating point power {fmt(m['carm_point_power_median_abs_err'])}, energy per sample "
+          f"with the calibrated time {fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time'])} (leave one "
+          f"model out {fmt(m['carm_point_energy_per_sample_median_abs_err_calibrated_time_leave_one_model_out'])}); "
+          f"measured operating point power {fmt(m['power_median_abs_err'])}")
+    t = v["targets"]
+    print("targets (headline): " + ", ".join(f"{k} {t[k]}" for k in t if k.endswith("_met")))
     vc = doc.get("voltage_from_capped_clocks")
     if vc and "skipped" in vc:
         print(f"voltage curve from capped clocks: skipped ({vc['skipped']})")

@@ -129,3 +129,18 @@ def test_json_that_is_not_an_object_raises(tmp_path):
 def test_missing_file_raises_measurement_error(tmp_path):
     with pytest.raises(MeasurementError, match="readable"):
         RunMeasurement.from_json(tmp_path / "absent.json")
+
+
+def test_jax_mixed_precision_layers_recorded_before_the_autocast_fix_are_flagged():
+    from carm_advisor.measure.records import RunMeasurement
+
+    def run(backend, precision, settings):
+        return RunMeasurement(device={}, backend=backend, backend_version="", keras_version="", batch_size=1,
+                              precision=precision, layout="channels_last", math_mode={}, date="", command="",
+                              settings=settings)
+
+    assert not run("jax", "mixed_bfloat16", {}).jit_layers_in_policy_dtype
+    assert not run("jax", "mixed_float16", {"method": "layer-windows"}).jit_layers_in_policy_dtype
+    assert run("jax", "mixed_bfloat16", {"jax_layer_trace": "x"}).jit_layers_in_policy_dtype
+    assert run("jax", "float32", {}).jit_layers_in_policy_dtype        # float32 was float32 either way
+    assert run("torch", "mixed_bfloat16", {}).jit_layers_in_policy_dtype

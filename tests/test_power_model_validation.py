@@ -80,7 +80,8 @@ def test_validation_script_fits_on_the_sweep_and_scores_recorded_layers_once_per
     doc = json.loads(next(tmp_path.glob("nvidia-h200-power-model-*.json")).read_text())
     assert set(doc) >= {"device", "fit", "validation", "command"}
     v = doc["validation"]
-    assert v["n"] == 22                  # one run of VGG16's 22 layers, not two
+    assert v["variants"]["measured_point"]["n"] == 22     # one run of VGG16's 22 layers, not two
+    assert v["n"] == 0        # the headline needs another model's layers (its duty curve) and calibrated times
     assert v["models"]["n"] == 1
     assert doc["models"][0]["reference"] == "inference"      # the report has no CUDA graph replay
     assert "mix_fp32_hbm_tma_c1" in doc["fit"]["left_out"]   # the embedded profile's dropped rows
@@ -312,7 +313,7 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, min_layer_window_s=0.5)
     v = out["validation"]
     assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 1, "window_short": 1, "no_power_reading": 1}
-    assert v["filters"]["evaluated"] == 6 and v["n"] == 2
+    assert v["filters"]["evaluated"] == 6 and v["filters"]["scored"] == 2
     a = next(r for r in out["layers"] if r["run"] == "long.json" and r["layer"] == "a")
     assert a["scored"] and a["predicted_power_w"] == pytest.approx(400.0) and a["power_err"] == pytest.approx(-0.2)
     assert a["predicted_energy_j_given_time"] == pytest.approx(0.4) and a["energy_err"] == pytest.approx(-0.2)
@@ -323,12 +324,12 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     assert a["carm_point_power_err"] == pytest.approx(700.0 / 500.0 - 1)
     hot = next(r for r in out["layers"] if r["layer"] == "hot")
     assert hot["power_capped"] and hot["power_err"] == pytest.approx(0.0)
-    assert v["power_median_abs_err"] == pytest.approx(0.1)          # median of |-0.2| and |0|
+    assert v["variants"]["measured_point"]["power_median_abs_err"] == pytest.approx(0.1)   # median of |-0.2|, |0|
     assert v["carm_point_power_median_abs_err"] == pytest.approx((0.4 + 0.0) / 2)
-    assert v["worst"][0]["layer"] == "a"
+    assert v["variants"]["carm_point"]["power_median_abs_err"] == pytest.approx((0.4 + 0.0) / 2)
     # A lower threshold lets the short window in (1200 W measured against 400 W: -2/3); 0 lets the old one in.
-    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.05)["validation"]["n"] == 3
-    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.0)["validation"]["n"] == 4
+    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.05)["validation"]["filters"]["scored"] == 3
+    assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.0)["validation"]["filters"]["scored"] == 4
 
 
 def test_noise_floor_is_that_of_the_scored_layers_only():
@@ -352,7 +353,7 @@ def test_whole_model_power_is_the_layers_time_weighted_at_measured_times_and_ene
     run = _run("m.json", "profiled", None, [_layer("a", 2e11, 1e9, 1e-3, 550.0), _layer("hot", 1e12, 1e9, 1e-3, 550.0)],
                whole=whole, calibrated=calibrated)
     out = mod.validate([run], _hand_carm(), _hand_model(), 2000.0, 0.5)
-    assert out["validation"]["n"] == 0                        # profiled: no per-layer power scored...
+    assert out["validation"]["filters"]["scored"] == 0        # profiled: no per-layer power scored...
     (m,) = out["models"]                                      # ...but the whole model counts
     assert m["reference"] == "inference_graph" and m["reference_execution"] == "cuda_graph"
     assert m["predicted_power_w"] == pytest.approx(550.0) and m["power_err"] == pytest.approx(0.1)
@@ -398,10 +399,70 @@ def test_records_from_several_folders_carry_their_method_window_and_whole_model_
     assert mod.main(args) == 0
     v = json.loads(next(out.glob("*.json")).read_text())["validation"]
     assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 0, "window_short": 1, "no_power_reading": 0}
-    assert v["n"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
+    assert v["filters"]["scored"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
 
 
 def test_validation_script_refuses_a_negative_window_threshold(tmp_path, capsys):
     mod = _load("power_model_validation")
     assert mod.main(["--records", str(tmp_path), "--ceilings", str(CEILINGS), "--min-layer-window-s", "-1"]) == 2
     assert "--min-layer-window-s must be >= 0" in capsys.readouterr().err
+
+
+def test_duty_power_scales_the_busy_power_above_the_constant_by_the_call_time():
+    import dataclasses
+
+    from carm_advisor.carm.power_model import DutyCurve
+
+    pm = dataclasses.replace(_hand_model(), duty=DutyCurve(t_full_s=1e-4, gamma=0.5))
+    # 100 W constant, 700 W busy: at 25 us, (25/100)^0.5 = 0.5 of the 600 W above it -> 400 W.
+    assert pm.duty_power_w(700.0, 2.5e-5) == pytest.approx(400.0)
+    assert pm.duty_power_w(700.0, 4e-4) == pytest.approx(700.0)      # longer than t_full: busy
+    assert pm.duty_power_w(700.0, None) == pytest.approx(700.0)      # time unknown: busy
+    assert _hand_model().duty_power_w(700.0, 2.5e-5) == 700.0        # no curve: busy
+    with pytest.raises(ProfileError, match="t_full_s > 0"):
+        DutyCurve(t_full_s=0.0, gamma=0.5)
+    assert DutyCurve.from_dict(DutyCurve(1e-4, 0.5).to_dict()) == DutyCurve(1e-4, 0.5)
+
+
+def test_fit_duty_curve_finds_the_generating_curve_on_its_grid():
+    from carm_advisor.carm.power_fit import DutyObservation, fit_duty_curve
+
+    # Generated by hand: constant 100 W, busy 700 W, t_full 100 us, gamma 0.5 -> d = sqrt(t / 100 us).
+    obs = [DutyObservation(t, 100.0 + 600.0 * min(1.0, (t / 1e-4) ** 0.5), 700.0)
+           for t in (1e-6, 4e-6, 1.6e-5, 3.6e-5, 6.4e-5, 4e-4)]    # d = 0.1, 0.2, 0.4, 0.6, 0.8, 1
+    curve, err = fit_duty_curve(obs, 100.0, gammas=[0.25, 0.5, 0.75], t_fulls_s=[5e-5, 1e-4, 2e-4])
+    assert (curve.t_full_s, curve.gamma) == (1e-4, 0.5) and err == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ProfileError, match="duty curve needs at least one layer"):
+        fit_duty_curve([DutyObservation(1e-5, 300.0, 90.0)], 100.0)     # busy below the constant
+
+
+def test_headline_layer_power_uses_the_duty_curve_of_the_other_models_at_the_calibrated_time():
+    mod = _load("power_model_validation")
+
+    def layer(name, t, power):
+        return {**_layer(name, 2e11, 1e9, t, power), "calibrated_time_s_leave_one_model_out": t}
+
+    # Busy power of this work on the hand CARM: 700 W (capped, see above). Measured powers follow
+    # d = sqrt(t / 1 ms) above 100 W: 1e-4 s -> 100 + 600 * 0.3162 = 289.7 W; 2.5e-4 s -> 400 W; 1e-3 s -> 700 W.
+    truth = {1e-5: 100 + 600 * 0.1, 4e-5: 100 + 600 * 0.2, 1e-4: 100 + 600 * 0.1 ** 0.5, 2.5e-4: 400.0,
+             5e-4: 100 + 600 * 0.5 ** 0.5, 1e-3: 700.0}
+    runs = []
+    for model in ("one", "two"):
+        r = _run(f"{model}.json", "layer-windows", 0.5, [layer(f"l{i}", t, p) for i, (t, p) in enumerate(truth.items())])
+        r["model"] = model
+        runs.append(r)
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5)
+    curves = out["duty_curves"]["leave_one_model_out"]
+    assert curves["one"]["source"].endswith("but one") and curves["two"]["source"].endswith("but two")
+    v = out["validation"]
+    assert v["headline_variant"] == "duty_lomo_calibrated_time" and v["n"] == 12
+    # The other model's layers follow the same curve: the grid (t_full 1 ms, gamma 0.5 on it) recovers it.
+    assert v["power_median_abs_err"] == pytest.approx(0.0, abs=1e-6)
+    # At the busy power alone: errors 700 / P - 1 = 3.375, 2.18, 1.414, 0.75, 0.336, 0 (twice each): median of
+    # the middle two, the 400 W and the 289.7 W layers.
+    assert v["variants"]["carm_point"]["power_median_abs_err"] == pytest.approx(
+        (700 / 400 - 1 + 700 / (100 + 600 * 0.1 ** 0.5) - 1) / 2)
+    row = next(r for r in out["layers"] if r["run"] == "one.json" and r["layer"] == "l3")
+    assert row["headline_power_w"] == pytest.approx(400.0, rel=1e-6)
+    assert row["headline_energy_j_given_time"] == pytest.approx(400.0 * 2.5e-4, rel=1e-6)
+    assert v["variants"]["duty_in_sample_measured_time"]["n"] == 12

@@ -125,6 +125,18 @@ def predict_at_time(pm: PowerModel, work: Work, time_s: float,
     return ClockPrediction(f0, f, time_s, power_w, power_w * time_s, capped)
 
 
+def layer_power_w(carm: CARM, pm: PowerModel, work: Work, time_s: float | None = None,
+                  reference_sm_clock_mhz: float | None = None) -> float:
+    """Predicted board power of a layer whose call takes `time_s` (a calibrated or measured time; None:
+    unknown): its busy power, the power model at its CARM operating point at the default clock with
+    the power limit as a roof (what real layers draw: the unit that bounds them stays busy through the
+    activity their useful FLOPs and bytes do not count), scaled by the power model's duty curve for
+    short calls where it has one (PowerModel.duty_power_w)."""
+    f0 = reference_clock_mhz(pm, reference_sm_clock_mhz)
+    busy = predict_at_clock(carm, pm, work, f0, f0).power_w
+    return pm.duty_power_w(busy, time_s)
+
+
 def predict_model_at_clock(carm: CARM, pm: PowerModel, works: Iterable[Work], sm_clock_mhz: float,
                            reference_sm_clock_mhz: float | None = None) -> ClockPrediction:
     """A whole model (its layers run one after another) at one requested clock: times and energies add."""

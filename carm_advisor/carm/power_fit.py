@@ -170,7 +170,12 @@ def _solve(records, cols, voltage, idle_w, fit_constant):
 
     a = _design(records, cols, voltage)
     p = np.array([r.power_w for r in records])
-    if fit_constant:
+    if fit_constant and idle_w is not None:
+        # A GPU running a kernel draws at least its idle power: the intercept is idle + an excess >= 0
+        # (free, the least squares put it at 0 W on the H200 sweep and let the energies absorb it).
+        x, _ = nnls(np.hstack([np.ones((len(records), 1)), a]), p - float(idle_w))
+        const, x = float(idle_w) + float(x[0]), x[1:]
+    elif fit_constant:
         x, _ = nnls(np.hstack([np.ones((len(records), 1)), a]), p)
         const, x = float(x[0]), x[1:]
     else:
@@ -212,7 +217,8 @@ def fit_power_sweep(records: Iterable[PowerRecord], idle_w: float | None, f0_mhz
     fit = PowerFit(const, e_flop, e_byte, factor, voltage, {}, "fitted" if fit_constant else "idle power", rows)
     fit.quality = fit_quality([r.power_w for r in rows], [fit.predict_w(r) for r in rows])
     fit.quality.update({"records": len(rows), "parameters": len(cols) + int(fit_constant),
-                        "constant": "fitted (intercept)" if fit_constant else "fixed to the measured idle power "
+                        "constant": ("fitted (intercept, at least the measured idle power)" if idle_w is not None
+                                     else "fitted (intercept)") if fit_constant else "fixed to the measured idle power "
                         "(no record mixes paths and levels, so an intercept is not identifiable)",
                         "solver": "non-negative least squares (Lawson-Hanson active set, numpy)", "min_window_s": min_window_s,
                         "sse_w2": sse})
@@ -379,6 +385,46 @@ def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float |
     best = (fit, err)
     best[0].quality["voltage_fit"] = {"observations": len(observations), "median_abs_clock_err_mhz": best[1]}
     return best
+
+
+# ---- the duty curve, from measured layers -------------------------------------------------------
+
+@dataclass(frozen=True)
+class DutyObservation:
+    """A measured layer: its time per call, its measured power and its busy power (the power model at
+    its CARM operating point, cap included)."""
+
+    time_s: float
+    measured_w: float
+    busy_w: float
+
+
+def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
+                   gammas: Iterable[float] | None = None, t_fulls_s: Iterable[float] | None = None,
+                   source: str = "fitted on layer records"):
+    """(t_full_s, gamma) of P = P_const + (busy - P_const) * min(1, (t / t_full_s) ** gamma) that minimise
+    the median absolute relative power error over `observations` (a grid search: robust to the layers no
+    curve describes, and the figure the validation reports). Returns (DutyCurve, that median error).
+    Fitted on LAYER data: validate it on layers of models it was not fitted on."""
+    import numpy as np
+
+    from carm_advisor.carm.power_model import DutyCurve
+
+    obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w]
+    if not obs:
+        raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
+                           "above the constant power")
+    t = np.array([o.time_s for o in obs])
+    m = np.array([o.measured_w for o in obs])
+    busy = np.array([o.busy_w for o in obs])
+    best = None
+    for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
+        for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
+            p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)
+            err = float(np.median(np.abs(p / m - 1)))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, float(t_full), float(g))
+    return DutyCurve(best[1], best[2], source), best[0]
 
 
 def power_model_section(benchmark_rows: Iterable[dict[str, Any]], idle_w: float | None, f0_mhz: float,

@@ -296,21 +296,36 @@ def _try_capture(fn: Callable[[], Any], capture: Capture | None, warmup: int, wh
         return None
 
 
+# What `settings["jax_layer_trace"]` says in records whose jax layers were jitted by _jax_layer_fn below.
+# Records without it were traced through layer.stateless_call (no autocast): their mixed-precision
+# per-layer jit times are float32 computations (RunMeasurement.jit_layers_in_policy_dtype).
+JAX_LAYER_TRACE = "__call__ in a StatelessScope (policy dtype)"
+
+
+def trace_settings(backend: str) -> dict[str, str]:
+    """The record settings that say how layers were jitted alone (jax only)."""
+    return {"jax_layer_trace": JAX_LAYER_TRACE} if backend == "jax" else {}
+
+
 def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
     import jax
 
     if not is_layer:  # a keras.ops operation: no state
         return jax.jit(lambda ts: layer(*arguments(ts)[0], **arguments(ts)[1]))
-    trainable = [v.value for v in layer.trainable_variables]
-    non_trainable = [v.value for v in layer.non_trainable_variables]
+    variables = [*layer.trainable_variables, *layer.non_trainable_variables]
+    values = [v.value for v in variables]
 
-    def pure(tv, ntv, ts):
+    # The layer's __call__ inside a StatelessScope, not layer.stateless_call: stateless_call runs call()
+    # without __call__'s autocast, so under mixed_bfloat16 / mixed_float16 the float32 variables promoted
+    # the layer to float32 (DepthwiseConv2D even failed to trace) and the layer was timed in the wrong
+    # precision. __call__ computes in the policy's dtype, as the model does.
+    def pure(vs, ts):
         args, kwargs = arguments(ts)
-        outputs, _ = layer.stateless_call(tv, ntv, *args, **kwargs)
-        return outputs
+        with keras.StatelessScope(state_mapping=list(zip(variables, vs))):
+            return layer(*args, **kwargs)
 
     compiled = jax.jit(pure)
-    return lambda ts: compiled(trainable, non_trainable, ts)
+    return lambda ts: compiled(values, ts)
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -423,7 +438,7 @@ def _measure_layers(model, batch_size: int, gpu: GPU | None, o: MeasureOptions, 
     run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = layers
     run.settings = {"preset": o.preset, "layer_window_s": o.layer_window_s, "layer_repeats": o.layer_repeats,
-                    "warmup": o.warmup, "training": training, "graphs": bool(graphs)}
+                    "warmup": o.warmup, "training": training, "graphs": bool(graphs), **trace_settings(run.backend)}
     run.wall_s = time.perf_counter() - start_s
     return run
 

@@ -309,7 +309,7 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     """
     import dataclasses
 
-    from carm_advisor.measure.layers import _run_record, measure_layer_calls, measure_model
+    from carm_advisor.measure.layers import _run_record, measure_layer_calls, measure_model, trace_settings
 
     start = time.perf_counter()
     calls = list(iter_layer_calls(model, batch_size))
@@ -324,7 +324,8 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     run.settings = {"method": "layer-windows", "layer_window_s": window_s, "layer_repeats": repeats,
                     "model_window_s": model_window_s,
                     "warmup": warmup, "distinct_layer_calls": len(reps), "layer_calls": len(calls),
-                    "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once"}
+                    "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once",
+                    **trace_settings(run.backend)}
     run.wall_s = time.perf_counter() - start
     return run
 

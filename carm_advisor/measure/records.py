@@ -86,6 +86,18 @@ class RunMeasurement:
     intensity_source: str = "analytic"             # "counters" when Nsight Compute measured the bytes
     schema: str = SCHEMA
 
+    @property
+    def jit_layers_in_policy_dtype(self) -> bool:
+        """False where this record's layers jitted alone on jax ran in another precision than the model.
+
+        Before settings["jax_layer_trace"] existed, jax layers were traced through layer.stateless_call,
+        which skips Keras' autocast: under a mixed_* policy a layer with float32 variables (Conv2D,
+        Dense, BatchNormalization...) computed in float32. Those per-layer "jit" times (and their
+        energy) are not the mixed-precision layer's; the whole-model figures of the record are.
+        """
+        return not (self.backend == "jax" and self.precision.startswith("mixed")
+                    and "jax_layer_trace" not in self.settings)
+
     def attach_counters(self, by_layer: dict | None) -> None:
         """Attach per-layer Nsight Compute counters (measure_counters' result) by layer name."""
         if by_layer is None:

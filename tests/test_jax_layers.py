@@ -1,0 +1,54 @@
+"""Layers jitted alone on the jax backend compute in the dtype policy's precision, as inside the model.
+
+jax is fixed per process, so the checks run in a child with KERAS_BACKEND=jax (skipped where jax is not
+installed; .ci/run installs the CPU wheel). Before the fix, a layer was traced through
+layer.stateless_call, which skips __call__'s autocast: under mixed_bfloat16 a Conv2D or Dense computed
+in float32 (float32 output) and DepthwiseConv2D / SeparableConv2D failed to trace.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CHILD = textwrap.dedent("""
+    import numpy as np
+    import keras
+    from carm_advisor.mapping.walker import iter_layer_calls
+    from carm_advisor.measure.layers import layer_runner
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    x = keras.Input((12, 12, 4))
+    y = keras.layers.Conv2D(8, 3, padding="same", name="conv")(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(y)
+    y = keras.layers.SeparableConv2D(8, 3, padding="same", name="sep")(y)
+    y = keras.layers.BatchNormalization(name="bn")(y)
+    y = keras.layers.GlobalAveragePooling2D(name="gap")(y)
+    y = keras.layers.Dense(5, name="dense")(y)
+    model = keras.Model(x, y)
+    for call in iter_layer_calls(model, 2):
+        if call.path not in ("conv", "dw", "sep", "bn", "dense"):
+            continue
+        runner = layer_runner(call, backend="jax")
+        out = runner.fn()
+        ref = call.layer(*runner.tensors)  # the layer's own __call__ on the same inputs, eagerly
+        print(call.path, runner.execution, str(out.dtype),
+              bool(np.allclose(np.asarray(out, "float32"), np.asarray(ref, "float32"), rtol=2e-2, atol=2e-2)))
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_layers_jitted_alone_compute_in_the_mixed_precision_policy_dtype():
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.strip().splitlines()}
+    assert set(lines) == {"conv", "dw", "sep", "bn", "dense"}, proc.stdout
+    for name, (execution, dtype, same) in lines.items():
+        assert execution == "jit", f"{name} was not jit-compiled: {proc.stderr[-1500:]}"
+        assert dtype == "bfloat16", f"{name} computed in {dtype} under mixed_bfloat16"
+        assert same == "True", f"{name}: jitted output differs from the layer's own call"
