@@ -58,12 +58,12 @@ def _err(predicted: float | None, measured: float | None) -> float | None:
 
 def full_calibration(runs: list, rows: list[list]):
     """A calibration from every run's measured rows (the models already built: no rebuild)."""
-    from carm_advisor.calibration import Calibration, layer_execution, samples_from_rows, whole_from_run
+    from carm_advisor.calibration import Calibration, layer_execution, layers_valid, samples_from_rows, whole_from_run
 
     full = Calibration()
     for run, rs in zip(runs, rows):
-        full = full.extended(Calibration(samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)),
-                                         whole_from_run(run, rs, run.model_name)))
+        samples = samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)) if layers_valid(run) else []
+        full = full.extended(Calibration(samples, whole_from_run(run, rs, run.model_name)))
     return full
 
 
@@ -73,7 +73,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
     train_models None: leave one model out (each model predicted by a calibration fitted on the others).
     train_models given: one calibration fitted on those models' records predicts every OTHER model's
     (the held-out evaluation); the training models' own records are not evaluated."""
-    from carm_advisor.calibration import apply_calibration, layer_class
+    from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
 
     full = full_calibration(runs, rows)
     train = set(train_models or ())
@@ -95,7 +95,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
         apply_calibration(rs, calib, run.backend)
         trained_classes = {s.layer_class for s in calib.samples if s.backend == run.backend}
         errs = []
-        for r in rs:
+        for r in rs if layers_valid(run) else ():   # layers timed at another precision: whole model only
             e = _err(r.calibrated_time_s, r.time_s) if r.measured else None
             if e is None:
                 continue
@@ -112,6 +112,8 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
         per_model_layer.setdefault(f"{run.model_name}/{run.backend}", []).extend(errs)
         entry = {"model": run.model_name, "backend": run.backend, "precision": run.precision,
                  "batch_size": run.batch_size, "date": run.date, "layers": len(errs),
+                 **({} if layers_valid(run) else {"layers_left_out": "timed at another precision than the model's "
+                                                                     "(jit_layers_in_policy_dtype False)"}),
                  "per_layer_median_abs_err": statistics.median(errs) if errs else None, "whole": {}}
         for m in (run.inference, run.inference_graph):
             if m is None or not m.time_s:

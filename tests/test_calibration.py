@@ -127,25 +127,23 @@ def test_eager_whole_model_is_bounded_below_by_the_dispatch_per_layer_call():
     assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(0.3)   # 3 calls * 0.1 s > 0.15 s of GPU work
 
 
-def test_jit_whole_model_is_the_bound_with_half_the_memory_bound_layers_at_the_dtypes_median_efficiency():
+def test_jit_whole_model_is_the_bound_at_the_median_efficiency_of_the_jit_records():
     whole = [
-        # (matmul bound 1.0 + 0.5 x other bound 2.0) / 2.5 ms = 0.8; (0.6 + 0.5 x 0.8) / 2.0 = 0.5
+        # bound (matmul + other) / whole: (1.0 + 2.0) / 2.5 = 1.2; (0.6 + 0.8) / 2.0 = 0.7; 2.0 / 2.5 = 0.8
         WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 30, "a", 10, None, "bfloat16", 1.0e-3, 2.0e-3),
         WholeSample("jax", "jit", 2.0e-3, 9.0, 9.0, 10, "b", 4, None, "bfloat16", 0.6e-3, 0.8e-3),
-        # float32: (2.0 + 0.5 x 0) / 2.5 = 0.8
         WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "c", 4, None, "float32", 2.0e-3, 0.0),
         WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "d", 4, None, "float32"),     # an old sample without bounds
     ]
     c = Calibration([], whole)
-    assert c.whole_fit("jax", "jit", "bfloat16").bound_efficiency == pytest.approx(0.65)    # median of 0.8, 0.5
-    assert c.whole_fit("jax", "jit", "float16").bound_efficiency == pytest.approx(0.8)      # median of 0.8, 0.5, 0.8
+    assert c.whole_fit("jax", "jit", "bfloat16").bound_efficiency == pytest.approx(0.8)    # median of 1.2, 0.7, 0.8
     rows = _rows(("Conv2D", 0.3e-3), ("Conv2D", 0.2e-3), ("Activation", 0.4e-3), ("Activation", 0.2e-3))
     for r in rows:
         r.predicted_time_s, r.calibrated_time_s, r.dtype = r.calibrated_time_s, 1.0, "bfloat16"
-    # bounds: matmul 0.5 ms, other 0.6 ms: (0.5 + 0.3) / 0.65 = 1.2308 ms; the calibrated times (1 s each) play no part
-    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(0.8e-3 / 0.65)
-    assert "0.65 (median of 2 bfloat16 jit records" in c.whole_describe("jax", "jit", rows)
-    assert "every dtype" in c.whole_describe("jax", "jit") and c.whole_describe("jax", "eager") == "none"
+    # bound 1.1 ms / 0.8 = 1.375 ms; the calibrated times (1 s each) play no part
+    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(1.375e-3)
+    assert c.whole_describe("jax", "jit", rows) == "jit: CARM bound / 0.80 (median of 3 jit records)"
+    assert c.whole_describe("jax", "eager") == "none"
 
 
 def test_eager_whole_model_is_the_slower_of_the_cuda_graph_fit_and_the_fastest_host_time_per_call():
@@ -201,3 +199,17 @@ def test_an_unseen_normalization_borrows_batch_normalization_before_the_rest_of_
     assert found.efficiency == pytest.approx(0.3) and found.source == "similar class BatchNormalization"
     assert calib.estimate("torch", "LayerScale", "bfloat16", 1e-4).efficiency == pytest.approx(0.9)   # elementwise
     assert calib.estimate("torch", "LayerNormalization", "float32", 1e-4).source == "similar class BatchNormalization, other dtype"
+
+
+def test_a_record_whose_layers_ran_at_another_precision_gives_no_layer_samples():
+    from carm_advisor.calibration import layers_valid
+    from carm_advisor.measure.records import RunMeasurement
+
+    def run(backend, precision, settings):
+        return RunMeasurement(device={}, backend=backend, backend_version="x", keras_version="x", batch_size=1,
+                              precision=precision, layout="channels_last", math_mode={}, date="d", command="c",
+                              settings=settings)
+
+    assert not layers_valid(run("jax", "mixed_bfloat16", {}))              # traced before the autocast fix
+    assert layers_valid(run("jax", "mixed_bfloat16", {"jax_layer_trace": "call"}))
+    assert layers_valid(run("torch", "mixed_bfloat16", {})) and layers_valid(run("jax", "float32", {}))
