@@ -20,12 +20,14 @@ sys.path.insert(0, str(ROOT))
 
 
 def record_files(paths: list[str]) -> list[Path]:
-    """RunMeasurement JSON files under the given files and folders, sorted."""
+    """RunMeasurement JSON files under the given files and folders (each once), in the order given."""
     from carm_advisor.measure.records import SCHEMA
 
-    found = []
+    found: list[Path] = []
     for p in map(Path, paths):
         for f in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
+            if f.resolve() in {g.resolve() for g in found}:
+                continue   # named twice (a folder and a file in it): one record is one sample set
             try:
                 if json.loads(f.read_text()).get("schema") == SCHEMA:
                     found.append(f)
@@ -41,11 +43,25 @@ def load_runs(paths: list[str]) -> list:
     return [r for r in runs if r.model_name]
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", nargs="+", required=True)
+    parser.add_argument("--records", nargs="+", action="extend", required=True,
+                        help="record files or folders; repeat the flag or list several (all are used)")
     parser.add_argument("--out", required=True)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Parse; a --records path that does not exist is a one-line error."""
     args = parser.parse_args(argv)
+    missing = [p for p in args.records if not Path(p).exists()]
+    if missing:
+        parser.error(f"Expected existing record files or folders, Received: {', '.join(missing)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(build_parser(), argv)
     from carm_advisor.calibration import fit_runs
 
     runs = load_runs(args.records)

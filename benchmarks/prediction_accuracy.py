@@ -1,9 +1,12 @@
 """Calibrated-prediction error on models the calibration never saw (leave one model out), offline on a CPU.
 
-    python benchmarks/prediction_accuracy.py --records DIR [--out benchmarks/results] [--batch-size 64]
+    python benchmarks/prediction_accuracy.py --records DIR [--records DIR ...] [--out benchmarks/results] [--batch-size 64]
+        [--train-models vgg16,resnet50,mobilenetv2]
 
 For each model in the records, the calibration is fitted on the OTHER models' records only
-(carm_advisor/calibration.py) and predicts this model's layers and whole-model time; errors are
+(carm_advisor/calibration.py) and predicts this model's layers and whole-model time (leave one model
+out); with --train-models, one calibration fitted on the named models predicts every other model
+(held out), and leave-one-model-out over the named models is written beside it. Errors are
 |calibrated - measured| / measured. Per-layer: the median over every measured layer (torch: the one
 profiled pass or CUDA-graph replays; jax: each layer jitted alone). Whole model: torch eager
 (`inference`) and from one CUDA graph (`inference_graph`), jax jitted (`inference`).
@@ -17,12 +20,13 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from _common import result_path, write  # noqa: E402
-from fit_calibration import load_runs  # noqa: E402
+from fit_calibration import load_runs, parse_args, record_files  # noqa: E402
 
 
 def rows_by_run(runs: list, build=None) -> list[list]:
@@ -52,40 +56,75 @@ def _err(predicted: float | None, measured: float | None) -> float | None:
     return abs(predicted - measured) / measured
 
 
-def evaluate(runs: list, rows: list[list], batch_size: int | None = None) -> dict:
-    """Leave-one-model-out errors. `rows[i]` are runs[i]'s rows (bound + measured)."""
-    from carm_advisor.calibration import Calibration, apply_calibration, layer_execution, samples_from_rows, whole_from_run
+def full_calibration(runs: list, rows: list[list]):
+    """A calibration from every run's measured rows (the models already built: no rebuild)."""
+    from carm_advisor.calibration import Calibration, layer_execution, layers_valid, samples_from_rows, whole_from_run
 
     full = Calibration()
     for run, rs in zip(runs, rows):
-        full = full.extended(Calibration(samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)),
-                                         whole_from_run(run, rs, run.model_name)))
-    models = sorted({r.model_name for r in runs})
+        samples = samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)) if layers_valid(run) else []
+        full = full.extended(Calibration(samples, whole_from_run(run, rs, run.model_name)))
+    return full
+
+
+def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_models: list[str] | None = None) -> dict:
+    """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured).
+
+    train_models None: leave one model out (each model predicted by a calibration fitted on the others).
+    train_models given: one calibration fitted on those models' records predicts every OTHER model's
+    (the held-out evaluation); the training models' own records are not evaluated."""
+    from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
+
+    full = full_calibration(runs, rows)
+    train = set(train_models or ())
+    fitted = full.with_models(train) if train_models else None
+    evaluated = [(run, rs) for run, rs in zip(runs, rows) if run.model_name not in train]
     layer_errs: dict[str, list[float]] = {}
     per_model_layer: dict[str, list[float]] = {}
     whole_errs: dict[str, list[float]] = {}
+    per_model_whole: dict[str, list[float]] = {}
+    sources: dict[str, dict[str, int]] = {}
+    unseen: dict[str, dict[str, Any]] = {}
     details = []
-    for run, rs in zip(runs, rows):
+    for run, rs in evaluated:
         if batch_size is not None and run.batch_size != batch_size:
             continue
         if run.settings.get("method") == "layer-windows" and run.backend == "torch":
             continue  # the torch windows files check the profiler; the profiled file is this config's record
-        calib = full.without_model(run.model_name)
+        calib = fitted if fitted is not None else full.without_model(run.model_name)
         apply_calibration(rs, calib, run.backend)
-        errs = [e for e in (_err(r.calibrated_time_s, r.time_s) for r in rs if r.measured) if e is not None]
+        trained_classes = {s.layer_class for s in calib.samples if s.backend == run.backend}
+        errs = []
+        for r in rs if layers_valid(run) else ():   # layers timed at another precision: whole model only
+            e = _err(r.calibrated_time_s, r.time_s) if r.measured else None
+            if e is None:
+                continue
+            errs.append(e)
+            found = calib.estimate(run.backend, r.type, r.dtype, r.predicted_time_s)
+            source = found.source.split(" x ")[0] if found else "none"
+            counts = sources.setdefault(run.backend, {})
+            counts[source] = counts.get(source, 0) + 1
+            if layer_class(r.type) not in trained_classes:
+                u = unseen.setdefault(f"{run.backend}/{r.type}", {"sources": {}, "errs": []})
+                u["sources"][found.label if found else "none"] = u["sources"].get(found.label if found else "none", 0) + 1
+                u["errs"].append(e)
         layer_errs.setdefault(run.backend, []).extend(errs)
         per_model_layer.setdefault(f"{run.model_name}/{run.backend}", []).extend(errs)
         entry = {"model": run.model_name, "backend": run.backend, "precision": run.precision,
-                 "batch_size": run.batch_size, "layers": len(errs),
+                 "batch_size": run.batch_size, "date": run.date, "layers": len(errs),
+                 **({} if layers_valid(run) else {"layers_left_out": "timed at another precision than the model's "
+                                                                     "(jit_layers_in_policy_dtype False)"}),
                  "per_layer_median_abs_err": statistics.median(errs) if errs else None, "whole": {}}
         for m in (run.inference, run.inference_graph):
             if m is None or not m.time_s:
                 continue
             predicted = calib.whole_time_s(rs, run.backend, m.execution)
             e = _err(predicted, m.time_s)
-            entry["whole"][m.execution] = {"measured_s": m.time_s, "calibrated_s": predicted, "abs_err": e}
+            entry["whole"][m.execution] = {"measured_s": m.time_s, "calibrated_s": predicted, "abs_err": e,
+                                           "source": calib.whole_describe(run.backend, m.execution, rs)}
             if e is not None:
                 whole_errs.setdefault(f"{run.backend}/{m.execution}", []).append(e)
+                per_model_whole.setdefault(f"{run.model_name}/{run.backend}/{m.execution}", []).append(e)
         details.append(entry)
 
     def med(d: dict[str, list[float]]) -> dict[str, float | None]:
@@ -94,30 +133,68 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None) -> dic
         out["all"] = statistics.median(every) if every else None
         return out
 
+    def of(d: dict, backend: str) -> dict:
+        return {k: v for k, v in d.items() if k.split("/")[0] == backend or f"/{backend}" in k}
+
+    backends = sorted({e["backend"] for e in details})
+    by_backend = {b: {"models": sorted({e["model"] for e in details if e["backend"] == b}),
+                      "per_layer_median_abs_err": med(of(layer_errs, b))["all"],
+                      "whole_model_abs_err": {k: v for k, v in med(of(whole_errs, b)).items() if k != "all"},
+                      "whole_model_max_abs_err": {k: max(v) for k, v in sorted(of(whole_errs, b).items()) if v},
+                      "n": {"records": sum(1 for e in details if e["backend"] == b), "layers": len(layer_errs.get(b, [])),
+                            "whole_models": {k: len(v) for k, v in sorted(of(whole_errs, b).items())}}}
+                  for b in backends}
+    method = (f"held out: one calibration fitted on {', '.join(sorted(train))} predicts the other models"
+              if train_models else "leave one model out: each model predicted by a calibration fitted on the other models' records")
     return {
-        "models": models,
+        "models": sorted({e["model"] for e in details}),
+        **({"train_models": sorted(train)} if train_models else {}),
         "per_layer_median_abs_err": med(layer_errs),
         "per_layer_median_abs_err_by_model": med(per_model_layer),
         "whole_model_abs_err": med(whole_errs),
+        "whole_model_abs_err_by_model": med(per_model_whole),
         "whole_model_max_abs_err": {k: max(v) for k, v in sorted(whole_errs.items()) if v},
         "n": {"records": len(details), "layers": {k: len(v) for k, v in sorted(layer_errs.items())},
               "whole_models": {k: len(v) for k, v in sorted(whole_errs.items())}},
-        "method": "leave one model out: each model predicted by a calibration fitted on the other models' records",
+        "by_backend": by_backend,
+        "calibration_sources": sources,
+        "classes_not_in_training": {k: {"sources": v["sources"], "layers": len(v["errs"]),
+                                        "median_abs_err": statistics.median(v["errs"])} for k, v in sorted(unseen.items())},
+        "method": method,
         "details": details,
     }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", nargs="+", required=True)
+    parser.add_argument("--records", nargs="+", action="extend", required=True,
+                        help="record files or folders; repeat the flag or list several (all are used)")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--batch-size", type=int, help="evaluate only records at this batch size (fit on all)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--train-models", type=lambda v: [m.strip() for m in v.split(",") if m.strip()],
+                        help="comma-separated models to fit on; every other model is evaluated (held out), and "
+                             "leave-one-model-out runs over the training models beside it")
+    args = parse_args(parser, argv)
     runs = load_runs(args.records)
-    if len({r.model_name for r in runs}) < 2:
+    models = {r.model_name for r in runs}
+    if args.train_models:
+        missing = sorted(set(args.train_models) - models)
+        if missing or not models - set(args.train_models):
+            print(f"Expected --train-models among the recorded models {sorted(models)} with at least one other "
+                  f"model left to evaluate, Received: {','.join(args.train_models)}", file=sys.stderr)
+            return 2
+    elif len(models) < 2:
         print(f"leave-one-model-out needs records of at least two models under {args.records}", file=sys.stderr)
         return 2
-    doc = evaluate(runs, rows_by_run(runs), args.batch_size)
+    rows = rows_by_run(runs)
+    if args.train_models:
+        doc = evaluate(runs, rows, args.batch_size, args.train_models)
+        train = [(run, rs) for run, rs in zip(runs, rows) if run.model_name in args.train_models]
+        lomo = evaluate([r for r, _ in train], [rs for _, rs in train], args.batch_size)
+        doc["leave_one_model_out"] = {k: v for k, v in lomo.items() if k != "details"}
+    else:
+        doc = evaluate(runs, rows, args.batch_size)
+    doc["records"] = [str(f) for f in record_files(args.records)]
     gpu = (runs[0].device or {}).get("name") or "gpu"
     path = write(result_path(args.out, gpu, "prediction-accuracy"), doc)
     print(f"per-layer median abs err {doc['per_layer_median_abs_err']}; whole model {doc['whole_model_abs_err']} -> {path}")

@@ -207,7 +207,7 @@ def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[
         return {"source": "none: figures are CARM bounds"}
     execution = whole_model_execution(backend)
     out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution),
-           "whole_source": calib.whole_describe(backend, execution) if hasattr(calib, "whole_describe") else "",
+           "whole_source": calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else "",
            "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
     if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
         out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")

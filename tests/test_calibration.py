@@ -127,21 +127,23 @@ def test_eager_whole_model_is_bounded_below_by_the_dispatch_per_layer_call():
     assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(0.3)   # 3 calls * 0.1 s > 0.15 s of GPU work
 
 
-def test_jit_whole_model_keeps_the_matmul_layers_and_a_fitted_share_of_the_rest_less_the_dispatch_floor():
-    floor = _timed(1e-6, 50e-6)                                              # jax floor: 50 us per call
+def test_jit_whole_model_is_the_bound_at_the_median_efficiency_of_the_jit_records():
     whole = [
-        # matmul 1.5 ms over 10 calls -> 1.0 ms; other 3.0 ms over 20 calls -> 2.0 ms; 1.5 = 1.0 + b * 2.0
-        WholeSample("jax", "jit", 1.5e-3, 1.5e-3, 3.0e-3, 30, "a", 10),
-        # matmul 1.2 ms over 4 calls -> 1.0 ms; other 1.3 ms over 6 calls -> 1.0 ms; 1.25 = 1.0 + b * 1.0
-        WholeSample("jax", "jit", 1.25e-3, 1.2e-3, 1.3e-3, 10, "b", 4),
+        # bound (matmul + other) / whole: (1.0 + 2.0) / 2.5 = 1.2; (0.6 + 0.8) / 2.0 = 0.7; 2.0 / 2.5 = 0.8
+        WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 30, "a", 10, None, "bfloat16", 1.0e-3, 2.0e-3),
+        WholeSample("jax", "jit", 2.0e-3, 9.0, 9.0, 10, "b", 4, None, "bfloat16", 0.6e-3, 0.8e-3),
+        WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "c", 4, None, "float32", 2.0e-3, 0.0),
+        WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "d", 4, None, "float32"),     # an old sample without bounds
     ]
-    c = Calibration(floor, whole)
-    fit = c.whole_fit("jax", "jit")
-    assert (fit.matmul_factor, fit.other_factor, fit.layer_floor_s) == (1.0, pytest.approx(0.25), pytest.approx(50e-6))
-    rows = _rows(("Conv2D", 0.55e-3), ("Conv2D", 0.55e-3), ("Activation", 0.25e-3), ("Activation", 0.25e-3))
-    # matmul 1.1 - 2 * 0.05 = 1.0 ms; other 0.5 - 2 * 0.05 = 0.4 ms; 1.0 + 0.25 * 0.4 = 1.1 ms
-    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(1.1e-3)
-    assert "0.25 x other" in c.whole_describe("jax", "jit") and c.whole_describe("jax", "eager") == "none"
+    c = Calibration([], whole)
+    assert c.whole_fit("jax", "jit", "bfloat16").bound_efficiency == pytest.approx(0.8)    # median of 1.2, 0.7, 0.8
+    rows = _rows(("Conv2D", 0.3e-3), ("Conv2D", 0.2e-3), ("Activation", 0.4e-3), ("Activation", 0.2e-3))
+    for r in rows:
+        r.predicted_time_s, r.calibrated_time_s, r.dtype = r.calibrated_time_s, 1.0, "bfloat16"
+    # bound 1.1 ms / 0.8 = 1.375 ms; the calibrated times (1 s each) play no part
+    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(1.375e-3)
+    assert c.whole_describe("jax", "jit", rows) == "jit: CARM bound / 0.80 (median of 3 jit records)"
+    assert c.whole_describe("jax", "eager") == "none"
 
 
 def test_eager_whole_model_is_the_slower_of_the_cuda_graph_fit_and_the_fastest_host_time_per_call():
@@ -187,3 +189,27 @@ def test_the_shipped_calibration_is_only_used_for_its_own_gpu_and_the_cache_exte
     assert len(load_calibration(device, "Some Other GPU").samples) == 1     # this GPU's own measurements
     store_calibration(device, Calibration([_s(0.25, model="mine"), _s(0.3, model="mine")]))  # a newer run replaces
     assert len(load_calibration(device, "Some Other GPU").samples) == 2
+
+
+def test_an_unseen_normalization_borrows_batch_normalization_before_the_rest_of_its_family():
+    bn = [_s(0.3, cls="BatchNormalization", model=str(i)) for i in range(3)]
+    relu = [_s(0.9, cls="elementwise", model=str(i)) for i in range(3)]
+    calib = Calibration(bn + relu)
+    found = calib.estimate("torch", "LayerNormalization", "bfloat16", 1e-4)
+    assert found.efficiency == pytest.approx(0.3) and found.source == "similar class BatchNormalization"
+    assert calib.estimate("torch", "LayerScale", "bfloat16", 1e-4).efficiency == pytest.approx(0.9)   # elementwise
+    assert calib.estimate("torch", "LayerNormalization", "float32", 1e-4).source == "similar class BatchNormalization, other dtype"
+
+
+def test_a_record_whose_layers_ran_at_another_precision_gives_no_layer_samples():
+    from carm_advisor.calibration import layers_valid
+    from carm_advisor.measure.records import RunMeasurement
+
+    def run(backend, precision, settings):
+        return RunMeasurement(device={}, backend=backend, backend_version="x", keras_version="x", batch_size=1,
+                              precision=precision, layout="channels_last", math_mode={}, date="d", command="c",
+                              settings=settings)
+
+    assert not layers_valid(run("jax", "mixed_bfloat16", {}))              # traced before the autocast fix
+    assert layers_valid(run("jax", "mixed_bfloat16", {"jax_layer_trace": "call"}))
+    assert layers_valid(run("torch", "mixed_bfloat16", {})) and layers_valid(run("jax", "float32", {}))

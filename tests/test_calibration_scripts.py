@@ -76,3 +76,47 @@ def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path):
     assert doc["whole_model_abs_err"]["torch/cuda_graph"] == pytest.approx((1.0 + 0.5) / 2)
     assert doc["models"] == ["mobilenet", "mobilenetv3small"]
     assert doc["n"]["records"] == 2
+    # held out: fitted on mobilenet only, mobilenetv3small alone is evaluated (2b predicted, 4b measured)
+    held = mod.evaluate(runs, mod.rows_by_run(runs, build=lambda run: models[run.model_name]), train_models=["mobilenet"])
+    assert held["models"] == ["mobilenetv3small"] and held["train_models"] == ["mobilenet"]
+    assert held["per_layer_median_abs_err"]["torch"] == pytest.approx(0.5)
+    assert held["by_backend"]["torch"]["whole_model_abs_err"]["torch/cuda_graph"] == pytest.approx(0.5)
+    assert held["n"]["records"] == 1
+
+
+def test_held_out_classes_unseen_in_training_are_listed_with_their_fallback():
+    mod = _load("prediction_accuracy")
+    keras.config.set_image_data_format("channels_last")
+
+    def net(*layers):
+        x = inp = keras.Input((16, 16, 3))
+        for layer in layers:
+            x = layer(x)
+        return keras.Model(inp, x)
+
+    models = {"a": net(*[keras.layers.Conv2D(8, 3, padding="same") for _ in range(3)], keras.layers.ReLU()),
+              "b": net(keras.layers.Conv2D(8, 3, padding="same"), keras.layers.BatchNormalization())}
+    runs = [_synthetic_run(models["a"], "a", 0.5), _synthetic_run(models["b"], "b", 0.5)]
+    held = mod.evaluate(runs, mod.rows_by_run(runs, build=lambda run: models[run.model_name]), train_models=["a"])
+    unseen = held["classes_not_in_training"]
+    assert list(unseen) == ["torch/BatchNormalization"] and unseen["torch/BatchNormalization"]["layers"] == 1
+    assert held["per_layer_median_abs_err"]["torch"] == pytest.approx(0.0)   # every layer at 0.5 of its bound
+
+
+def test_records_accumulate_over_repeated_flags_and_each_file_counts_once(tmp_path):
+    fit = _load("fit_calibration")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    run = RunMeasurement(device={"name": "Fake GPU"}, backend="torch", backend_version="x", keras_version="x",
+                         batch_size=4, precision="float32", layout="channels_last", math_mode={}, date="d",
+                         command="t", model_name="m")
+    run.to_json(tmp_path / "a" / "r1.json")
+    run.to_json(tmp_path / "b" / "r2.json")
+    (tmp_path / "b" / "other.json").write_text(json.dumps({"schema": "something-else"}))
+    argv = ["--records", str(tmp_path / "a"), "--records", str(tmp_path / "b"), str(tmp_path / "a" / "r1.json"),
+            "--out", "x.json"]
+    args = fit.parse_args(fit.build_parser(), argv)
+    assert args.records == [str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a" / "r1.json")]
+    assert [f.name for f in fit.record_files(args.records)] == ["r1.json", "r2.json"]
+    with pytest.raises(SystemExit):
+        fit.parse_args(fit.build_parser(), ["--records", str(tmp_path / "missing"), "--out", "x.json"])

@@ -113,3 +113,35 @@ def test_unknown_layers_are_named_in_the_header_panel():
     text = rendered(report, 100)
     panel = " ".join(line.strip("│ ") for line in text[: text.index("╰")].splitlines())   # header panel, unwrapped
     assert "mystery (Mystery)" in panel and "left out of every total" in panel
+
+
+def _with_calibration(report, measured: bool):
+    import dataclasses
+
+    from carm_advisor.report.model import MeasurementInfo
+
+    calibration = {"execution": "eager", "whole_time_s": 12e-3, "graph_time_s": 8e-3,
+                   "whole_source": "eager: max(GPU as cuda_graph (9 records), host 60 us per call)"}
+    measurement = MeasurementInfo({"time_s": 10e-3, "execution": "eager"}, None,
+                                  {"time_s": 10e-3, "execution": "cuda_graph"}, "d", "c") if measured else None
+    return dataclasses.replace(report, calibration=calibration, measurement=measurement)
+
+
+def test_the_header_names_the_bound_and_the_calibrated_prediction_apart_with_its_source(report):
+    text = " ".join(rendered(_with_calibration(report, measured=False), 200).split())
+    assert "CARM bound" in text and "calibrated prediction 12 ms (eager), one CUDA graph 8 ms" in text
+    assert "calibrated whole model: eager: max(GPU as cuda_graph (9 records), host 60 us per call)" in text
+    assert "measured" not in text.split("calibrated prediction")[1].split("\n")[0]
+
+
+def test_on_a_gpu_the_measurement_of_the_same_execution_stands_beside_the_calibrated_prediction(report):
+    r = _with_calibration(report, measured=True)
+    t = r.totals()
+    # hand: (12 - 10) / 10 = +20% (eager); (8 - 10) / 10 = -20% (CUDA graph)
+    assert t["calibrated_rel_err"] == pytest.approx(0.2) and t["calibrated_graph_rel_err"] == pytest.approx(-0.2)
+    assert t["measured_whole_time_s"] == 10e-3 and t["calibrated_source"].startswith("eager: max(")
+    text = " ".join(rendered(r, 240).split())
+    assert "measured 10 ms (eager, calibrated +20%), one CUDA graph 10 ms (measured, calibrated -20%)" in text
+    d = r.to_dict()
+    assert d["totals"]["calibrated_time_s"] == 12e-3 and d["totals"]["bound_time_s"] == r.predicted_time_s
+    assert d["calibration"]["whole_source"] == t["calibrated_source"]

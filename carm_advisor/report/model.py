@@ -213,9 +213,32 @@ class Report:
             "bound_time_s": self.predicted_time_s,
             "bound_energy_j": self.predicted_energy_j,
             "calibrated_time_s": self.calibration.get("whole_time_s"),
+            **self._calibrated_vs_measured(),
             "calibrated_layer_sum_s": sum(r.calibrated_time_s for r in self.known_layers if r.calibrated_time_s) or None,
             "calibrated_energy_j": sum(r.calibrated_energy_j for r in self.known_layers if r.calibrated_energy_j) or None,
         }
+
+    def _calibrated_vs_measured(self) -> dict[str, Any]:
+        """The whole-model calibrated prediction's execution and source, and on a GPU the measurement of the
+        same execution beside it: (calibrated - measured) / measured (eager and jit: `inference`; the torch
+        CUDA graph: `inference_graph`)."""
+        c = self.calibration
+        out: dict[str, Any] = {"calibrated_execution": c.get("execution"),
+                               "calibrated_source": c.get("whole_source") or c.get("source")}
+        if c.get("graph_time_s") is not None:
+            out["calibrated_graph_time_s"] = c["graph_time_s"]
+        measured = {}
+        if self.measurement is not None:
+            for m in (self.measurement.inference, self.measurement.inference_graph):
+                if m and m.get("time_s"):
+                    measured.setdefault(m.get("execution") or "", m["time_s"])
+        pairs = {"": (c.get("whole_time_s"), measured.get(c.get("execution") or "")),
+                 "graph_": (c.get("graph_time_s"), measured.get("cuda_graph"))}
+        for prefix, (predicted, seen) in pairs.items():
+            if predicted and seen:
+                out[f"measured_{prefix}time_s" if prefix else "measured_whole_time_s"] = seen
+                out[f"calibrated_{prefix}rel_err"] = (predicted - seen) / seen
+        return out
 
     def time_shares(self) -> dict[str, float]:
         """Each layer's share of the model's time (measured where measured, else predicted)."""

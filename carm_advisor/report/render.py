@@ -44,16 +44,37 @@ def header(report) -> Panel:
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
         f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
-        f"predicted: CARM bound {seconds(t['bound_time_s'])}   calibrated ({report.calibration.get('execution', '-')}) "
-        f"{seconds(t['calibrated_time_s'])}" + (f", from one CUDA graph {seconds(report.calibration['graph_time_s'])}"
-                                               if report.calibration.get("graph_time_s") else ""),
+        _predictions_line(t),
     )
+    if t.get("calibrated_source"):
+        lines.append_text(Text(f"\ncalibrated whole model: {t['calibrated_source']}", style="dim"))
     unknown = report.unknown_layers
     if unknown:   # said where the totals are, not only at the bottom: the totals leave these out
         names = ", ".join(f"{r.name} ({r.type})" for r in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
         lines.append_text(Text(f"\n{plural(len(unknown), 'layer')} without a cost model, left out of every total "
                                f"above (FLOPs, time, energy): {names}", style="bold red"))
     return Panel(lines, title="carm_advisor", expand=True)
+
+
+def _vs(rel_err: float | None) -> str:
+    return "" if rel_err is None else f", calibrated {rel_err:+.0%}"
+
+
+def _predictions_line(t: dict) -> Text:
+    """The two predictions named apart, and on a GPU the measurement of the same execution beside them."""
+    execution = t.get("calibrated_execution")
+    parts = [("CARM bound ", "bold"), f"{seconds(t['bound_time_s'])} (what the roofs allow)   ",
+             ("calibrated prediction ", "bold"),
+             f"{seconds(t['calibrated_time_s'])}" + (f" ({execution})" if execution and t.get("calibrated_time_s") else "")]
+    if t.get("calibrated_graph_time_s"):
+        parts.append(f", one CUDA graph {seconds(t['calibrated_graph_time_s'])}")
+    if t.get("measured_whole_time_s"):
+        parts += ["   ", ("measured ", "bold"), f"{seconds(t['measured_whole_time_s'])} ({execution}"
+                  + _vs(t.get("calibrated_rel_err")) + ")"]
+    if t.get("measured_graph_time_s"):
+        parts.append(f", one CUDA graph {seconds(t['measured_graph_time_s'])} (measured"
+                     + _vs(t.get("calibrated_graph_rel_err")) + ")")
+    return Text.assemble(*parts)
 
 
 # Columns left out first when the table is wider than the terminal; layer, type, bound, attainable,
