@@ -268,6 +268,8 @@ def merged_grid(files: list[str], model_name: str, objective, json_files: list[s
 
 
 def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
+    from carm_advisor.tune.result import TOP1_CAVEAT
+
     def brief(t):
         if t is None:
             return None
@@ -322,6 +324,7 @@ def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
         "grid_best": grid_best, "grid_measured": len(grid_rows), "grid_size": len(result.space.grid()),
         "grid": sorted(grid_rows.values(), key=lambda r: r["key"]),
         "trials_to_within_2pct_of_grid_best": within, "within_2pct_noise": noise,
+        "caveats": {"top1_agreement": TOP1_CAVEAT},
         "pruned_by_carm": result.counts["pruned_by_carm"],
         "counts": result.counts, "blind_search": result.blind_search, "layer_changes": result.layer_changes,
         "clock_recommendation": result.clock_recommendation, "budget_stopped": result.budget_stopped,
