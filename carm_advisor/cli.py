@@ -441,7 +441,7 @@ def _tune(args) -> int:
         timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
         predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
         runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, gpus=args.gpus,
-        calibration=not args.no_calibration,
+        calibration=False if args.no_calibration else "auto",
         log=None if console.is_terminal or not args.gpus else (lambda line: print(line, flush=True)), **kwargs,
     )
     console.print(result)

@@ -175,3 +175,24 @@ def test_carm_pruning_compares_the_bound_with_calibrated_values(tmp_path):
     tf = [t for t in r.trials if t.config and t.config.backend == "tensorflow"]
     # 8 * 1.1 = 8.8 < 10.7 (the baseline's calibrated value): pruned, never evaluated
     assert tf and all(t.pruned_reason == "carm_bound" for t in tf)
+
+
+def test_cli_no_calibration_reaches_tune(monkeypatch, tmp_path):
+    import carm_advisor.tune.study as study_mod
+    from carm_advisor.cli import main
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_tune(*args, **kwargs):
+        seen.append(kwargs["calibration"])
+        raise Stop
+
+    monkeypatch.setattr(study_mod, "tune", fake_tune)
+    monkeypatch.setenv("CARM_ADVISOR_DEBUG", "1")   # the CLI lets our exception through
+    for extra in ([], ["--no-calibration"]):
+        with pytest.raises(Stop):
+            main(["tune", "vgg16", "--trials", "1", "--storage", str(tmp_path / "s.db"), *extra])
+    assert seen == ["auto", False]

@@ -97,7 +97,7 @@ def tune(
     sm_clocks_mhz: Iterable[float] | None = None,
     runner=None,
     predictor=None,
-    calibration: Any = True,
+    calibration: Any = "auto",
     clock_gpu=None,
     worker_settings: WorkerSettings | None = None,
     log_dir: str | None = None,
@@ -122,10 +122,12 @@ def tune(
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
     log: a function given one line per finished trial (for runs without a terminal).
-    calibration: True (default): the shipped calibration of the profile's GPU model (and this GPU's cache);
-    False/None: none (a predicted study then reports CARM bounds); a path or a Calibration. A predicted
-    study reports its calibrated predictions as trial values; every study orders its first trials by
-    them (pruning always compares the bound). log_dir: where the workers' logs go (default a temporary directory).
+    calibration: "auto" (default): a predicted study uses the shipped calibration of the profile's GPU model
+    (with this GPU's cache) and reports its predictions as trial values; a measured study orders its first
+    trials by the CARM bound (benchmarks/tuning_prediction_check.py found the calibrated ranking of VGG16's
+    batch sizes on jax inverted against the H200's measurements). True: the calibration in either (a
+    measured study then orders by it); False/None: none (a predicted study reports CARM bounds); a path
+    or a Calibration: that one. Pruning always compares the bound. log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
     clocks --apply-clocks locks (tests, calibrated predictions).
     gpus: NVML indices of the GPUs to measure on at once (default: this process's one GPU); with two or
@@ -190,6 +192,8 @@ def tune(
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
     space = _with_baseline(space, baseline)
+    if isinstance(calibration, str) and calibration == "auto":
+        calibration = source == "predicted"
     predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration)
     # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
     calibrated = source == "predicted" and any(
@@ -236,8 +240,7 @@ def tune(
             "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
             "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
             "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-            "calibration": calibration is True or (calibration is not None and calibration is not False
-                                                   and getattr(predictor, "calibration", None) is not None),
+            "calibration": getattr(predictor, "calibration", None) is not None,
             "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
     if parallel:
         if model_ref is None:
