@@ -22,6 +22,18 @@ Writes <out>/<gpu>-vgg16-tuning-<date>.json (or -grid-) with {"device", "baselin
 "trials_to_within_2pct_of_grid_best", "pruned_by_carm", "wall_s", "command"} and more. Both the study
 and the grid stop cleanly before --budget-s and resume from their storage. --fake runs on the CPU with
 made-up figures (FakeRunner) for tests.
+
+Offline (no GPU, nothing measured): `--summarize` rebuilds that JSON from an existing --storage study
+and the grids it is compared with (--grid-storage SQLite files, --grid-json for a grid that survives
+only as an earlier JSON of this script); every run of a configuration is kept with its spread, the
+one with the lowest spread stands for it, and the JSON says whether the 2% judgement is inside the
+measurement noise (the spreads of the grid best and the study best):
+
+    python benchmarks/vgg16_tuning.py --summarize \
+        --storage benchmarks/results/nvidia-h200-vgg16-tuning-all-compilers-2026-12-03.db \
+        --grid-storage benchmarks/results/nvidia-h200-vgg16-grid-half-precision-2026-12-03.db \
+        --grid-json benchmarks/results/nvidia-h200-vgg16-grid-2026-12-03.json \
+        --out-json benchmarks/results/nvidia-h200-vgg16-tuning-all-compilers-2026-12-03-summary.json
 """
 
 from __future__ import annotations
@@ -72,6 +84,16 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--grid-storage", action="append", default=[], help="grid files to compare with (repeatable)")
     p.add_argument("--budget-s", type=float, default=None, help="stop cleanly before this wall time")
     p.add_argument("--window-s", type=float, default=2.0, help="NVML energy window per repeat (>= 2 s)")
+    p.add_argument("--min-windows", type=int, default=None, help="energy windows per trial at least (worker default)")
+    p.add_argument("--max-windows", type=int, default=None, help="energy windows per trial at most, added while "
+                                                                 "the spread is over --spread-target")
+    p.add_argument("--spread-target", type=float, default=None, help="relative spread of energy per call to reach")
+    p.add_argument("--idle-gap-s", type=float, default=None, help="idle seconds between configurations")
+    p.add_argument("--summarize", action="store_true", help="run nothing: rebuild the result JSON from --storage "
+                                                            "and the grid files")
+    p.add_argument("--grid-json", action="append", default=[],
+                   help="with --summarize: a grid known only from an earlier JSON of this script (repeatable)")
+    p.add_argument("--out-json", default=None, help="with --summarize: the JSON to write (default in --out)")
     p.add_argument("--trial-timeout-s", type=float, default=300.0,
                    help="a trial (torch.compile of VGG16 included) running longer fails and its worker restarts")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
@@ -87,6 +109,8 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     start_s = time.perf_counter()
     args = parse(argv)
+    if args.summarize:
+        return summarize(args, start_s)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import optuna
 
@@ -114,7 +138,7 @@ def main(argv=None) -> int:
     runner = FakeRunner(predictor, delay_s=args.fake_delay_s) if args.fake and not args.runner_factory else None
     objective = get_objective(OBJECTIVE)
     budget_s = None if args.budget_s is None else max(1.0, args.budget_s - (time.perf_counter() - start_s))
-    settings = WorkerSettings(window_s=args.window_s)
+    settings = worker_settings(args)
     common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
                   worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
                   trial_timeout_s=args.trial_timeout_s, log_dir=args.out,
@@ -190,13 +214,36 @@ def compare_1_vs_n(spec, args, common, objective, start_s: float) -> int:
     return 0
 
 
-def merged_grid(files: list[str], model_name: str, objective) -> dict[str, dict]:
-    """Every configuration measured by the grid studies in `files`: its best-spread run, naming the file."""
+def worker_settings(args):
+    """The measurement policy of the workers: the flags given, the worker's defaults for the rest."""
+    from carm_advisor.tune.runner import WorkerSettings
+
+    chosen = {k: getattr(args, k) for k in ("min_windows", "max_windows", "spread_target", "idle_gap_s")
+              if getattr(args, k, None) is not None}
+    settings = WorkerSettings(window_s=args.window_s, **chosen)
+    if settings.min_windows < 1 or settings.max_windows < settings.min_windows:
+        raise SystemExit(f"--min-windows {settings.min_windows} / --max-windows {settings.max_windows}: "
+                         "expected 1 <= min <= max")
+    if not settings.spread_target > 0 or settings.idle_gap_s < 0:
+        raise SystemExit("--spread-target must be > 0 and --idle-gap-s >= 0")
+    return settings
+
+
+def _spread_of(m: dict):
+    return m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread")
+
+
+def merged_grid(files: list[str], model_name: str, objective, json_files: list[str] = ()) -> dict[str, dict]:
+    """Every configuration measured by the grid studies in `files` (SQLite) and `json_files` (earlier
+    JSONs of this script, whose "grid" lists each configuration's run): the run with the lowest spread
+    stands for it, every run is kept under "runs" (file, trial, value, spread)."""
+    import json
+
     import optuna
 
     from carm_advisor.tune.storage import open_storage
 
-    rows: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {}
     for f in files:
         try:
             study = optuna.load_study(study_name=GRID_STUDY, storage=open_storage(f, model_name))
@@ -206,16 +253,23 @@ def merged_grid(files: list[str], model_name: str, objective) -> dict[str, dict]
             m = t.user_attrs.get("measurement")
             if not m or "repeat_of" in t.user_attrs:
                 continue
-            spread = m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread")
-            row = {"key": t.user_attrs["config_key"], "value": t.values[0], "spread": spread, "run": str(f),
-                   "trial": t.number, "output_error": m.get("output_error")}
-            old = rows.get(row["key"])
-            if old is None or (spread or 0) < (old["spread"] or 0):
-                rows[row["key"]] = row
+            runs.setdefault(t.user_attrs["config_key"], []).append(
+                {"key": t.user_attrs["config_key"], "value": t.values[0], "spread": _spread_of(m), "run": str(f),
+                 "trial": t.number, "output_error": m.get("output_error")})
+    for f in json_files:
+        doc = json.loads(Path(f).read_text())
+        for r in doc.get("grid") or []:
+            runs.setdefault(r["key"], []).append({**r, "run": f"{r.get('run')} (as recorded in {f})"})
+    rows: dict[str, dict] = {}
+    for key, rs in runs.items():
+        pick = min(rs, key=lambda r: (r["spread"] is None, r["spread"] or 0.0))
+        rows[key] = {**pick, "runs": rs}
     return rows
 
 
 def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
+    from carm_advisor.tune.result import TOP1_CAVEAT
+
     def brief(t):
         if t is None:
             return None
@@ -247,6 +301,21 @@ def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
             if best_so_far is not None and best_so_far >= 0.98 * grid_best["value"]:
                 within = i
                 break
+    noise = None
+    if grid_best is not None and result.best is not None and result.best.values:
+        m = result.best.measurement or {}
+        study_spread = _spread_of(m)
+        spreads = [x for x in (grid_best.get("spread"), study_spread) if x is not None]
+        ratio = result.best.values[0] / grid_best["value"]
+        noise = {
+            "grid_best_spread": grid_best.get("spread"), "study_best_spread": study_spread,
+            "study_best_over_grid_best": ratio,
+            "judgement_inside_noise": bool(spreads) and max(spreads) > 0.02,
+            "difference_inside_noise": bool(spreads) and abs(ratio - 1) <= max(spreads),
+            "note": ("spread = (max - min) / median of energy per call over one trial's windows; where the larger "
+                     "of the two bests' spreads exceeds 2%, 'within 2% of the grid best' cannot be told apart from "
+                     "noise, and a study best within max(spread) of the grid best is as good as it"),
+        }
     return {
         "device": result.device, "source": result.source, "study": result.study_name, "storage": result.storage_url,
         "space": result.space.to_dict(), "baseline": brief(result.baseline), "best": brief(result.best),
@@ -254,11 +323,73 @@ def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
         "slowdown": result.slowdown, "next_best": [brief(t) for t in result.next_best], "trials": trials,
         "grid_best": grid_best, "grid_measured": len(grid_rows), "grid_size": len(result.space.grid()),
         "grid": sorted(grid_rows.values(), key=lambda r: r["key"]),
-        "trials_to_within_2pct_of_grid_best": within, "pruned_by_carm": result.counts["pruned_by_carm"],
+        "trials_to_within_2pct_of_grid_best": within, "within_2pct_noise": noise,
+        "caveats": {"top1_agreement": TOP1_CAVEAT},
+        "pruned_by_carm": result.counts["pruned_by_carm"],
         "counts": result.counts, "blind_search": result.blind_search, "layer_changes": result.layer_changes,
         "clock_recommendation": result.clock_recommendation, "budget_stopped": result.budget_stopped,
         "study_wall_s": result.wall_s,
     }
+
+
+def summarize(args, start_s: float) -> int:
+    """--summarize: the result JSON from an existing study and grid files; nothing runs, no GPU needed."""
+    import json
+
+    import optuna
+
+    from carm_advisor.tune.builder import model_spec
+    from carm_advisor.tune.objectives import get_objective
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.result import build_result
+    from carm_advisor.tune.space import SearchSpace, TrialConfig
+    from carm_advisor.tune.storage import open_storage, storage_url
+    from carm_advisor.tune.study import PRUNE_MARGIN
+
+    for f in [args.storage, *args.grid_storage, *args.grid_json]:
+        if not Path(f).is_file():
+            raise SystemExit(f"--summarize: no such file {f}")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    spec = model_spec(args.model)
+    store = open_storage(args.storage, spec.name)
+    names = [s.study_name for s in optuna.get_all_study_summaries(store)]
+    name = STUDY if STUDY in names else GRID_STUDY if GRID_STUDY in names else None
+    if name is None:
+        raise SystemExit(f"--summarize: no study {STUDY!r} or {GRID_STUDY!r} in {args.storage} (found {names})")
+    study = optuna.load_study(study_name=name, storage=store)
+    a = study.user_attrs
+    sp = a["space"]
+    space = SearchSpace(tuple(sp["backends"]), tuple(sp["precisions"]), tuple(sp["batch_sizes"]), tuple(sp["layouts"]),
+                        {b: tuple(c) for b, c in sp["compilers"].items()}, tuple(sp.get("sm_clocks_mhz") or ()))
+    objectives = [get_objective(n) for n in a.get("objectives", [OBJECTIVE])]
+    run = a.get("run") or {}
+    trials = study.get_trials(deepcopy=False)
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    elapsed_s = (max(ends) - min(starts)).total_seconds() if starts and ends else None
+    gpus = sorted({(t.user_attrs.get("gpu") or {}).get("name") for t in trials} - {None})
+    result = build_result(study, objectives, space, ConfigPredictor(spec, calibration=False),
+                          TrialConfig.from_dict(a["baseline"]), source=a.get("source", "measured"),
+                          storage_url=storage_url(args.storage, spec.name), wall_s=elapsed_s or 0.0,
+                          device={"name": ", ".join(gpus) or None}, command="",
+                          prune_margin=run.get("prune_margin", PRUNE_MARGIN), max_slowdown=run.get("max_slowdown"),
+                          max_output_error=run.get("max_output_error"))
+    grid_rows = merged_grid(args.grid_storage, spec.name, objectives[0], args.grid_json)
+    doc = summary(result, objectives[0], grid_rows, args)
+    doc.update({"summarized_from": {"study": args.storage, "grid_storage": args.grid_storage,
+                                    "grid_json": args.grid_json},
+                "study_wall_s": elapsed_s,
+                "study_wall_s_note": "first trial start to last trial end, from the study's own timestamps",
+                "wall_s": time.perf_counter() - start_s,
+                "wall_s_note": "this summary's time (nothing was measured)"})
+    path = Path(args.out_json) if args.out_json else result_path(args.out, gpus[0] if gpus else "cpu",
+                                                                   "vgg16-tuning-summary")
+    write(path, doc)
+    best, gb = doc["best"] or {}, doc["grid_best"] or {}
+    print(f"wrote {path}: best {best.get('key')} {best.get('gflops_per_watt')}, grid best {gb.get('key')} "
+          f"{gb.get('value')} ({doc['grid_measured']} of {doc['grid_size']} measured), trials to within 2% "
+          f"{doc['trials_to_within_2pct_of_grid_best']}, noise {json.dumps(doc['within_2pct_noise'] and {k: v for k, v in doc['within_2pct_noise'].items() if k != 'note'})}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -365,6 +365,9 @@ def _add_tune_parser(sub) -> None:
     t.add_argument("--json", dest="json_path", help="write the result as JSON here")
     t.add_argument("--plot", dest="plot_dir", help="write Optuna's history, importance (and Pareto) plots into this directory")
     t.add_argument("--no-carm-pruning", action="store_true", help="measure every configuration the sampler proposes")
+    t.add_argument("--no-calibration", action="store_true",
+                   help="predicted study: report CARM bounds (best cases) instead of calibrated predictions "
+                        "(a separate study: the default one's name ends in -calibrated)")
     t.add_argument("--gpus", type=_gpu_list, help="NVML indices of the GPUs to tune on at once, one worker process "
                                                   "each, e.g. 0,1,2,3 (default: the current GPU)")
     t.add_argument("--heartbeat-s", type=_positive_float, default=None, help=argparse.SUPPRESS)
@@ -438,6 +441,7 @@ def _tune(args) -> int:
         timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
         predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
         runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, gpus=args.gpus,
+        calibration=False if args.no_calibration else "auto",
         log=None if console.is_terminal or not args.gpus else (lambda line: print(line, flush=True)), **kwargs,
     )
     console.print(result)

@@ -49,3 +49,38 @@ def test_grid_then_study_then_budget_stop_and_resume(tmp_path):
             assert t["value"] == kept[t["number"]]["value"]
     assert doc["grid_best"]["key"] == grid["best"]["key"]
     assert doc["trials_to_within_2pct_of_grid_best"] is not None and doc["source"] == "fake"
+
+    # --summarize: nothing runs; the same study and grid, plus a grid known only from a JSON whose one entry
+    # (a configuration of the grid, spread 0 < the fake runs' 1%) then stands for that configuration.
+    key = grid["grid"][0]["key"]
+    old = tmp_path / "old-grid.json"
+    old.write_text(json.dumps({"grid": [{"key": key, "value": 1e6, "spread": 0.0, "run": "old.db", "trial": 3}]}))
+    out = tmp_path / "summary.json"
+    _run(tmp_path, "--summarize", "--storage", str(study_db), "--grid-storage", str(grid_db), "--grid-json", str(old),
+         "--out-json", str(out))
+    s = json.loads(out.read_text())
+    assert s["best"]["key"] == doc["best"]["key"] and s["gain_gflops_per_watt"] == doc["gain_gflops_per_watt"]
+    assert s["grid_measured"] == 8 and s["grid_best"]["key"] == key and s["grid_best"]["value"] == 1e6
+    merged = {r["key"]: r for r in s["grid"]}
+    assert len(merged[key]["runs"]) == 2 and "old-grid.json" in merged[key]["run"]
+    assert s["trials_to_within_2pct_of_grid_best"] is None          # nothing comes near 1e6
+    # spreads 0 (grid best) and 0.01 (the fake study best): both under 2%, so the judgement is outside the noise
+    assert s["within_2pct_noise"]["grid_best_spread"] == 0.0 and s["within_2pct_noise"]["study_best_spread"] == 0.01
+    assert s["within_2pct_noise"]["judgement_inside_noise"] is False
+
+
+def test_measurement_window_flags_reach_the_worker_settings():
+    sys.path.insert(0, str(SUPPORT))
+    spec = importlib.util.spec_from_file_location("vgg16_tuning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.parse(["--storage", "x.db", "--min-windows", "2", "--max-windows", "4", "--spread-target", "0.05",
+                         "--idle-gap-s", "0", "--window-s", "1.5"])
+    s = module.worker_settings(args)
+    assert (s.window_s, s.min_windows, s.max_windows, s.spread_target, s.idle_gap_s) == (1.5, 2, 4, 0.05, 0.0)
+    default = module.worker_settings(module.parse(["--storage", "x.db"]))
+    assert default.min_windows == 3 and default.max_windows == 6   # the worker's own defaults (runner.py)
+    import pytest
+
+    with pytest.raises(SystemExit):
+        module.worker_settings(module.parse(["--storage", "x.db", "--min-windows", "5", "--max-windows", "4"]))

@@ -94,7 +94,8 @@ def runner_from_run(run: dict[str, Any], predictor=None):
 
     if run.get("runner_factory"):
         return load_factory(run["runner_factory"])(run)
-    predictor = predictor or ConfigPredictor(model_spec(run["model"]), run.get("profile"))
+    predictor = predictor or ConfigPredictor(model_spec(run["model"]), run.get("profile"),
+                                             calibration=bool(run.get("calibration", False)))
     if run["source"] == "predicted":
         return predictor, PredictedRunner(predictor)
     if run["source"] == "fake":
@@ -114,7 +115,7 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     from carm_advisor.tune.runner import TrialFailed
     from carm_advisor.tune.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage
-    from carm_advisor.tune.study import (STARTED, _fail_stale, _log_callback, _make_objective, _quiet_optuna,
+    from carm_advisor.tune.study import (STARTED, VALUE_POLICY_CALIBRATED, _fail_stale, _log_callback, _make_objective, _quiet_optuna,
                                          _sampler, _StudyState)
 
     quiet = _quiet_optuna()
@@ -147,7 +148,8 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     gpu = this_gpu(run["source"])
     try:
         gain_over = _gpu_baseline(study, runner, baseline, objectives, gpu)
-        state = _StudyState(study, objectives, baseline, run["max_slowdown"], run["max_output_error"])
+        state = _StudyState(study, objectives, baseline, run["max_slowdown"], run["max_output_error"],
+                            rank_calibrated_only=attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
         objective_fn = _make_objective(state, space, predictor, runner, run["carm_pruning"], run["prune_margin"], None,
                                        trial_attrs={"gpu": gpu, "worker": worker_id}, shared=True, gain_over=gain_over)
         target = run["trial_target"]

@@ -5,6 +5,20 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
   roofs (stretched where the power limit forbids running that fast), its energy from the profile's
   power model; summed over the layers. No real run of that configuration can be faster; its energy
   is the power model's, so the pruning that compares it with measurements keeps a margin.
+- `ConfigPredictor.value_prediction(config)`: what a PREDICTED study reports as the trial's value: the
+  calibrated whole-model prediction of this backend and compiler where the calibration has one
+  (`calibrated`), else the CARM bound (labelled so). Compiler -> the calibration's whole-model
+  execution (WHOLE_EXECUTION): torch eager -> "eager" (max of the GPU's time and the host's dispatch
+  time per layer call), torch.compile -> "cuda_graph" (an ASSUMPTION: a compiled graph takes about the
+  GPU time of the layers, as a CUDA-graph replay does; no torch.compile record was fitted), jax xla ->
+  "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
+  prediction: calibrated time x the power the profile's power model predicts for this configuration
+  (bound energy / bound time: its layers at their CARM operating points, capped at the power limit).
+  The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
+  FLOPs + e_byte * bytes, `stretched_energy_j`), draws less power the slower a layer runs; measured
+  H200 trials drew near the limit even where layers ran far below their roofs (642 W for float32
+  eager VGG16 at 13% of the bound), so the tuner uses the former; benchmarks/tuning_prediction_check.py
+  reports both against the measured trials.
 - `predict_at_sm_clock`: the same at a locked SM clock, PREDICTED by the profile's DVFS model
   (carm/dvfs.py).
 - `layer_changes`: which layers change roof (or bound time) between two configurations.
@@ -12,7 +26,9 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +36,17 @@ from carm_advisor.tune.builder import ModelSpec, build
 from carm_advisor.tune.space import TrialConfig
 
 SOURCE_BOUND = "predicted (CARM bound)"
+SOURCE_CALIBRATED = "predicted (calibrated)"
+VALUE_CALIBRATED = "calibrated"      # a trial's value_source in a predicted study
+VALUE_BOUND = "CARM bound"
+# (backend, compiler) -> the calibration's whole-model execution, and what that mapping assumes.
+WHOLE_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph", ("jax", "xla"): "jit"}
+WHOLE_ASSUMPTION = {
+    ("torch", "eager"): "torch eager: the calibration's eager whole-model fit",
+    ("torch", "torch.compile"): "torch.compile: ASSUMED to take the GPU time of the layers (the CUDA-graph fit; "
+                                "no torch.compile record was fitted)",
+    ("jax", "xla"): "jax XLA: the calibration's jit whole-model fit",
+}
 SOURCE_CLOCK = "predicted (CARM bound at a locked SM clock, the profile's DVFS model)"
 
 # float32 math of each precision name, per backend (what the predictor's compute-path choice reads).
@@ -39,6 +66,8 @@ class Prediction:
     rows: list = field(default_factory=list, repr=False)
     calibrated_time_s: float | None = None      # with a calibration: the expected figures beside the bound
     calibrated_energy_j: float | None = None
+    value_source: str = VALUE_BOUND              # calibrated | CARM bound: what time_s / energy_j are
+    detail: str = ""                             # how the figure was made (the fit, the assumption)
 
     @property
     def power_w(self) -> float | None:
@@ -53,6 +82,12 @@ def expected(p: Prediction) -> Prediction:
                       "predicted (calibrated)", p.rows)
 
 
+def value_prediction(predictor, config: TrialConfig) -> Prediction:
+    """The predictor's value_prediction where it has one (ConfigPredictor), else its bound (test stubs)."""
+    fn = getattr(predictor, "value_prediction", None)
+    return fn(config) if fn is not None else predictor.predict(config)
+
+
 def math_mode_for(config: TrialConfig) -> dict[str, str]:
     from carm_advisor.predict import resolve_math_mode
 
@@ -63,6 +98,20 @@ def math_mode_for(config: TrialConfig) -> dict[str, str]:
 
 
 
+def resolve_calibration(calibration, profile):
+    """True: the shipped calibration when it was recorded on the profile's GPU model (with this GPU's
+    cache); False/None: none (CARM bounds alone); a path: that calibration JSON; a Calibration: itself."""
+    if calibration is None or calibration is False:
+        return None
+    from carm_advisor.calibration import Calibration, load_calibration
+
+    if calibration is True:
+        return load_calibration(None, getattr(profile, "name", None))
+    if isinstance(calibration, (str, os.PathLike)):
+        return Calibration.load(calibration)
+    return calibration
+
+
 class ConfigPredictor:
     """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
 
@@ -70,8 +119,8 @@ class ConfigPredictor:
         from carm_advisor.profiles.profile import Profile, load_profile
 
         self.spec = spec
-        self.calibration = calibration
         self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.calibration = resolve_calibration(calibration, self.profile)
         self._models: dict[str, Any] = {}
         if model is not None:
             self._models[_layout_key(spec, None)] = model
@@ -112,6 +161,69 @@ class ConfigPredictor:
                 calibrated_energy_j=sum(calibrated_e) if known and None not in calibrated_e else None,
             )
         return self._cache[key]
+
+    def value_prediction(self, config: TrialConfig) -> Prediction:
+        """The figure a predicted study reports for `config`: the calibrated whole-model prediction of
+        its backend and compiler (value_source "calibrated"), else the CARM bound ("CARM bound", with why)."""
+        key = ("value", config.key)
+        if key not in self._cache:
+            self._cache[key] = self._value_prediction(config)
+        return self._cache[key]
+
+    def _value_prediction(self, config: TrialConfig) -> Prediction:
+        bound = self.predict(config)
+        why = self.uncalibrated_reason(config, bound)
+        if why:
+            return dataclasses.replace(bound, value_source=VALUE_BOUND, detail=why)
+        execution = WHOLE_EXECUTION[(config.backend, config.compiler)]
+        time_s = self.calibration.whole_time_s(bound.rows, config.backend, execution)
+        if not time_s or time_s <= 0:
+            return dataclasses.replace(bound, value_source=VALUE_BOUND,
+                                       detail=f"no calibrated whole-model time for {config.backend} {execution}")
+        # The bound is the fastest the roofs allow: a calibrated time is never below it.
+        time_s = max(time_s, bound.time_s)
+        power_w = bound.power_w
+        energy_j = time_s * power_w if power_w else None
+        fit = self.calibration.whole_describe(config.backend, execution)
+        return Prediction(time_s, energy_j, bound.flops, bound.batch_size, SOURCE_CALIBRATED, bound.rows,
+                          bound.calibrated_time_s, bound.calibrated_energy_j, VALUE_CALIBRATED,
+                          f"{WHOLE_ASSUMPTION[(config.backend, config.compiler)]} ({fit}); energy: this time x "
+                          f"the power model's power for the configuration ({power_w or 0:.0f} W)")
+
+    def stretched_energy_j(self, config: TrialConfig, time_s: float) -> float | None:
+        """The alternative energy of `config` run in `time_s`: P_const * time_s + the dynamic energy of its
+        layers' analytic work (the power model's figure for the same work done more slowly)."""
+        pm = self.profile.power_model
+        if pm is None:
+            return None
+        try:
+            dynamic = sum(pm.dynamic_energy_j(r.flops, r.bytes, r.path, r.level)
+                          for r in self.predict(config).rows if r.known and r.predicted_time_s is not None)
+        except Exception:   # a path or level the power model lacks
+            return None
+        return pm.constant_w * time_s + dynamic
+
+    def uncalibrated_reason(self, config: TrialConfig, bound: Prediction | None = None) -> str | None:
+        """Why `config` has no calibrated value (None: it has one)."""
+        if self.calibration is None:
+            return "no calibration (--no-calibration, or none recorded for this GPU)"
+        execution = WHOLE_EXECUTION.get((config.backend, config.compiler))
+        if execution is None:
+            return f"no calibrated whole-model execution for {config.backend} {config.compiler} (no records)"
+        if self.calibration.whole_fit(config.backend, execution) is None:
+            return f"the calibration has no {config.backend} {execution} whole-model records"
+        bound = bound or self.predict(config)
+        missing = [r.name for r in bound.rows if r.known and r.predicted_time_s is not None
+                   and getattr(r, "calibrated_time_s", None) is None]
+        if missing:
+            return f"{len(missing)} layer(s) without a calibration on {config.backend} (e.g. {missing[0]})"
+        return None
+
+    def calibrates(self, backend: str, compiler: str) -> bool:
+        """Whether the calibration has a whole-model fit for this backend and compiler."""
+        execution = WHOLE_EXECUTION.get((backend, compiler))
+        return bool(self.calibration is not None and execution
+                    and self.calibration.whole_fit(backend, execution) is not None)
 
     def flops(self, config: TrialConfig) -> float:
         """Analytic FLOPs of one batch (1 multiply-add = 2 FLOPs)."""

@@ -22,9 +22,13 @@ def _pct(value) -> str:
     return "-" if value is None or value != value else f"{value * 100:.1f}%"
 
 
-def _label(source: str) -> str:
-    return {"measured": "MEASURED", "predicted": "PREDICTED (CARM bound on the recorded profile; nothing ran)",
-            "fake": "FAKE (made-up figures for testing)"}.get(source, source.upper())
+def _label(source: str, value_policy: str | None = None) -> str:
+    if source == "predicted":
+        if value_policy and value_policy.startswith("calibrated"):
+            return ("PREDICTED (calibrated predictions on the recorded profile, CARM bound where no calibration "
+                    "applies; nothing ran)")
+        return "PREDICTED (CARM bound on the recorded profile; nothing ran)"
+    return {"measured": "MEASURED", "fake": "FAKE (made-up figures for testing)"}.get(source, source.upper())
 
 
 def render(result) -> Iterator:
@@ -32,7 +36,7 @@ def render(result) -> Iterator:
 
     o = result.objectives[0]
     lines = Text()
-    lines.append(f"{_label(result.source)}", style="bold")
+    lines.append(f"{_label(result.source, result.value_policy)}", style="bold")
     lines.append(f"   study {result.study_name}   storage {result.storage_url}")
     if result.device.get("name"):
         lines.append(f"\ndevice {result.device['name']}")
@@ -50,13 +54,14 @@ def render(result) -> Iterator:
         return _pct(m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread"))
 
     row("configuration", lambda t: t.config.label())
+    row("value source", lambda t: t.value_source or result.source)
     row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
     row("spread over windows", spread)
     row("samples/J", lambda t: _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3))
     row("samples/s", lambda t: _fmt(throughput(t), 4))
     row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
     row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2))
-    row("top-1 agreement", lambda t: _pct(t.measurement.get("top1_agreement")))
+    row("top-1 agreement (random weights)*", lambda t: _pct(t.measurement.get("top1_agreement")))
     row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2))
     summary = Text()
     gain = result.gain()
@@ -67,14 +72,25 @@ def render(result) -> Iterator:
             summary.append(f"   {spj:.2f}x samples/J")
         if result.slowdown:
             summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
+    if result.gain_note:
+        summary.append(result.gain_note, style="bold")
     c = result.counts
     verb = "measured" if result.source.startswith("measured") else f"evaluated ({result.source})"
     summary.append(f"\n{c['measured']} configurations {verb}, {c['repeats_reused']} repeats reused, "
                    f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
                    f"{c['failed']} failed, {c['infeasible']} infeasible")
+    if c.get("uncalibrated_not_ranked"):
+        summary.append(f" ({c['uncalibrated_not_ranked']} of them with only a CARM bound: not ranked against "
+                       "calibrated predictions)")
+    if result.source == "predicted" and result.value_policy:
+        summary.append(f"\nvalues: {result.value_policy}")
     b = result.blind_search
     summary.append(f"\nthe whole space has {b['grid_size']} configurations (clocks aside): the CARM bound rules out "
                    f"{b['ruled_out_by_carm_bound']} of them against the best found")
+    if any((t.measurement or {}).get("top1_agreement") is not None for _, t in runs if t is not None):
+        from carm_advisor.tune.result import TOP1_CAVEAT
+
+        summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
     if result.budget_stopped:
         summary.append("\nstopped before the time budget: rerun the same command to resume the study")
     from rich.console import Group
@@ -84,9 +100,11 @@ def render(result) -> Iterator:
         nb = Table(title=f"next best ({result.source})", box=None)
         nb.add_column("configuration")
         nb.add_column(o.name, justify="right")
+        nb.add_column("value source")
         nb.add_column("output error", justify="right")
         for t in result.next_best:
-            nb.add_row(t.config.label(), _fmt(t.values[0]), _fmt((t.measurement or {}).get("output_error"), 2))
+            nb.add_row(t.config.label(), _fmt(t.values[0]), t.value_source or result.source,
+                       _fmt((t.measurement or {}).get("output_error"), 2))
         yield nb
     if len(result.objectives) > 1 and result.pareto:
         pf = Table(title=f"Pareto front ({result.source})", box=None)

@@ -17,6 +17,10 @@ from carm_advisor.tune.predicted import layer_changes, predict_at_sm_clock
 from carm_advisor.tune.space import SearchSpace, TrialConfig
 
 SCHEMA = "carm-advisor/tune/1"
+# What the top-1 agreement figure is (and is not): said wherever it is shown.
+TOP1_CAVEAT = ("top-1 agreement is measured on random weights and random inputs over a few samples "
+               "(worker accuracy_samples, 8 by default): it shows whether the precision flips arg-max "
+               "decisions of this network, not the accuracy of a trained model")
 # SM clocks the predicted clock recommendation considers (an H200's range, in its 15 MHz steps).
 PREDICTED_CLOCKS_MHZ = (1980.0, 1785.0, 1590.0, 1395.0, 1200.0, 1005.0)
 
@@ -37,6 +41,7 @@ class TrialRecord:
     role: str | None = None
     gpu: dict[str, Any] | None = None              # the GPU whose worker ran the trial (index, uuid, name, host)
     gain_over_gpu_baseline: list[float | None] | None = None   # objective / that GPU's baseline (> 1 better)
+    value_source: str | None = None     # measured | calibrated | CARM bound | fake: what `values` are
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,
@@ -44,7 +49,7 @@ class TrialRecord:
                 "measurement": self.measurement, "bound": self.bound, "feasible": self.feasible,
                 "pruned_reason": self.pruned_reason, "pruned_detail": self.pruned_detail, "error": self.error,
                 "repeat_of": self.repeat_of, "role": self.role, "gpu": self.gpu,
-                "gain_over_gpu_baseline": self.gain_over_gpu_baseline}
+                "gain_over_gpu_baseline": self.gain_over_gpu_baseline, "value_source": self.value_source}
 
 
 @dataclass
@@ -68,6 +73,7 @@ class TuneResult:
     command: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
     budget_stopped: bool = False
+    value_policy: str | None = None      # predicted studies: how calibrated and bound values compete
     study: Any = field(default=None, repr=False)
 
     # --- figures -----------------------------------------------------------------------------
@@ -75,16 +81,30 @@ class TuneResult:
     def gain(self, objective: str | None = None) -> float | None:
         """best / baseline in the objective (>1 is better, whatever its direction)."""
         o = OBJECTIVES[objective] if objective else self.objectives[0]
-        if not (self.best and self.baseline and self.best.measurement and self.baseline.measurement):
+        if not self._comparable():
             return None
         return o.gain(value_of(o, self.best), value_of(o, self.baseline))
 
     @property
     def slowdown(self) -> float | None:
         """Baseline throughput over the best's (>1: the best is slower)."""
-        if not (self.best and self.baseline and self.best.measurement and self.baseline.measurement):
+        if not self._comparable():
             return None
         return throughput(self.baseline) / throughput(self.best)
+
+    def _comparable(self) -> bool:
+        """Baseline and best both have figures of the same kind (a CARM bound against a calibrated
+        prediction is no gain: the bound is a best case)."""
+        return bool(self.best and self.baseline and self.best.measurement and self.baseline.measurement
+                    and (self.best.value_source or self.source) == (self.baseline.value_source or self.source))
+
+    @property
+    def gain_note(self) -> str | None:
+        """Why there is no gain although a baseline and a best exist, else None."""
+        if self.best and self.baseline and self.best.measurement and self.baseline.measurement and not self._comparable():
+            return (f"no gain: the baseline's figure is a {self.baseline.value_source}, the best's a "
+                    f"{self.best.value_source} prediction (not comparable)")
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,14 +114,24 @@ class TuneResult:
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "best": self.best.to_dict() if self.best else None,
             "gain": {o.name: self.gain(o.name) for o in OBJECTIVES.values()},
-            "slowdown": self.slowdown,
+            "slowdown": self.slowdown, "gain_note": self.gain_note,
             "next_best": [t.to_dict() for t in self.next_best],
             "pareto": [t.to_dict() for t in self.pareto],
             "counts": self.counts, "blind_search": self.blind_search,
             "layer_changes": self.layer_changes, "clock_recommendation": self.clock_recommendation,
             "trials": [t.to_dict() for t in self.trials], "wall_s": self.wall_s, "command": self.command,
-            "budget_stopped": self.budget_stopped,
+            "budget_stopped": self.budget_stopped, "value_policy": self.value_policy,
+            "value_sources": self.value_sources(), "caveats": {"top1_agreement": TOP1_CAVEAT},
         }
+
+    def value_sources(self) -> dict[str, int]:
+        """How many evaluated (non-repeat COMPLETE) trials have each value source."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            if t.state == "COMPLETE" and t.repeat_of is None:
+                key = t.value_source or self.source
+                out[key] = out.get(key, 0) + 1
+        return out
 
     def to_json(self, path: str | Path) -> None:
         from carm_advisor.report.files import write_text_atomic
@@ -146,6 +176,7 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         error=t.user_attrs.get("error"), repeat_of=t.user_attrs.get("repeat_of"), role=t.user_attrs.get("role"),
         gpu=t.user_attrs.get("measured_on") or t.user_attrs.get("gpu"),
         gain_over_gpu_baseline=t.user_attrs.get("gain_over_gpu_baseline"),
+        value_source=t.user_attrs.get("value_source") or (t.user_attrs.get("measurement") or {}).get("source"),
     )
 
 
@@ -186,6 +217,9 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
         "pruned_out_of_memory": sum(r.pruned_reason == "out_of_memory" for r in records),
         "failed": sum(r.state == "FAIL" for r in records),
         "infeasible": sum(r.state == "COMPLETE" and not r.feasible and r.repeat_of is None for r in records),
+        # predicted studies: configurations with only a CARM bound, not ranked against calibrated values
+        "uncalibrated_not_ranked": sum(r.state == "COMPLETE" and r.repeat_of is None and r.value_source == "CARM bound"
+                                       and not r.feasible for r in records),
         "running_or_waiting": sum(r.state in ("RUNNING", "WAITING") for r in records),
     }
     # How much a blind search of the whole space (clocks aside) would measure that the bound rules out.
@@ -207,7 +241,7 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
         space=space, storage_url=storage_url, study_name=study.study_name, device=device, wall_s=wall_s,
         command=command, limits={"max_slowdown": max_slowdown, "max_output_error": max_output_error,
                                  "prune_margin": prune_margin},
-        budget_stopped=budget_stopped, study=study,
+        budget_stopped=budget_stopped, value_policy=study.user_attrs.get("value_policy"), study=study,
     )
 
 

@@ -5,7 +5,9 @@
   (carm_advisor/tune/worker.py). A trial that crashes the child or outlives its timeout is a failed
   trial (`TrialFailed`, with the error and the end of the child's log); the child is started again for
   the next one. Out of memory is `TrialOutOfMemory` (the study prunes that trial and goes on).
-- `PredictedRunner` (no GPU): the CARM bound of the configuration, labelled predicted.
+- `PredictedRunner` (no GPU): the calibrated whole-model prediction of the configuration where the
+  calibration has one, else its CARM bound; labelled predicted, with `extra["value_source"]`
+  ("calibrated" or "CARM bound") and how it was made (`extra["value_detail"]`).
 - `FakeRunner`: deterministic made-up figures (the bound slowed by fixed per-backend factors), with an
   optional delay per trial: for tests and `benchmarks/vgg16_tuning.py --fake`. Never presented as a
   measurement: its source is "fake".
@@ -25,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from carm_advisor.errors import CarmError
-from carm_advisor.tune.predicted import ConfigPredictor
+from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
 from carm_advisor.tune.space import TrialConfig
 
 
@@ -82,7 +84,7 @@ class Runner(Protocol):
 
 
 class PredictedRunner:
-    """No GPU here: a trial 'measures' the CARM bound (labelled predicted)."""
+    """No GPU here: a trial 'measures' the calibrated prediction, else the CARM bound (labelled predicted)."""
 
     source = "predicted"
 
@@ -90,9 +92,12 @@ class PredictedRunner:
         self.predictor = predictor
 
     def run(self, config: TrialConfig) -> Measurement:
-        p = self.predictor.predict(config)
+        p = value_prediction(self.predictor, config)
+        bound = self.predictor.predict(config)
         return Measurement(time_s=p.time_s, energy_j=p.energy_j, flops=p.flops, batch_size=p.batch_size,
-                           source=p.source, power_w=p.power_w, device=self.predictor.profile.name)
+                           source=p.source, power_w=p.power_w, device=getattr(self.predictor.profile, "name", None),
+                           extra={"value_source": p.value_source, "value_detail": p.detail,
+                                  "bound_time_s": bound.time_s, "bound_energy_j": bound.energy_j})
 
     def close(self) -> None:
         pass

@@ -126,14 +126,16 @@ class SearchSpace:
 
     @classmethod
     def default(cls, backends: Iterable[str] | None = None, batch_sizes: Iterable[int] | None = None,
-                sm_clocks_mhz: Iterable[float] = ()) -> "SearchSpace":
+                sm_clocks_mhz: Iterable[float] = (), require_installed: bool = True) -> "SearchSpace":
+        """require_installed=False (a predicted study: nothing runs) accepts named backends that are not
+        installed here; the default backends are still the installed ones."""
         available = installed_backends()
         if backends is None:
             chosen = available
         else:
             chosen = tuple(backends)
             missing = [b for b in chosen if b in BACKENDS and b not in available]
-            if missing:
+            if missing and require_installed:
                 raise ValueError(f"backend {', '.join(missing)} is not installed here (installed: {', '.join(available) or 'none'})")
         return cls(backends=tuple(chosen), batch_sizes=tuple(sorted(batch_sizes or DEFAULT_BATCH_SIZES)),
                    sm_clocks_mhz=tuple(sm_clocks_mhz))

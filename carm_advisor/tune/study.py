@@ -1,12 +1,23 @@
 """tune(): configuration space -> Optuna study -> trial runner -> measurement -> storage -> TuneResult.
 
 Order of trials: the user's configuration (Keras defaults unless given) first, as the baseline; then,
-per backend, the configurations whose CARM bound is best (the CARM orders the space); then the
+per backend and compiler, the configuration predicted best (calibrated where a calibration applies,
+else the CARM bound: the CARM orders the space); then the
 sampler (TPE, or NSGA-II for several objectives), with Optuna constraints for --max-output-error and
 --max-slowdown. Before a configuration is measured its CARM bound is computed: when even the bound
 (made `prune_margin` more optimistic, for the power model's error) cannot beat the best feasible
 measurement so far, the trial is pruned unmeasured and says why in its user attributes. A
 configuration measured before (same key) is not measured again: its figures are reused.
+
+A PREDICTED study (no GPU) reports the calibrated whole-model prediction as each trial's value where the
+calibration has one for the configuration's backend and compiler (tune/predicted.py), else the CARM
+bound; each trial says which in its "value_source" user attribute. A bound is optimistic (every real
+run is slower), so in a study where some configurations are calibrated, a bound-valued one is not
+ranked against them: it is marked infeasible through the Optuna constraint "uncalibrated" (shown with
+its bound, never the best); the calibration offers no other-backend fallback for a backend without a
+single record (tensorflow on the H200), only for layers of a backend it has records of. Without any
+calibration (--no-calibration) every trial is the bound and all compete. Pruning always compares a
+configuration's CARM bound with the best measured (or calibrated) value.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import optuna
 
 from carm_advisor.tune.builder import ModelSpec, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
-from carm_advisor.tune.predicted import ConfigPredictor, expected
+from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
 from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
                                       WorkerRunner, WorkerSettings)
 from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
@@ -86,7 +97,7 @@ def tune(
     sm_clocks_mhz: Iterable[float] | None = None,
     runner=None,
     predictor=None,
-    calibration=None,
+    calibration: Any = "auto",
     clock_gpu=None,
     worker_settings: WorkerSettings | None = None,
     log_dir: str | None = None,
@@ -111,8 +122,12 @@ def tune(
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
     log: a function given one line per finished trial (for runs without a terminal).
-    calibration: measured efficiency factors (issue 10) that rank configurations in the CARM order
-    (pruning always compares the bound). log_dir: where the workers' logs go (default a temporary directory).
+    calibration: "auto" (default): a predicted study uses the shipped calibration of the profile's GPU model
+    (with this GPU's cache) and reports its predictions as trial values; a measured study orders its first
+    trials by the CARM bound (benchmarks/tuning_prediction_check.py found the calibrated ranking of VGG16's
+    batch sizes on jax inverted against the H200's measurements). True: the calibration in either (a
+    measured study then orders by it); False/None: none (a predicted study reports CARM bounds); a path
+    or a Calibration: that one. Pruning always compares the bound. log_dir: where the workers' logs go (default a temporary directory).
     runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
     clocks --apply-clocks locks (tests, calibrated predictions).
     gpus: NVML indices of the GPUs to measure on at once (default: this process's one GPU); with two or
@@ -164,7 +179,8 @@ def tune(
     clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (_default_clocks(gpu) if apply_clocks else ())
 
     if space is None:
-        space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks)
+        space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks,
+                                    require_installed=source != "predicted")
     if not spec.rebuilds_per_precision:  # a saved model keeps its dtype policy and layout
         space = SearchSpace(space.backends, tuple(p for p in space.precisions if p.startswith("float32")) or ("float32",),
                             space.batch_sizes, space.layouts[:1], space.compilers, space.sm_clocks_mhz)
@@ -176,7 +192,12 @@ def tune(
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
     space = _with_baseline(space, baseline)
+    if isinstance(calibration, str) and calibration == "auto":
+        calibration = source == "predicted"
     predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration)
+    # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
+    calibrated = source == "predicted" and any(
+        getattr(predictor, "calibrates", lambda b, c: False)(b, c) for b in space.backends for c in space.compilers[b])
 
     quiet = _quiet_optuna()
     url = storage_url(storage, spec.name)
@@ -185,7 +206,9 @@ def tune(
     except BaseException:
         quiet()
         raise
-    study_name = study_name or f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
+    # "-calibrated": an older bound-valued predicted study in the same file is not resumed into mixed values.
+    study_name = study_name or (f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
+                                + ("-calibrated" if calibrated else ""))
     constrained = max_output_error is not None or max_slowdown is not None
     # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func.
     constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) \
@@ -202,6 +225,8 @@ def tune(
     study.set_user_attr("objectives", [o.name for o in objectives])
     study.set_user_attr("source", source)
     study.set_user_attr("baseline", baseline.to_dict())
+    if source == "predicted":
+        study.set_user_attr("value_policy", VALUE_POLICY_CALIBRATED if calibrated else VALUE_POLICY_BOUND)
 
     remaining = n_trials - _finished_count(study)
     target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
@@ -215,6 +240,7 @@ def tune(
             "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
             "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
             "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
+            "calibration": getattr(predictor, "calibration", None) is not None,
             "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
     if parallel:
         if model_ref is None:
@@ -222,7 +248,7 @@ def tune(
         from carm_advisor.tune.parallel import check_gpus_exist, launch
 
         check_gpus_exist(gpus, source)
-        _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
+        _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
         try:
             limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
             device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
@@ -247,9 +273,9 @@ def tune(
             model_ref = model_ref or _portable_model(spec, built)
             settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
             runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
-    _enqueue_start(study, space, baseline, predictor, objectives, carm_order)
+    _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
 
-    state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error)
+    state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
     from carm_advisor.tune.parallel import this_gpu
 
     # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
@@ -282,8 +308,10 @@ def tune(
 class _StudyState:
     """What the objective function needs to know about the study so far (read from storage)."""
 
-    def __init__(self, study, objectives, baseline, max_slowdown, max_output_error) -> None:
+    def __init__(self, study, objectives, baseline, max_slowdown, max_output_error,
+                 rank_calibrated_only: bool = False) -> None:
         self.study = study
+        self.rank_calibrated_only = rank_calibrated_only
         self.objectives = objectives
         self.baseline = baseline
         self.max_slowdown = max_slowdown
@@ -349,7 +377,7 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
             complete = _wait_for_same_config(state, trial, config.key)
             earlier = state.measured_by_key(complete).get(config.key)
         if earlier is not None:   # measured before: the same figures, not a second measurement
-            for k in ("measurement", "bound", "constraints", "gpu", "gain_over_gpu_baseline"):
+            for k in ("measurement", "bound", "constraints", "gpu", "gain_over_gpu_baseline", "value_source"):
                 if k in earlier.user_attrs:
                     trial.set_user_attr("measured_on" if k == "gpu" else k, earlier.user_attrs[k])
             trial.set_user_attr("repeat_of", earlier.number)
@@ -377,6 +405,7 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
             trial.set_user_attr("error", str(exc)[:1000])
             raise
         trial.set_user_attr("measurement", m.to_dict())
+        trial.set_user_attr("value_source", (m.extra or {}).get("value_source") or m.source)
         values = [o.value(m) for o in objectives]
         if any(v != v for v in values):
             trial.set_user_attr("error", "the measurement has no energy figure (no NVML?)")
@@ -427,7 +456,10 @@ def _wait_for_same_config(state: _StudyState, trial: optuna.Trial, key: str, pol
 
 
 _HAS_SET_CONSTRAINT = hasattr(optuna.Trial, "set_constraint")
-_CONSTRAINT_NAMES = ("output_error", "slowdown")
+_CONSTRAINT_NAMES = ("output_error", "slowdown", "uncalibrated")
+VALUE_POLICY_CALIBRATED = ("calibrated predictions are the trial values; a configuration the calibration does not "
+                           "cover keeps its CARM bound (optimistic) and is not ranked (constraint 'uncalibrated')")
+VALUE_POLICY_BOUND = "CARM bounds are the trial values (no calibration applies): every figure is a best case"
 
 
 def _set_constraints(trial, constraints: list[float] | None) -> None:
@@ -437,13 +469,19 @@ def _set_constraints(trial, constraints: list[float] | None) -> None:
 
 
 def _constraints(m: Measurement, state: _StudyState, complete: list) -> list[float]:
-    """Optuna constraints (<= 0 is feasible): [output error - limit, slowdown - limit]."""
+    """Optuna constraints (<= 0 is feasible): [output error - limit, slowdown - limit], and in a calibrated
+    predicted study [..., 1 if the value is only a CARM bound else 0] (a bound is not ranked against
+    calibrated predictions)."""
     error_c = slow_c = 0.0
     if state.max_output_error is not None and m.output_error is not None:
         error_c = m.output_error - state.max_output_error
     base = state.baseline_throughput(complete)
     if state.max_slowdown is not None and base:
         slow_c = base / (m.batch_size / m.time_s) - state.max_slowdown
+    if state.rank_calibrated_only:
+        from carm_advisor.tune.predicted import VALUE_CALIBRATED
+
+        return [error_c, slow_c, 0.0 if (m.extra or {}).get("value_source") == VALUE_CALIBRATED else 1.0]
     return [error_c, slow_c]
 
 
@@ -469,8 +507,9 @@ def _carm_prune_reason(objectives: list[Objective], bound_values: list[float], m
 
 
 def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: ConfigPredictor,
-                   objectives: list[Objective], carm_order: bool) -> None:
-    """Baseline first, then per backend its configurations with the best CARM bound (once per study)."""
+                   objectives: list[Objective], carm_order: bool, calibrated_only: bool = False) -> None:
+    """Baseline first, then per backend and compiler its configuration predicted best (once per study);
+    calibrated_only: only the (backend, compiler) pairs the calibration covers (a predicted calibrated study)."""
     if study.user_attrs.get("enqueued"):
         return
     study.enqueue_trial(baseline.params(), user_attrs={"role": "baseline"}, skip_if_exists=True)
@@ -480,14 +519,14 @@ def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: 
             configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key]
             if not configs:
                 continue
-            values = [primary.value(expected(predictor.predict(c))) for c in configs]
-            best_value = values[primary.select(values)]
-            best = [c for c, v in zip(configs, values) if v == best_value]
-            # The bound does not see the compiler: take the best bound once per compiler of this backend.
+            # Per compiler (the calibrated prediction sees it, the bound does not): its best prediction.
             for compiler in space.compilers[backend]:
-                pick = next((c for c in best if c.compiler == compiler), None)
-                if pick is not None:
-                    study.enqueue_trial(pick.params(), user_attrs={"role": "carm_order"}, skip_if_exists=True)
+                mine = [c for c in configs if c.compiler == compiler]
+                if not mine or (calibrated_only and not predictor.calibrates(backend, compiler)):
+                    continue
+                values = [primary.value(value_prediction(predictor, c)) for c in mine]
+                pick = mine[primary.select(values)]
+                study.enqueue_trial(pick.params(), user_attrs={"role": "carm_order"}, skip_if_exists=True)
     study.set_user_attr("enqueued", True)
 
 

@@ -1,5 +1,6 @@
 """tune() on several (pretend) GPUs: argv = storage, study name, trials, gpus (0,1,2,3)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,5 +15,5 @@ if __name__ == "__main__":
     storage, name, n_trials, gpus = sys.argv[1], sys.argv[2], int(sys.argv[3]), parse_gpus(sys.argv[4])
     result = tune("vgg16", objective="samples_per_joule", n_trials=n_trials, storage=storage, study_name=name,
                   space=SPACE, baseline=BASELINE, predictor=predictor(), runner_factory="multi_support:make",
-                  carm_pruning=False, heartbeat_s=1, progress=False, gpus=gpus, log=print)
+                  carm_pruning=False, heartbeat_s=float(os.environ.get("MULTI_HEARTBEAT_S", "2")), progress=False, gpus=gpus, log=print)
     print("counts", result.counts, flush=True)

@@ -1,0 +1,198 @@
+"""Predicted studies report the CALIBRATED prediction as each trial's value (issue 10): per compiler the
+calibration's whole-model execution, energy = calibrated time x the configuration's predicted power,
+a CARM bound only where no calibration applies (labelled, and not ranked against calibrated values).
+Every expected figure is worked out in the comments."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
+
+from carm_advisor.tune.predicted import (VALUE_BOUND, VALUE_CALIBRATED, WHOLE_EXECUTION, ConfigPredictor,  # noqa: E402
+                                         Prediction)
+from carm_advisor.tune.runner import PredictedRunner  # noqa: E402
+from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.tune.study import tune  # noqa: E402
+
+
+class StubCalibration:
+    """Whole-model fits for torch eager / cuda_graph and jax jit only; the whole time is a fixed multiple
+    of the bound time per execution (x3 eager, x2 graph, x1.5 jit); every layer calibrated (x2)."""
+
+    FACTOR = {("torch", "eager"): 3.0, ("torch", "cuda_graph"): 2.0, ("jax", "jit"): 1.5}
+
+    def __init__(self):
+        self.whole_calls = []
+
+    def efficiency(self, row, backend):
+        return 0.5 if backend in ("torch", "jax") else None
+
+    def describe(self, row, backend):
+        return "stub"
+
+    def whole_fit(self, backend, execution):
+        return object() if (backend, execution) in self.FACTOR else None
+
+    def whole_describe(self, backend, execution):
+        return f"stub {execution}"
+
+    def whole_time_s(self, rows, backend, execution):
+        self.whole_calls.append((backend, execution))
+        bound = sum(r.predicted_time_s for r in rows if r.known and r.predicted_time_s is not None)
+        return self.FACTOR[(backend, execution)] * bound
+
+
+def _predictor(calibration):
+    from tiny_models import tiny_cnn
+    from carm_advisor.tune.builder import model_spec
+
+    return ConfigPredictor(model_spec(tiny_cnn), calibration=calibration)
+
+
+def test_compiler_picks_the_calibrations_whole_model_execution():
+    assert WHOLE_EXECUTION == {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph",
+                               ("jax", "xla"): "jit"}
+    calib = StubCalibration()
+    p = _predictor(calib)
+    for backend, compiler, factor in (("torch", "eager", 3.0), ("torch", "torch.compile", 2.0), ("jax", "xla", 1.5)):
+        config = TrialConfig(backend, "mixed_bfloat16", 32, "channels_last", compiler)
+        bound = p.predict(config)
+        value = p.value_prediction(config)
+        assert value.value_source == VALUE_CALIBRATED and "calibrated" in value.source
+        assert value.time_s == pytest.approx(factor * bound.time_s)
+        # energy = calibrated time x the configuration's predicted power (bound energy / bound time)
+        assert value.energy_j == pytest.approx(factor * bound.time_s * (bound.energy_j / bound.time_s))
+        assert value.flops == bound.flops
+    assert ("torch", "cuda_graph") in calib.whole_calls
+    # torch.compile's mapping is an assumption and says so
+    assert "ASSUMED" in p.value_prediction(TrialConfig("torch", "float32", 32, "channels_last", "torch.compile")).detail
+
+
+def test_no_calibration_or_no_records_keeps_the_bound_and_says_why():
+    p = _predictor(StubCalibration())
+    tf = TrialConfig("tensorflow", "float32", 32, "channels_last", "graph")
+    v = p.value_prediction(tf)
+    assert v.value_source == VALUE_BOUND and v.time_s == p.predict(tf).time_s
+    assert "tensorflow" in v.detail
+    assert not p.calibrates("tensorflow", "xla") and p.calibrates("jax", "xla")
+    none = _predictor(False)
+    t = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+    v = none.value_prediction(t)
+    assert v.value_source == VALUE_BOUND and "no calibration" in v.detail and v.time_s == none.predict(t).time_s
+
+
+def test_predicted_runner_labels_each_trial():
+    p = _predictor(StubCalibration())
+    m = PredictedRunner(p).run(TrialConfig("jax", "float32", 32, "channels_last", "xla"))
+    assert m.extra["value_source"] == VALUE_CALIBRATED
+    assert m.time_s == pytest.approx(1.5 * m.extra["bound_time_s"])
+
+
+# ---- the study: a hand-made predictor (no Keras) -------------------------------------------------
+
+class TablePredictor:
+    """Bound and calibrated (time_s, energy_j) per backend at batch 32, 32e9 FLOPs: GF/W = 32 / energy_j.
+
+    torch eager: bound 0.01 s / 1 J (32 GF/W), calibrated 0.03 s / 3 J (10.7 GF/W)
+    jax xla:     bound 0.01 s / 1 J (32 GF/W), calibrated 0.02 s / 2 J (16 GF/W)
+    tensorflow graph: bound only 0.005 s / 0.5 J (64 GF/W): would win if it were ranked."""
+
+    BOUND = {"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.005, 0.5)}
+    CALIBRATED = {"torch": (0.03, 3.0), "jax": (0.02, 2.0)}
+
+    def __init__(self, calibrated=True):
+        self.calibrated = calibrated
+        self.profile = None
+
+    def predict(self, config):
+        t, e = self.BOUND[config.backend]
+        return Prediction(t, e, 32e9, 32, rows=[])
+
+    def value_prediction(self, config):
+        if self.calibrated and config.backend in self.CALIBRATED:
+            t, e = self.CALIBRATED[config.backend]
+            return Prediction(t, e, 32e9, 32, "predicted (calibrated)", [], value_source=VALUE_CALIBRATED)
+        return self.predict(config)
+
+    def calibrates(self, backend, compiler):
+        return self.calibrated and backend in self.CALIBRATED
+
+    def flops(self, config):
+        return 32e9
+
+
+def _space():
+    return SearchSpace(backends=("torch", "jax", "tensorflow"), precisions=("float32",), batch_sizes=(32,),
+                       layouts=("channels_last",), compilers={"torch": ("eager",), "jax": ("xla",), "tensorflow": ("graph",)})
+
+
+def test_calibrated_study_ranks_calibrated_values_and_never_lets_a_bound_win(tmp_path):
+    base = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+    r = tune("vgg16", n_trials=6, storage=str(tmp_path / "s.db"), space=_space(), baseline=base, predict=True,
+             predictor=TablePredictor(), progress=False, carm_pruning=False)
+    assert r.study_name.endswith("-calibrated")
+    by_backend = {t.config.backend: t for t in r.trials if t.state == "COMPLETE" and t.repeat_of is None}
+    assert by_backend["torch"].value_source == "calibrated" and by_backend["torch"].values[0] == pytest.approx(32 / 3)
+    assert by_backend["tensorflow"].value_source == "CARM bound" and by_backend["tensorflow"].values[0] == pytest.approx(64)
+    assert not by_backend["tensorflow"].feasible
+    # best: jax 16 GF/W (calibrated), not tensorflow's 64 (a bound); gain 16 / 10.67 = 1.5
+    assert r.best.config.backend == "jax" and r.best.value_source == "calibrated"
+    assert r.gain() == pytest.approx(1.5)
+    d = r.to_dict()
+    assert d["counts"]["uncalibrated_not_ranked"] == 1
+    assert d["value_sources"] == {"calibrated": 2, "CARM bound": 1}
+    assert "not ranked" in d["value_policy"] and "random weights" in d["caveats"]["top1_agreement"]
+
+
+def test_a_bound_baseline_gives_no_gain_against_a_calibrated_best(tmp_path):
+    base = TrialConfig("tensorflow", "float32", 32, "channels_last", "graph")
+    r = tune("vgg16", n_trials=4, storage=str(tmp_path / "s.db"), space=_space(), baseline=base, predict=True,
+             predictor=TablePredictor(), progress=False, carm_pruning=False)
+    assert r.best.value_source == "calibrated" and r.gain() is None and "not comparable" in r.gain_note
+
+
+def test_without_calibration_every_value_is_the_bound_and_all_compete(tmp_path):
+    base = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+    r = tune("vgg16", n_trials=5, storage=str(tmp_path / "s.db"), space=_space(), baseline=base, predict=True,
+             predictor=TablePredictor(calibrated=False), progress=False, carm_pruning=False)
+    assert not r.study_name.endswith("-calibrated")
+    assert r.best.config.backend == "tensorflow" and r.best.values[0] == pytest.approx(64)   # 32 / 0.5
+    assert r.value_policy.startswith("CARM bounds")
+
+
+def test_carm_pruning_compares_the_bound_with_calibrated_values(tmp_path):
+    """Baseline torch calibrated 10.7 GF/W; a jax bound of 32 GF/W could beat it: run (16 calibrated). With a
+    bound under the best calibrated value (+10%) the configuration is pruned unevaluated."""
+    class Low(TablePredictor):
+        BOUND = {"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.01, 4.0)}   # tf bound 8 GF/W
+    base = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+    r = tune("vgg16", n_trials=6, storage=str(tmp_path / "s.db"), space=_space(), baseline=base, predict=True,
+             predictor=Low(), progress=False)
+    tf = [t for t in r.trials if t.config and t.config.backend == "tensorflow"]
+    # 8 * 1.1 = 8.8 < 10.7 (the baseline's calibrated value): pruned, never evaluated
+    assert tf and all(t.pruned_reason == "carm_bound" for t in tf)
+
+
+def test_cli_no_calibration_reaches_tune(monkeypatch, tmp_path):
+    import carm_advisor.tune.study as study_mod
+    from carm_advisor.cli import main
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_tune(*args, **kwargs):
+        seen.append(kwargs["calibration"])
+        raise Stop
+
+    monkeypatch.setattr(study_mod, "tune", fake_tune)
+    monkeypatch.setenv("CARM_ADVISOR_DEBUG", "1")   # the CLI lets our exception through
+    for extra in ([], ["--no-calibration"]):
+        with pytest.raises(Stop):
+            main(["tune", "vgg16", "--trials", "1", "--storage", str(tmp_path / "s.db"), *extra])
+    assert seen == ["auto", False]
