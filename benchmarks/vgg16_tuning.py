@@ -267,7 +267,27 @@ def merged_grid(files: list[str], model_name: str, objective, json_files: list[s
     return rows
 
 
-def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
+def unmeasured_bounds(space, grid_rows: dict[str, dict], predictor, objective, grid_best: dict | None) -> dict:
+    """The CARM bound of every configuration of the space the grids did not measure: where even the best
+    bound is beaten by the measured grid best, the grid is exhaustive for the question 'which wins'."""
+    rows = []
+    for cfg in space.grid():
+        if cfg.key in grid_rows:
+            continue
+        rows.append({"key": cfg.key, "bound": objective.value(predictor.predict(cfg))})
+    rows.sort(key=lambda r: -r["bound"] if objective.direction == "maximize" else r["bound"])
+    top = rows[0] if rows else None
+    return {
+        "n": len(rows), "best_bound": top,
+        "cannot_beat_grid_best": None if top is None or grid_best is None
+        else not objective.better(top["bound"], grid_best["value"]),
+        "note": "CARM bound (roofs and the profile's power model; no run of a configuration beats it): a configuration "
+                "left unmeasured whose bound is below the measured grid best cannot be the best of the space",
+        "configs": rows,
+    }
+
+
+def summary(result, objective, grid_rows: dict[str, dict], args, predictor=None) -> dict:
     from carm_advisor.tune.result import TOP1_CAVEAT
 
     def brief(t):
@@ -329,6 +349,8 @@ def summary(result, objective, grid_rows: dict[str, dict], args) -> dict:
         "counts": result.counts, "blind_search": result.blind_search, "layer_changes": result.layer_changes,
         "clock_recommendation": result.clock_recommendation, "budget_stopped": result.budget_stopped,
         "study_wall_s": result.wall_s,
+        "grid_unmeasured": None if predictor is None or not grid_rows
+        else unmeasured_bounds(result.space, grid_rows, predictor, objective, grid_best),
     }
 
 
@@ -368,14 +390,15 @@ def summarize(args, start_s: float) -> int:
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     elapsed_s = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     gpus = sorted({(t.user_attrs.get("gpu") or {}).get("name") for t in trials} - {None})
-    result = build_result(study, objectives, space, ConfigPredictor(spec, calibration=False),
+    predictor = ConfigPredictor(spec, calibration=False)
+    result = build_result(study, objectives, space, predictor,
                           TrialConfig.from_dict(a["baseline"]), source=a.get("source", "measured"),
                           storage_url=storage_url(args.storage, spec.name), wall_s=elapsed_s or 0.0,
                           device={"name": ", ".join(gpus) or None}, command="",
                           prune_margin=run.get("prune_margin", PRUNE_MARGIN), max_slowdown=run.get("max_slowdown"),
                           max_output_error=run.get("max_output_error"))
     grid_rows = merged_grid(args.grid_storage, spec.name, objectives[0], args.grid_json)
-    doc = summary(result, objectives[0], grid_rows, args)
+    doc = summary(result, objectives[0], grid_rows, args, predictor=predictor)
     doc.update({"summarized_from": {"study": args.storage, "grid_storage": args.grid_storage,
                                     "grid_json": args.grid_json},
                 "study_wall_s": elapsed_s,
@@ -388,7 +411,8 @@ def summarize(args, start_s: float) -> int:
     best, gb = doc["best"] or {}, doc["grid_best"] or {}
     print(f"wrote {path}: best {best.get('key')} {best.get('gflops_per_watt')}, grid best {gb.get('key')} "
           f"{gb.get('value')} ({doc['grid_measured']} of {doc['grid_size']} measured), trials to within 2% "
-          f"{doc['trials_to_within_2pct_of_grid_best']}, noise {json.dumps(doc['within_2pct_noise'] and {k: v for k, v in doc['within_2pct_noise'].items() if k != 'note'})}")
+          f"{doc['trials_to_within_2pct_of_grid_best']}, unmeasured {(doc['grid_unmeasured'] or {}).get('n')} with best "
+          f"CARM bound {((doc['grid_unmeasured'] or {}).get('best_bound') or {}).get('bound')}, noise {json.dumps(doc['within_2pct_noise'] and {k: v for k, v in doc['within_2pct_noise'].items() if k != 'note'})}")
     return 0
 
 

@@ -84,3 +84,26 @@ def test_measurement_window_flags_reach_the_worker_settings():
 
     with pytest.raises(SystemExit):
         module.worker_settings(module.parse(["--storage", "x.db", "--min-windows", "5", "--max-windows", "4"]))
+
+
+def test_unmeasured_configurations_are_judged_by_their_carm_bound():
+    sys.path.insert(0, str(SUPPORT))
+    spec = importlib.util.spec_from_file_location("vgg16_tuning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from types import SimpleNamespace
+
+    from carm_advisor.tune.objectives import get_objective
+
+    # Three configurations, "a" measured; the bounds of "b" and "c" are worked out below.
+    cfgs = [SimpleNamespace(key=k) for k in ("a", "b", "c")]
+    space = SimpleNamespace(grid=lambda: cfgs)
+    # GFLOP/s per W = FLOPs / energy / 1e9: b = 300e9 / 1 J = 300, c = 500e9 / 1 J = 500.
+    figures = {"b": SimpleNamespace(time_s=1.0, energy_j=1.0, flops=300e9, batch_size=1),
+               "c": SimpleNamespace(time_s=1.0, energy_j=1.0, flops=500e9, batch_size=1)}
+    predictor = SimpleNamespace(predict=lambda cfg: figures[cfg.key])
+    objective = get_objective("gflops_per_watt")
+    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 600.0})
+    assert out["n"] == 2 and out["best_bound"] == {"key": "c", "bound": 500.0} and out["cannot_beat_grid_best"] is True
+    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 450.0})
+    assert out["cannot_beat_grid_best"] is False
