@@ -144,3 +144,11 @@ def test_tensorflow_is_told_xla_unquantified_without_records_and_jax_is_already_
     assert "jit_compile=True" in rec.detail
     report.model.backend = "jax"
     assert compilation_switch(report, report.layers, _predict()) is None
+
+
+def test_another_backends_calibrated_time_is_never_below_its_bound():
+    from carm_advisor.measured_advice import at_least_bound
+
+    # calibrated 2 ms, 1 J against a 3 ms bound: raised to 3 ms, energy x 1.5
+    assert at_least_bound((0.002, 1.0, False), 0.003) == ((0.003, 1.5, False), True)
+    assert at_least_bound((0.004, None, False), 0.003) == ((0.004, None, False), False)
