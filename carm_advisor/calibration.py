@@ -607,13 +607,13 @@ def study_trials(path: str | Path) -> list[dict]:
     return out
 
 
-def whole_from_studies(paths: Iterable[str | Path], profile=None) -> list[WholeSample]:
+def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict | None = None) -> list[WholeSample]:
     """Whole-model samples from measured tuning trials (study_trials), one per distinct configuration and
     measured time (the same trial copied into two files counts once): the execution of its compiler
     (STUDY_EXECUTION: torch eager -> "eager", torch.compile -> "torch.compile", jax xla -> "jit"), the CARM
     bounds of the model's rows as the tuner predicts them (tune/predicted.py, this profile). No layer was
     measured: the layer sums are 0 (the eager and cuda_graph fits skip such samples; jit and torch.compile
-    use the bounds)."""
+    use the bounds). `builders`: study model name -> what tune() was given (default: the name itself)."""
     from carm_advisor.tune.builder import model_spec
     from carm_advisor.tune.predicted import ConfigPredictor
     from carm_advisor.tune.space import TrialConfig
@@ -631,7 +631,7 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None) -> list[WholeS
             seen.add((trial["key"], m["time_s"]))
             model = trial["model"]
             if model not in predictors:
-                predictors[model] = ConfigPredictor(model_spec(model), profile=profile, calibration=None)
+                predictors[model] = ConfigPredictor(model_spec((builders or {}).get(model, model)), profile=profile, calibration=None)
             rows = predictors[model].predict(cfg).rows
             known = [r for r in rows if r.known]
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
