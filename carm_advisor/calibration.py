@@ -650,6 +650,11 @@ def rows_for_run(run, profile=None, model=None) -> list:
 
     profile = profile or load_profile()
     if model is None:
+        import keras
+
+        # Auto-named layers ("conv2d_7") take their number from a per-process counter: a fresh session
+        # gives the names the recording process gave (a model built first there), or the merge misses.
+        keras.backend.clear_session()
         with image_data_format(run.layout):
             model, _ = load_model(run.model_name, precision=run.precision)
     rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)
