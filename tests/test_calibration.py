@@ -294,3 +294,12 @@ def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path
     assert {w.source for w in found} == {"study a.db#0", "study a.db#1", "study a.db#2"}
     with pytest.raises(ProfileError, match="Expected an Optuna SQLite study file"):
         whole_from_studies([tmp_path / "missing.db"])
+
+
+def test_the_shipped_calibration_has_compiled_fits_with_the_fixed_cost_the_vgg16_studies_measured():
+    shipped = shipped_calibration()
+    assert shipped.provenance["study_models"] == ["vgg16"]          # study samples are VGG16's only
+    compiled = shipped.whole_fit("torch", "torch.compile")
+    assert compiled is not None and compiled.fixed_s > 0
+    # the 2026-12-04 tuner check measured jax VGG16 time per batch against batch size: intercepts 1.10-1.22 ms
+    assert 0.8e-3 < shipped.whole_fit("jax", "jit").fixed_s < 1.5e-3
