@@ -153,6 +153,21 @@ def cli_table(session: str) -> str:
     return "\n".join(rows)
 
 
+def accuracy_table(session: str) -> str:
+    """Calibrated prediction on held-out models (benchmarks/prediction_accuracy.py --train-models)."""
+    d = load(f"*-prediction-accuracy-{session}.json")
+    rows = [f"Held out: {', '.join(d['models'])}; trained on {', '.join(d.get('train_models') or [])} (batch 64).", "",
+            "| backend | per-layer median abs. error | whole model: median abs. error (max) | n (layers, whole-model runs) |",
+            "| --- | --- | --- | --- |"]
+    for backend, b in sorted(d["by_backend"].items()):
+        whole = ", ".join(f"{k.split('/')[-1]} {v:.1%} ({b['whole_model_max_abs_err'][k]:.0%})"
+                          for k, v in sorted(b["whole_model_abs_err"].items()))
+        n = b["n"]
+        rows.append(f"| {backend} | {b['per_layer_median_abs_err']:.1%} | {whole} | "
+                    f"{n['layers']}, {sum(n['whole_models'].values())} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="run10")
@@ -164,6 +179,8 @@ def main() -> None:
         print(grid_summary())
         print()
         print(cli_table(args.session))
+        print()
+        print(accuracy_table(args.session))
         return
     print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
     print()
