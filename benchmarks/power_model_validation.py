@@ -29,7 +29,9 @@ figures validate the curve's parameters, not its form; records taken after the f
 nvidia-h200-records-2026-12-04*) are its first test. The sweep fit's intercept is held >= the measured
 idle power (physics, decided before looking at layers: free, it went to 0 W).
 
-Only per-layer power measurements are scored. Left out, each with its count: records of torch's
+Only per-layer power measurements are scored. Left out, each with its count: jax mixed-precision
+records traced before the autocast fix (RunMeasurement.jit_layers_in_policy_dtype False: their layers ran
+in float32; their whole-model figures are kept, the ones built from their layer times are not), records of torch's
 profiler (settings.method "profiled": every layer gets the model's mean power, settings.layer_energy),
 layers whose energy windows (settings.layer_window_s) are shorter than --min-layer-window-s (default
 0.5 s: NVML's energy counter steps about every 100 ms, so 0.05 s windows read 0 W or > 1000 W) or
@@ -51,7 +53,15 @@ variant (Calibration.without_model) is reported too. Every whole-model figure is
 layers' power at their CARM operating points (carm_point_*), and validation.targets says which issue-9
 targets each variant meets. --fit-clocks fits the voltage curve to the clocks of scored layers measured
 at the power limit.
-Writes <out>/<gpu>-power-model-<date>.json.
+A model with no scored layer gets the curve fitted on every scored layer (none of them its own: still
+leave one model out). validation.form_test: the headline on records dated after --form-fixed-on (the
+day the duty curve's form was chosen), the form's first test; validation.coverage_cells: which (model,
+backend, precision, batch size) cells have scored layers and whole-model rows. shipped_power_model: the
+same validation with the power model of the profile the product ships instead of the sweep fit; its
+in-sample duty curve is the one benchmarks/embed_profile.py --duty embeds. Whole models also get
+duty_lomo_gaps_at_constant_*: the layers' energy above the constant plus the constant power over the whole
+time (carm_advisor/measured_advice.py's sum), beside the headline's time-weighted power x whole time.
+Writes <out>/<gpu>-power-model-<date>.json; per-layer rows are one short list each (layers.columns).
 """
 
 from __future__ import annotations
@@ -689,7 +699,8 @@ def _models_summary(models: list[dict]) -> dict:
 def form_test(layers: list[dict], models: list[dict], form_fixed_on: str) -> dict:
     """The headline figures on records dated after the duty curve's form was chosen (first test of the
     form; the leave-one-model-out figures test its parameters only)."""
-    head = [r for r in layers if r["scored"] and r["headline_power_err"] is not None and (r["date"] or "") > form_fixed_on]
+    head = [r for r in layers
+            if r["scored"] and r["headline_power_err"] is not None and (r["date"] or "") > form_fixed_on]
     rows = [r for r in models if (r["date"] or "") > form_fixed_on]
 
     def lomo(r, key):

@@ -37,9 +37,33 @@ def _embed(tmp_path, *extra):
     return out
 
 
-def test_embed_profile_without_the_new_flag_still_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
-    out = _embed(tmp_path)
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04.json"
+
+
+def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
+    out = _embed(tmp_path, "--duty", str(POWER_MODEL))
     assert out.read_bytes() == (ROOT / "carm_advisor" / "profiles" / "nvidia_h200.json").read_bytes()
+
+
+def test_the_shipped_duty_curve_is_the_one_fitted_against_the_shipped_power_model_and_says_so(tmp_path):
+    validation = json.loads(POWER_MODEL.read_text())
+    curve = validation["shipped_power_model"]["duty_curves"]["in_sample"]
+    duty = load_profile().power_model.duty
+    assert (duty.t_full_s, duty.gamma) == (curve["t_full_s"], curve["gamma"])
+    assert duty.source.startswith("fitted on H200 layer records, leave-one-model-out validated")
+    assert POWER_MODEL.name in duty.source
+    # Without --duty the profile has no curve: predict.py falls back to the CARM-point power.
+    assert load_profile(_embed(tmp_path)).power_model.duty is None
+    # With the sweep fit, the curve fitted against the sweep fit is taken.
+    swept = load_profile(_embed(tmp_path, "--power-fit", "sweep", "--duty", str(POWER_MODEL))).power_model.duty
+    assert swept.t_full_s == validation["duty_curves"]["in_sample"]["t_full_s"]
+
+
+def test_embed_profile_refuses_a_duty_file_without_a_curve(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"validation": {}}))
+    with pytest.raises(SystemExit, match="shipped_power_model.duty_curves.in_sample"):
+        _embed(tmp_path, "--duty", str(bad))
 
 
 def test_embed_profile_power_fit_sweep_writes_a_loadable_model_with_fit_quality_and_data_factors(tmp_path):
