@@ -1,11 +1,16 @@
 """Fit the calibration (carm_advisor/calibration.py) from recorded RunMeasurement files.
 
-    python benchmarks/fit_calibration.py --records DIR_OR_FILE [...] --out carm_advisor/profiles/nvidia_h200_calibration.json
+    python benchmarks/fit_calibration.py --records DIR_OR_FILE [...] [--studies DB ...] --out carm_advisor/profiles/nvidia_h200_calibration.json
 
 Every *.json under a folder that is a RunMeasurement (schema carm-advisor/measurements/1) is used;
 other files are skipped. Each record's model is rebuilt on the CPU by its recorded name, precision and
 layout (shapes only) to get the CARM bound of every layer. The shipped H200 file is written by this
 script, never by hand.
+
+--studies DB (repeatable): Optuna SQLite files of measured tuning trials; each distinct measured inference
+configuration becomes a whole-model sample (calibration.whole_from_studies: torch eager -> "eager",
+torch.compile -> "torch.compile", jax xla -> "jit"). The H200 studies so far tuned VGG16 only: a VGG16
+whole-model prediction from such a calibration is in-sample.
 """
 
 from __future__ import annotations
@@ -43,10 +48,25 @@ def load_runs(paths: list[str]) -> list:
     return [r for r in runs if r.model_name]
 
 
+def add_studies(calibration, studies: list[str]) -> None:
+    """Add the measured tuning trials of `studies` to `calibration` as whole-model samples (in place)."""
+    from carm_advisor.calibration import whole_from_studies
+
+    if not studies:
+        return
+    found = whole_from_studies(studies)
+    calibration.whole.extend(found)
+    calibration.provenance["studies"] = [Path(s).name for s in studies]
+    calibration.provenance["study_models"] = sorted({w.model for w in found})
+    calibration.provenance["study_samples"] = len(found)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", nargs="+", action="extend", required=True,
                         help="record files or folders; repeat the flag or list several (all are used)")
+    parser.add_argument("--studies", action="append", default=[],
+                        help="Optuna SQLite file of measured tuning trials (repeatable): whole-model samples")
     parser.add_argument("--out", required=True)
     return parser
 
@@ -57,6 +77,9 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     missing = [p for p in args.records if not Path(p).exists()]
     if missing:
         parser.error(f"Expected existing record files or folders, Received: {', '.join(missing)}")
+    missing = [p for p in getattr(args, "studies", None) or [] if not Path(p).is_file()]
+    if missing:
+        parser.error(f"Expected existing Optuna SQLite study files, Received: {', '.join(missing)}")
     return args
 
 
@@ -69,6 +92,7 @@ def main(argv=None) -> int:
         print(f"no RunMeasurement records with a model name under {args.records}", file=sys.stderr)
         return 2
     calibration = fit_runs(runs)
+    add_studies(calibration, args.studies)
     calibration.provenance["command"] = " ".join(["python", *sys.argv])
     calibration.save(args.out)
     print(f"{len(calibration.samples)} layer samples, {len(calibration.whole)} whole-model samples -> {args.out}")

@@ -1,12 +1,14 @@
 """Markdown tables of a recorded GPU run, read from benchmarks/results (for README.md and notes).
 
-    python benchmarks/summarize.py [--run run10]
+    python benchmarks/summarize.py [--run run10]        # ceilings and VGG16 layers of a run
+    python benchmarks/summarize.py --session 2026-12-04 # tuning studies and CLI timings of a session
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -100,10 +102,86 @@ def vgg_table(run: str) -> str:
     return "\n".join(rows)
 
 
+def _cfg(t: dict | None) -> str:
+    if not t:
+        return "-"
+    c = t["config"]
+    return f"{c['backend']} {c['compiler']}, {c['precision']}, batch {c['batch_size']}, {c['layout']}"
+
+
+def tuning_table() -> str:
+    """Every measured VGG16 tuning study (not the grids, not the summaries): baseline, best, gain, time."""
+    rows = ["| study (file) | baseline, GFLOP/s per W | best, GFLOP/s per W | gain | trials | study wall |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(RESULTS.glob("*-vgg16-tuning-*.json")):
+        if "summary" in path.name or "resume" in path.name:
+            continue
+        d = json.loads(path.read_text())
+        b, t = d["baseline"], d["best"]
+        rows.append(f"| {path.stem} | {_cfg(b)}: {b['gflops_per_watt']:.1f} | {_cfg(t)}: {t['gflops_per_watt']:.1f} | "
+                    f"{d['gain_gflops_per_watt']:.2f}x | {len(d['trials'])} | {d['study_wall_s']:.0f} s |")
+    return "\n".join(rows)
+
+
+def grid_summary(pattern: str = "*-vgg16-tuning-*summary*.json") -> str:
+    """The newest --summarize output: grid coverage, grid best, trials to within 2%, noise."""
+    path = sorted(RESULTS.glob(pattern))[-1]
+    d = json.loads(path.read_text())
+    g, n, u = d["grid_best"], d["within_2pct_noise"] or {}, d.get("grid_unmeasured") or {}
+    best_bound = (u.get("best_bound") or {}).get("bound")
+    return (f"{path.name}: grid {d['grid_measured']} of {d['grid_size']} configurations measured, best {g['key']} "
+            f"{g['value']:.1f} GFLOP/s per W (spread {g['spread']:.1%}); the {u.get('n')} unmeasured have CARM bounds "
+            f"of at most {best_bound:.1f}; the study came within 2% of the grid best at trial "
+            f"{d['trials_to_within_2pct_of_grid_best']} (study best / grid best {n.get('study_best_over_grid_best', 0):.3f}, "
+            f"study best spread {n.get('study_best_spread', 0):.1%}: inside the noise {n.get('judgement_inside_noise')})")
+
+
+def cli_table(session: str) -> str:
+    """`carm-advise analyze` timed on the GPU: the CLI's own phase timings, and layers vs graph time."""
+    rows = ["| call / model | keras import | model build | analysis | since start-up | sum of layers / CUDA graph |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(RESULTS.glob(f"*-cli-{session}/*/*.json")):
+        d = json.loads(path.read_text())
+        t = d.get("timings_s") or {}
+        txt = path.with_suffix(".txt").read_text() if path.with_suffix(".txt").exists() else ""
+        found = re.search(r"([0-9.]+) s since\s+start-up", txt)
+        graph = (d["measurement"].get("inference_graph") or {}).get("time_s")
+        ratio = d["totals"]["sum_layer_time_s"] / graph if graph else None
+        rows.append(f"| {path.parent.name} {path.stem} | {t.get('keras_import', 0):.1f} s | {t.get('model_build', 0):.1f} s | "
+                    f"{t.get('analysis', 0):.1f} s | {found.group(1) + ' s' if found else '-'} | "
+                    f"{'-' if ratio is None else f'{ratio:.3f}'} |")
+    return "\n".join(rows)
+
+
+def accuracy_table(session: str) -> str:
+    """Calibrated prediction on held-out models (benchmarks/prediction_accuracy.py --train-models)."""
+    d = load(f"*-prediction-accuracy-{session}.json")
+    rows = [f"Held out: {', '.join(d['models'])}; trained on {', '.join(d.get('train_models') or [])} (batch 64).", "",
+            "| backend | per-layer median abs. error | whole model: median abs. error (max) | n (layers, whole-model runs) |",
+            "| --- | --- | --- | --- |"]
+    for backend, b in sorted(d["by_backend"].items()):
+        whole = ", ".join(f"{k.split('/')[-1]} {v:.1%} ({b['whole_model_max_abs_err'][k]:.0%})"
+                          for k, v in sorted(b["whole_model_abs_err"].items()))
+        n = b["n"]
+        rows.append(f"| {backend} | {b['per_layer_median_abs_err']:.1%} | {whole} | "
+                    f"{n['layers']}, {sum(n['whole_models'].values())} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="run10")
+    parser.add_argument("--session", help="print a session's tuning and CLI tables instead (a date)")
     args = parser.parse_args()
+    if args.session:
+        print(tuning_table())
+        print()
+        print(grid_summary())
+        print()
+        print(cli_table(args.session))
+        print()
+        print(accuracy_table(args.session))
+        return
     print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
     print()
     print(vgg_table(args.run))

@@ -27,13 +27,34 @@ def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profi
     warnings: list[str] = []
     by_name = {m.name: m for m in run.layers}
     carm = profile.carm()
+    # A layer the cost model splits into parts ("name:depthwise", "name:pointwise": SeparableConv) is
+    # measured as one call "name": each part gets the measured time and energy in proportion to its
+    # CARM bound time (equal shares where a part has no bound), and says so in its notes.
+    parts: dict[str, list[LayerRow]] = {}
     for row in rows:
-        m = by_name.get(row.name)
+        base, sep, _ = row.name.rpartition(":")
+        if sep and base and row.name not in by_name and base in by_name:
+            parts.setdefault(base, []).append(row)
+    share: dict[int, tuple[float, str]] = {}
+    for base, group in parts.items():
+        bounds = [r.predicted_time_s or 0.0 for r in group]
+        total = sum(bounds)
+        for r, b in zip(group, bounds):
+            frac = b / total if total > 0 else 1.0 / len(group)
+            share[id(r)] = (frac, base)
+    for row in rows:
+        frac, base = share.get(id(row), (1.0, row.name))
+        m = by_name.get(base)
         if m is None or m.time_s is None:
             continue
         row.measured = True
-        row.time_s, row.energy_j = m.time_s, m.energy_j
+        row.time_s = m.time_s * frac
+        row.energy_j = m.energy_j * frac if m.energy_j is not None else None
         row.power_w, row.sm_clock_mhz, row.time_spread = m.power_w, m.sm_clock_mhz, m.time_spread
+        if base != row.name:
+            note = (f"measured as one call '{base}' ({m.time_s * 1e6:.1f} us); this part's share {frac:.3f} "
+                    f"is its CARM bound time over the parts' sum")
+            row.notes = f"{row.notes}; {note}" if row.notes else note
         counters = getattr(m, "counters", None) or {}
         flops = row.flops
         if counters.get("flops"):

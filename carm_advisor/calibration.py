@@ -41,7 +41,11 @@ from carm_advisor.errors import ProfileError
 
 SCHEMA = "carm-advisor/calibration/1"
 MIN_SAMPLES = 3
-DISPATCHED_EXECUTIONS = ("jit",)   # layer times that include a per-call dispatch (each layer jitted alone)
+DISPATCHED_EXECUTIONS = ("jit",)
+# Whole-model executions predicted from the CARM bound (compiled: the layers alone are no guide), with a
+# fixed cost per call: jax jit and torch.compile ("torch.compile" samples come from measured tuning trials,
+# whole_from_studies: VGG16 only so far).
+BOUND_EXECUTIONS = ("jit", "torch.compile")   # layer times that include a per-call dispatch (each layer jitted alone)
 # jit (XLA): whole = (matmul-class bound + JIT_OTHER_SHARE x the rest's bound) / e, one e over every
 # record (JIT_PER_DTYPE False). Chosen by leave-one-model-out over the training models' jax records
 # (VGG16, ResNet50, MobileNetV2; 2026-12-02..04, float32 and bf16), before any held-out model's record was
@@ -129,6 +133,14 @@ class WholeSample:
     dtype: str = ""                       # the layers' compute dtype (the most common)
     matmul_bound_s: float | None = None   # CARM bounds summed over every known layer (measured or not)
     other_bound_s: float | None = None
+    batch_size: int = 0                   # (0: not recorded, older files)
+    layout: str = ""
+    source: str = ""                      # "": a RunMeasurement record; "study FILE#TRIAL": a measured tuning trial
+
+    @property
+    def has_layer_sums(self) -> bool:
+        """Whether the layers were measured too (tuning trials measure the whole model only)."""
+        return self.matmul_sum_s + self.other_sum_s > 0
 
 
 @dataclass(frozen=True)
@@ -170,6 +182,7 @@ class WholeFit:
     layer_floor_s: float = 0.0
     source: str = ""
     bound_efficiency: float | None = None   # jit: whole = (matmul bound + JIT_OTHER_SHARE x other bound) / this
+    fixed_s: float = 0.0                    # jit, torch.compile: a fixed cost per call added to the above
 
 
 def _family(cls: str) -> str:
@@ -310,35 +323,75 @@ class Calibration:
             coef = (statistics.median(ratios),) * 2 if ratios else (1.0, 1.0)
         return float(coef[0]), float(coef[1])
 
-    def _jit_fit(self, found: list[WholeSample], dtype: str | None) -> WholeFit | None:
-        """whole = (matmul bound + JIT_OTHER_SHARE x other bound) / e: the jitted model as a whole reaches e
-        of the CARM bound; e is the median over the jit records (of this compute dtype if JIT_PER_DTYPE and
+    @staticmethod
+    def _bound_of(w: WholeSample) -> float:
+        return w.matmul_bound_s + JIT_OTHER_SHARE * w.other_bound_s
+
+    def _fixed_cost(self, found: list[WholeSample]) -> tuple[float, int]:
+        """The fixed cost per call of a compiled model (t0 of whole = t0 + bound / e): the median of the
+        intercepts of whole time against bound, one straight line (numpy.polyfit) per model, dtype and layout
+        measured at >= 2 batch sizes (the bound grows with the batch, t0 does not), never below 0; and how
+        many such groups there were (0: no batch series, t0 = 0)."""
+        import numpy as np
+
+        groups: dict[tuple, dict[int, list[WholeSample]]] = {}
+        for w in found:
+            if w.batch_size > 0:
+                groups.setdefault((w.model, w.dtype, w.layout), {}).setdefault(w.batch_size, []).append(w)
+        intercepts = []
+        for by_batch in groups.values():
+            if len(by_batch) < 2:
+                continue
+            x = [statistics.median(self._bound_of(w) for w in ws) for _, ws in sorted(by_batch.items())]
+            y = [statistics.median(w.time_s for w in ws) for _, ws in sorted(by_batch.items())]
+            intercepts.append(float(np.polyfit(x, y, 1)[1]))
+        return (max(statistics.median(intercepts), 0.0), len(intercepts)) if intercepts else (0.0, 0)
+
+    def _bound_fit(self, found: list[WholeSample], dtype: str | None, execution: str) -> WholeFit | None:
+        """Compiled execution (jit, torch.compile): whole = t0 + (matmul bound + JIT_OTHER_SHARE x other bound)
+        / e. t0 is the fixed cost per call (_fixed_cost, from batch series); e is one efficiency shared by every
+        model: the median over the models of each model's median bound / (whole - t0), so that a model measured
+        many times (the tuning trials are VGG16's) counts as one (of this compute dtype if JIT_PER_DTYPE and
         there are any, else of every dtype)."""
         usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
         if not usable:
             return None
         same = [w for w in usable if JIT_PER_DTYPE and dtype and w.dtype == dtype]
         chosen = same or usable
-        e = statistics.median((w.matmul_bound_s + JIT_OTHER_SHARE * w.other_bound_s) / w.time_s for w in chosen)
-        which = f"{len(chosen)} {dtype} jit records" if same else f"{len(chosen)} jit records" + (
+        t0, series = self._fixed_cost(chosen)
+        by_model: dict[str, list[float]] = {}
+        for w in chosen:
+            if w.time_s > t0:
+                by_model.setdefault(w.model, []).append(self._bound_of(w) / (w.time_s - t0))
+        if not by_model:
+            return None
+        e = statistics.median(statistics.median(v) for v in by_model.values())
+        which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
             f" of every dtype (none in {dtype})" if JIT_PER_DTYPE and dtype else "")
+        studies = sum(1 for w in chosen if w.source.startswith("study"))
+        which += f" ({studies} of them tuning trials)" if studies else ""
+        bound = "CARM bound" if JIT_OTHER_SHARE == 1 else f"(matmul bound + {JIT_OTHER_SHARE:g} x other bound)"
+        fixed = (f"{t0 * 1e3:.2f} ms + " if t0 else "")
+        t0_src = (f"; fixed cost: median intercept of {series} batch series" if series else "; no batch series: no fixed cost")
         return WholeFit(1.0 / e, JIT_OTHER_SHARE / e, None, len(chosen), 0.0,
-                        f"jit: CARM bound / {e:.2f} (median of {which})" if JIT_OTHER_SHARE == 1 else
-                        f"jit: (matmul bound + {JIT_OTHER_SHARE:g} x other bound) / {e:.2f} (median of {which})", e)
+                        f"{execution}: {fixed}{bound} / {e:.2f} (median over {len(by_model)} models of "
+                        f"{which}{t0_src})", e, t0)
 
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None) -> WholeFit | None:
         """How the whole model relates to its layers on this backend and execution, from the records:
         cuda_graph: a * matmul + b * other (the layers' GPU times, sequenced by the graph);
-        jit: from the CARM bounds, not from the layers jitted alone (_jit_fit): each of those pays a dispatch
-          the jitted model pays once;
+        jit, torch.compile: t0 + CARM bound / e (_bound_fit), not from the layers jitted alone: each of those
+          pays a dispatch the compiled model pays once;
         eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
           where there is one; the host time per call is the median of whole / calls over the records
           where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum)."""
         found = [w for w in self.whole if w.backend == backend and w.execution == execution and w.time_s > 0]
+        if execution not in BOUND_EXECUTIONS:   # the layer-based fits need the layers measured too
+            found = [w for w in found if w.has_layer_sums]
         if not found:
             return None
-        if execution == "jit":
-            return self._jit_fit(found, dtype)
+        if execution in BOUND_EXECUTIONS:
+            return self._bound_fit(found, dtype, execution)
         floor = 0.0
         if execution != "eager":
             a, b = self._gpu_fit(found, floor)
@@ -367,7 +420,7 @@ class Calibration:
         fit = self.whole_fit(backend, execution, rows_dtype(rows))
         if fit is not None and fit.bound_efficiency is not None:
             mm, other = bound_sums(rows)
-            return fit.matmul_factor * mm + fit.other_factor * other if mm + other > 0 else None
+            return fit.fixed_s + fit.matmul_factor * mm + fit.other_factor * other if mm + other > 0 else None
         times = [(r.type, r.calibrated_time_s) for r in rows if getattr(r, "calibrated_time_s", None)]
         if fit is None or not times:
             return None
@@ -512,7 +565,78 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
     for m in (run.inference, run.inference_graph):
         if m is not None and m.time_s:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
-                                   graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows)))
+                                   graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
+                                   run.batch_size, run.layout))
+    return out
+
+
+# A tuning trial's compiler -> the whole-model execution it measured.
+STUDY_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "torch.compile", ("jax", "xla"): "jit"}
+
+
+def study_trials(path: str | Path) -> list[dict]:
+    """The measured inference trials of every study in an Optuna SQLite file: the first COMPLETE, not repeated
+    (no "repeat_of"), measured trial per study and configuration, as {"model", "config", "measurement",
+    "source"} (user_attrs written by tune/: config, measurement; the study's "run" attribute names the model)."""
+    import optuna
+
+    from carm_advisor.tune.storage import open_storage
+
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(f"Expected an Optuna SQLite study file, Received: {path} (no such file)")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = open_storage(str(path), "calibration")
+    out = []
+    for summary in optuna.get_all_study_summaries(storage):
+        run = summary.user_attrs.get("run") or {}
+        if run.get("mode", "inference") != "inference" or not run.get("model"):
+            continue
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        seen = set()
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            a = t.user_attrs
+            m, cfg, key = a.get("measurement"), a.get("config"), a.get("config_key")
+            if not m or not cfg or key is None or "repeat_of" in a or key in seen:
+                continue
+            if (m.get("source") or "measured") != "measured" or not m.get("time_s"):
+                continue
+            seen.add(key)
+            out.append({"model": run["model"], "config": cfg, "measurement": m, "key": key,
+                        "source": f"study {path.name}#{t.number}"})
+    return out
+
+
+def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict | None = None) -> list[WholeSample]:
+    """Whole-model samples from measured tuning trials (study_trials), one per distinct configuration and
+    measured time (the same trial copied into two files counts once): the execution of its compiler
+    (STUDY_EXECUTION: torch eager -> "eager", torch.compile -> "torch.compile", jax xla -> "jit"), the CARM
+    bounds of the model's rows as the tuner predicts them (tune/predicted.py, this profile). No layer was
+    measured: the layer sums are 0 (the eager and cuda_graph fits skip such samples; jit and torch.compile
+    use the bounds). `builders`: study model name -> what tune() was given (default: the name itself)."""
+    from carm_advisor.tune.builder import model_spec
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.space import TrialConfig
+
+    predictors: dict[str, Any] = {}
+    seen: set[tuple] = set()
+    out: list[WholeSample] = []
+    for path in paths:
+        for trial in study_trials(path):
+            cfg = TrialConfig.from_dict(trial["config"])
+            execution = STUDY_EXECUTION.get((cfg.backend, cfg.compiler))
+            m = trial["measurement"]
+            if execution is None or cfg.sm_clock_mhz is not None or (trial["key"], m["time_s"]) in seen:
+                continue   # a locked clock is another GPU speed than the records' default clocks
+            seen.add((trial["key"], m["time_s"]))
+            model = trial["model"]
+            if model not in predictors:
+                predictors[model] = ConfigPredictor(model_spec((builders or {}).get(model, model)), profile=profile, calibration=None)
+            rows = predictors[model].predict(cfg).rows
+            known = [r for r in rows if r.known]
+            out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
+                                   sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
+                                   *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"]))
     return out
 
 
@@ -526,6 +650,11 @@ def rows_for_run(run, profile=None, model=None) -> list:
 
     profile = profile or load_profile()
     if model is None:
+        import keras
+
+        # Auto-named layers ("conv2d_7") take their number from a per-process counter: a fresh session
+        # gives the names the recording process gave (a model built first there), or the merge misses.
+        keras.backend.clear_session()
         with image_data_format(run.layout):
             model, _ = load_model(run.model_name, precision=run.precision)
     rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)

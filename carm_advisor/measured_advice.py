@@ -7,7 +7,11 @@ recommend.recommend computes each recommendation from predictions; this module t
   than its CARM bound (measured / bound);
 - adds what only a measurement shows: framework dispatch overhead (eager time minus the CUDA-graph
   time of the same model), layers far below their roof with the cause where it can be told;
-- adds the backend and compilation switches with their calibrated gain.
+- adds the backend and compilation switches with their calibrated gain (compilation_switch: torch eager ->
+  torch.compile, tensorflow without XLA -> XLA; jax is already jitted). The compiled time is the
+  calibration's fit of measured compiled runs where it has one (calibrated), else, on torch, the GPU
+  time of the layers (ASSUMED: the measured CUDA-graph replay, else the calibrated CUDA-graph fit); the
+  gain is never above the gap between the current whole-model time and the CARM bound.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ def measured_recommendations(report, rows: list[LayerRow], recs: list[Recommenda
             cap_by_measured_gap(report, measured, rec)
         recs += [r for r in (dispatch_overhead(report), far_below_roof(report, measured)) if r is not None]
     recs += backend_switches(report, rows, predict)
+    compiled = compilation_switch(report, rows, predict)
+    if compiled is not None:
+        recs.append(compiled)
     return recs
 
 
@@ -153,11 +160,14 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     alt_t = _whole(report, alt_rows, calib, other, whole_model_execution(other))
     if alt_t is None or not any(r.calibrated_time_s for r in alt_rows):
         return []
+    alt_bound = sum(r.predicted_time_s or 0.0 for r in alt_rows if r.known)
+    alt_t, capped = at_least_bound(alt_t, alt_bound)
     speedup = now_t[0] / alt_t[0]
     energy = now_t[1] / alt_t[1] if now_t[1] and alt_t[1] else None
     if max(speedup, energy or 0) < MIN_GAIN:
         return []
-    source = "measured now vs calibrated" if now_t[2] else "calibrated"
+    source = ("measured now vs calibrated" if now_t[2] else "calibrated") + (
+        f"; {other} raised to its CARM bound" if capped else "")
     return [Recommendation(
         title=f"Run on the {other} backend" + (" (XLA-compiled)" if other == "jax" else ""),
         detail=(f"{backend}: {now_t[0] * 1e3:.2f} ms per call ({'measured' if now_t[2] else 'calibrated'}); {other}: "
@@ -168,6 +178,15 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     )]
 
 
+def at_least_bound(whole: tuple, bound_s: float) -> tuple[tuple, bool]:
+    """(time_s, energy_j, measured?) raised to the CARM bound when below it (energy scaled with the time),
+    and whether it was: no configuration runs faster than its roofs allow."""
+    t, e, measured = whole
+    if bound_s and t < bound_s:
+        return (bound_s, e * bound_s / t if e else e, measured), True
+    return whole, False
+
+
 def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, float | None, bool] | None:
     """(time_s, energy_j, measured?) of the whole model: measured when this is the measured backend."""
     inference = _measurement(report).get("inference") or {}
@@ -176,9 +195,115 @@ def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, fl
     t = calib.whole_time_s(rows, backend, execution)
     if t is None:
         return None
+    return t, _energy_at(report, rows, t), False
+
+
+# The compiled execution a backend's user can switch to: (calibration execution name, how to, change value).
+COMPILERS = {
+    "torch": ("torch.compile",
+              "model.compile(jit_compile=True) then y = model.predict_on_batch(x) (or model.predict(x, batch_size=...)): "
+              "on the torch backend Keras wraps its predict and train steps in torch.compile (Inductor); "
+              "model(x) itself stays eager"),
+    "tensorflow": ("xla",
+                   "model.compile(jit_compile=True) then y = model.predict_on_batch(x) (or model.predict(x)): Keras runs "
+                   "its predict step as tf.function(jit_compile=True) (XLA); model(x) does not use XLA"),
+}
+ASSUMED_COMPILED = "ASSUMED: a compiled graph takes about the GPU time of the layers"
+
+
+def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation | None:
+    """Compile the model on its own backend (torch eager -> torch.compile; tensorflow -> XLA), with the gain:
+    current whole-model time (measured, else calibrated) / compiled time (calibrated from compiled runs, else
+    on torch the GPU time of the layers, an assumption), never above current time / CARM bound."""
+    backend = report.model.backend
+    if backend not in COMPILERS:
+        return None        # jax: model(x) and predict already run jitted under XLA
+    compiled_exec, how = COMPILERS[backend]
+    m = _measurement(report)
+    inference = m.get("inference") or {}
+    if inference.get("execution") not in (None, "eager"):
+        return None        # already compiled or graphed
+    calib = getattr(getattr(predict, "predictor", None), "calibration", None)
+    now = _now_time(report, inference)
+    compiled = _compiled_time(report, rows, calib, backend, compiled_exec, m)
+    bound = report.predicted_time_s
+    name = "torch.compile" if backend == "torch" else "XLA (jit_compile=True)"
+    title = f"Compile the model with {name} (stays on the {backend} backend)"
+    once = ("The first call compiles (seconds; again for each new input shape): paid once per process, "
+            "not per call.")
+    change = {"compile": "torch.compile" if backend == "torch" else "xla"}
+    if now is None or compiled is None or not bound:
+        gap = f"; at most {now[0] / bound:.2f}x, the {now[1]} time against the CARM bound" if now and bound else ""
+        why = (f"no {backend} {compiled_exec} record in the calibration" if compiled is None
+               else "no current whole-model time")
+        return Recommendation(
+            title=title, detail=f"{how}. {once}", expected_gain=f"not quantified ({why}){gap}",
+            basis="backend behaviour", change=change)
+    (t_now, src_now, e_now), (t_c, src_c, e_c, basis) = now, compiled
+    gap = t_now / bound
+    capped = t_now / t_c > gap
+    t_c = max(t_c, bound)                 # no compiled run beats the roofs
+    if capped and e_c is not None:
+        e_c = _energy_at(report, rows, t_c) or e_c
+    speedup = t_now / t_c
+    energy = e_now / e_c if e_now and e_c else None
+    detail = (f"{backend} now: {t_now * 1e3:.2f} ms per call ({src_now}); compiled: {t_c * 1e3:.2f} ms ({src_c}"
+              + (f"; raised to the CARM bound {bound * 1e3:.2f} ms" if capped else "")
+              + f"). {how}. {once}")
+    label = basis + ("; capped by the gap to the CARM bound" if capped else "")
+    return Recommendation(
+        title=title, detail=detail,
+        expected_gain=f"{speedup:.2f}x faster" + _energy_text(energy) + f" ({label})",
+        speedup=speedup, energy_ratio=energy, basis=label, change=change)
+
+
+def _energy_text(ratio: float | None) -> str:
+    """", 1.50x less energy" (ratio = now / new > 1), ", 1.09x more energy" (< 1), "" (unknown)."""
+    if not ratio:
+        return ""
+    return f", {ratio:.2f}x less energy" if ratio >= 1 else f", {1 / ratio:.2f}x more energy"
+
+
+def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None:
+    """(time_s, source, energy_j) of the model as the user runs it now: measured, else calibrated."""
+    if inference.get("time_s"):
+        return inference["time_s"], "measured", inference.get("energy_j")
+    c = getattr(report, "calibration", None) or {}
+    if c.get("whole_time_s") and c.get("execution") == "eager":
+        t = c["whole_time_s"]
+        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(report, report.layers, t)
+    return None
+
+
+def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
+    """(time_s, source, energy_j, basis) of the compiled model, or None: the calibration's fit of compiled
+    runs, else on torch the GPU time of the layers (measured CUDA graph, else the calibrated graph fit)."""
+    t = None
+    if calib is not None and hasattr(calib, "whole_time_s"):
+        try:
+            t = calib.whole_time_s(rows, backend, execution)
+        except (KeyError, ValueError):
+            t = None
+    if t:
+        fit = calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else execution
+        return t, f"calibrated from measured {execution} runs: {fit}", _energy_at(report, rows, t), "calibrated prediction"
+    if backend != "torch":
+        return None
+    graph = m.get("inference_graph") or {}
+    if graph.get("time_s"):
+        return (graph["time_s"], f"{ASSUMED_COMPILED}: the measured CUDA-graph replay of this model",
+                graph.get("energy_j"), "assumed: compiled = the measured CUDA-graph time")
+    t = (getattr(report, "calibration", None) or {}).get("graph_time_s")
+    if t:
+        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time", _energy_at(report, rows, t),
+                "assumed: compiled = the calibrated CUDA-graph time")
+    return None
+
+
+def _energy_at(report, rows, time_s: float) -> float | None:
+    """The calibrated layers' dynamic energy plus the constant power over `time_s` (power model), or None."""
     pm = getattr(report.profile, "power_model", None)
-    energy = None
-    if pm is not None and all(r.calibrated_energy_j is not None for r in rows if r.calibrated_time_s):
-        dynamic = sum(r.calibrated_energy_j - pm.constant_w * r.calibrated_time_s for r in rows if r.calibrated_time_s)
-        energy = dynamic + pm.constant_w * t
-    return t, energy, False
+    cal = [r for r in rows if getattr(r, "calibrated_time_s", None)]
+    if pm is None or not cal or any(r.calibrated_energy_j is None for r in cal):
+        return None
+    return sum(r.calibrated_energy_j - pm.constant_w * r.calibrated_time_s for r in cal) + pm.constant_w * time_s

@@ -4,16 +4,85 @@ Each change (precision, layout, batch size, compilation, backend) is measured in
 (measure/trial.py) beside the unchanged configuration; the measured gain (per sample, so batch
 changes compare fairly) is shown beside the predicted one and flagged when they differ by more
 than VERIFY_TOLERANCE.
+
+A compiler change the tuner knows (torch.compile on torch, XLA on tensorflow: tune/space.COMPILERS) is
+measured by the tuner's own trial worker (tune/runner.WorkerRunner -> tune/worker.py: model.compile(
+jit_compile=...) and predict_on_batch), against the same worker's uncompiled trial (torch eager,
+tensorflow graph) rather than model(x): both sides run the same way, and the worker's measured
+compile time (first call less a steady call, paid once) is kept beside the gain.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 from pathlib import Path
 
-from carm_advisor.measure.trial import Runner, measure_config
+from carm_advisor.measure.trial import Runner, fake_result, measure_config
 
 VERIFY_TOLERANCE = 0.25
+
+
+def tuner_compiler(cfg: dict) -> bool:
+    """Whether the config's compile is one of the tuner's compilers for its backend (torch.compile, xla, ...)."""
+    from carm_advisor.tune.space import COMPILERS
+
+    return cfg.get("compile") in COMPILERS.get(cfg.get("backend"), ()) and cfg.get("backend") != "jax"
+
+
+def uncompiled_baseline(cfg: dict) -> dict:
+    """The tuner's default compiler on the config's backend (torch eager, tensorflow graph)."""
+    from carm_advisor.tune.space import DEFAULT_COMPILER
+
+    return {**cfg, "compile": DEFAULT_COMPILER[cfg["backend"]]}
+
+
+class _NoFlops:
+    """WorkerRunner asks its predictor for FLOPs to store; verify compares times and energies only."""
+
+    def flops(self, config) -> float:
+        return 0.0
+
+
+class TrialRunners:
+    """The default runner: measure/trial.py's child for model(x) configurations, the tuner's worker for
+    its compilers (one persistent worker per backend, closed by close()); results cached per config."""
+
+    def __init__(self, timeout_s: float = 600.0) -> None:
+        self.timeout_s = timeout_s
+        self._worker = None
+        self._seen: dict[str, dict] = {}
+
+    def __call__(self, cfg: dict) -> dict:
+        key = json.dumps(cfg, sort_keys=True)
+        if key not in self._seen:
+            self._seen[key] = self._tuner(cfg) if tuner_compiler(cfg) else measure_config(cfg, timeout_s=self.timeout_s)
+        return self._seen[key]
+
+    def _tuner(self, cfg: dict) -> dict:
+        fake = os.environ.get("CARM_ADVISOR_FAKE_TRIALS")
+        if fake:
+            return fake_result(cfg, fake)
+        from carm_advisor.tune.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
+        from carm_advisor.tune.space import TrialConfig
+
+        if self._worker is None:
+            settings = WorkerSettings(window_s=0.5, min_windows=2, max_windows=4, idle_gap_s=0.5, accuracy_samples=0)
+            self._worker = WorkerRunner(cfg["model"], _NoFlops(), settings=settings, trial_timeout_s=self.timeout_s)
+        trial = TrialConfig(backend=cfg["backend"], precision=cfg["precision"], batch_size=int(cfg["batch_size"]),
+                            layout=cfg["layout"], compiler=cfg["compile"])
+        try:
+            m = self._worker.run(trial)
+        except (TrialFailed, TrialOutOfMemory) as exc:
+            return {"config": cfg, "ok": False, "time_s": None, "energy_j": None, "error": str(exc)[:300]}
+        return {"config": cfg, "ok": True, "time_s": m.time_s, "energy_j": m.energy_j, "power_w": m.power_w,
+                "execution": f"tuner worker: {cfg['compile']}", "compile_s": m.compile_s, "error": None}
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
 
 def baseline_config(report, model_spec: str) -> dict:
@@ -33,17 +102,32 @@ def gain(base: dict, new: dict, key: str) -> float | None:
 def verify_recommendations(report, runner: Runner | None = None, model_spec: str | None = None,
                            model=None) -> list[dict]:
     """Measure every recommendation with a `change`; fill rec.verified; return the verified entries."""
-    runner = runner or measure_config
     pending = [rec for rec in report.recommendations if rec.change]
     if not pending:
         return []
+    own = runner is None
+    runner = runner or TrialRunners()
+    try:
+        return _verify(report, pending, runner, model_spec, model)
+    finally:
+        if own:
+            runner.close()
+
+
+def _verify(report, pending, runner: Runner, model_spec: str | None, model) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = model_spec or _saved(model, Path(tmp))
         base_cfg = baseline_config(report, spec)
-        base = runner(base_cfg)
+        bases: dict[str, dict] = {}
         out = []
         for rec in pending:
             cfg = {**base_cfg, **rec.change}
+            # A tuner compiler is compared with the tuner's uncompiled trial of the same configuration.
+            b_cfg = uncompiled_baseline(cfg) if tuner_compiler(cfg) else base_cfg
+            b_key = json.dumps(b_cfg, sort_keys=True)
+            if b_key not in bases:
+                bases[b_key] = runner(b_cfg)
+            base = bases[b_key]
             new = runner(cfg) if base.get("ok") else {"ok": False, "error": f"the unchanged configuration failed: {base.get('error')}"}
             speedup = gain(base, new, "time_s") if new.get("ok") else None
             energy = gain(base, new, "energy_j") if new.get("ok") else None
@@ -53,6 +137,7 @@ def verify_recommendations(report, runner: Runner | None = None, model_spec: str
                 "predicted_speedup": rec.speedup, "predicted_energy_ratio": rec.energy_ratio,
                 "off_by": off, "flagged": off is not None and off > VERIFY_TOLERANCE,
                 "error": None if new.get("ok") else (new.get("error") or base.get("error")),
+                "baseline": b_cfg, "compile_s": new.get("compile_s") if new.get("ok") else None,
             }
             if rec.verified["flagged"]:
                 report.warnings.append(
@@ -70,6 +155,8 @@ def verified_text(verified: dict | None) -> str:
         return f"verify failed: {verified['error']}"
     parts = [f"{verified['measured_speedup']:.2f}x faster" if verified.get("measured_speedup") else None,
              f"{verified['measured_energy_ratio']:.2f}x less energy" if verified.get("measured_energy_ratio") else None]
+    if verified.get("compile_s"):
+        parts.append(f"compiled in {verified['compile_s']:.1f} s on the first call (paid once)")
     text = "measured: " + ", ".join(p for p in parts if p)
     return text + (f" - OFF by {verified['off_by']:.0%}" if verified.get("flagged") else "")
 

@@ -198,3 +198,47 @@ def test_channel_counts_off_the_tensor_core_multiple_are_flagged():
     # BF16 tiles need multiples of 8: 3 and 12 are not; 12 -> 16 still has 12 inputs
     assert rec.layers == ["rgb_conv", "aligned_conv"]
     assert "multiple of 8" in rec.detail
+
+
+def _row(name, bound_s, notes=""):
+    from carm_advisor.report.model import LayerRow
+
+    return LayerRow(name=name, type="SeparableConv2D", dtype="float32", flops=1000, bytes=1000, ai=1.0,
+                    ai_source="analytic", path="fp32", level="hbm", bound="memory:hbm", attainable_flops_per_s=1e11,
+                    predicted_time_s=bound_s, predicted_energy_j=None, tensor_core=False, known=True, notes=notes)
+
+
+def test_a_separable_conv_measured_as_one_call_is_split_over_its_parts_by_bound_time():
+    from types import SimpleNamespace
+
+    from carm_advisor.analysis import merge_measurements
+    from carm_advisor.measure.records import LayerMeasurement
+
+    rows = [_row("sep:depthwise", 1e-6, "depthwise half"), _row("sep:pointwise", 3e-6), _row("other", 2e-6)]
+    run = SimpleNamespace(layers=[LayerMeasurement("sep", "SeparableConv2D", 8e-6, 0.1, 10, energy_j=4e-3)])
+    merge_measurements(rows, run, round_profile())
+    dw, pw, other = rows
+    # bound shares 1/(1+3) and 3/(1+3) of the one measured 8 us and 4 mJ
+    assert dw.measured and pw.measured and not other.measured
+    assert dw.time_s == pytest.approx(2e-6) and pw.time_s == pytest.approx(6e-6)
+    assert dw.energy_j == pytest.approx(1e-3) and pw.energy_j == pytest.approx(3e-3)
+    assert dw.notes.startswith("depthwise half; measured as one call 'sep'") and "0.250" in dw.notes
+    assert "0.750" in pw.notes
+
+
+def test_a_separable_conv_model_gets_both_parts_measured():
+    from types import SimpleNamespace
+
+    from carm_advisor.analysis import merge_measurements
+    from carm_advisor.measure.records import LayerMeasurement
+    from carm_advisor.predict import Predictor
+
+    inputs = keras.Input(shape=(16, 16, 8))
+    outputs = keras.layers.SeparableConv2D(16, 3, name="sep")(inputs)
+    rows = Predictor(round_profile(), {}).rows(keras.Model(inputs, outputs), batch_size=4)
+    names = sorted(r.name for r in rows)
+    assert names == ["sep:depthwise", "sep:pointwise"]
+    run = SimpleNamespace(layers=[LayerMeasurement("sep", "SeparableConv2D", 1e-3, 0.0, 3)])
+    merge_measurements(rows, run, round_profile())
+    assert all(r.measured for r in rows)
+    assert sum(r.time_s for r in rows) == pytest.approx(1e-3)

@@ -142,7 +142,8 @@ def test_jit_whole_model_is_the_bound_at_the_median_efficiency_of_the_jit_record
         r.predicted_time_s, r.calibrated_time_s, r.dtype = r.calibrated_time_s, 1.0, "bfloat16"
     # bound 1.1 ms / 0.8 = 1.375 ms; the calibrated times (1 s each) play no part
     assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(1.375e-3)
-    assert c.whole_describe("jax", "jit", rows) == "jit: CARM bound / 0.80 (median of 3 jit records)"
+    assert c.whole_describe("jax", "jit", rows) == ("jit: CARM bound / 0.80 (median over 3 models of 3 jit records; "
+                                                    "no batch series: no fixed cost)")
     assert c.whole_describe("jax", "eager") == "none"
 
 
@@ -213,3 +214,92 @@ def test_a_record_whose_layers_ran_at_another_precision_gives_no_layer_samples()
     assert not layers_valid(run("jax", "mixed_bfloat16", {}))              # traced before the autocast fix
     assert layers_valid(run("jax", "mixed_bfloat16", {"jax_layer_trace": "call"}))
     assert layers_valid(run("torch", "mixed_bfloat16", {})) and layers_valid(run("jax", "float32", {}))
+
+
+def _w(model, batch, bound_ms, time_ms, execution="jit", backend="jax", layout="channels_last"):
+    return WholeSample(backend, execution, time_ms * 1e-3, 0.0, 0.0, 10, model, 4, None, "bfloat16",
+                       bound_ms * 1e-3, 0.0, batch, layout, "study x.db#0")
+
+
+def _bound_rows(bound_s):
+    return [SimpleNamespace(type="Conv2D", predicted_time_s=bound_s, calibrated_time_s=None, dtype="bfloat16")]
+
+
+@pytest.mark.parametrize("execution,backend", [("jit", "jax"), ("torch.compile", "torch")])
+def test_compiled_whole_model_adds_a_fixed_cost_from_batch_series_and_one_efficiency_per_model(execution, backend):
+    whole = [
+        # model v at two batch sizes: time = 1 ms + bound (slope 1, intercept 1 ms); e = 1 / (2 - 1) = 1
+        _w("v", 32, 1.0, 2.0, execution, backend), _w("v", 64, 2.0, 3.0, execution, backend),
+        # five more of v (a tuning grid): still one model, e = 4 / (5 - 1) = 1
+        *[_w("v", 128, 4.0, 5.0, execution, backend) for _ in range(5)],
+        _w("w", 64, 1.5, 4.0, execution, backend),       # e = 1.5 / (4 - 1) = 0.5
+        _w("x", 64, 1.0, 2.25, execution, backend),      # e = 1 / (2.25 - 1) = 0.8
+    ]
+    c = Calibration([], whole)
+    fit = c.whole_fit(backend, execution)
+    assert fit.fixed_s == pytest.approx(1e-3)
+    assert fit.bound_efficiency == pytest.approx(0.8)    # median of 1, 0.5, 0.8 (per model), not of 9 samples
+    assert c.whole_time_s(_bound_rows(1.6e-3), backend, execution) == pytest.approx(1e-3 + 1.6e-3 / 0.8)
+    assert "1.00 ms + CARM bound / 0.80" in c.whole_describe(backend, execution)
+
+
+def test_a_negative_intercept_is_no_fixed_cost_and_no_compiled_record_is_none():
+    c = Calibration([], [_w("v", 32, 1.0, 1.0), _w("v", 64, 2.0, 2.5)])    # intercept -0.5 ms -> 0
+    assert c.whole_fit("jax", "jit").fixed_s == 0.0
+    assert c.whole_time_s(_bound_rows(1e-3), "torch", "torch.compile") is None
+
+
+def test_whole_model_samples_without_layer_sums_do_not_enter_the_eager_fit():
+    study = [_w("v", 32, 1.0, 9.0, "eager", "torch"), _w("v", 64, 2.0, 12.0, "eager", "torch")]
+    assert Calibration([], study).whole_fit("torch", "eager") is None
+    record = WholeSample("torch", "eager", 2.0, 1.0, 1.0, 100)
+    assert Calibration([], study + [record]).whole_fit("torch", "eager").n == 1
+
+
+def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path):
+    import sys
+    from pathlib import Path
+
+    optuna = pytest.importorskip("optuna")
+    sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
+    from tiny_models import tiny_cnn
+
+    from carm_advisor.calibration import whole_from_studies
+
+    def study_file(name, trials):
+        path = tmp_path / name
+        study = optuna.create_study(study_name="s", storage=f"sqlite:///{path}")
+        study.set_user_attr("run", {"model": "tiny", "mode": "inference"})
+        for attrs in trials:
+            t = optuna.trial.create_trial(value=1.0, user_attrs=attrs)
+            study.add_trial(t)
+        return path
+
+    def trial(backend, compiler, batch, time_s, clock=None, **extra):
+        cfg = {"backend": backend, "precision": "mixed_bfloat16", "batch_size": batch, "layout": "channels_last",
+               "compiler": compiler, "sm_clock_mhz": clock}
+        key = f"{backend}/{batch}/{compiler}/{clock}"
+        return {"config": cfg, "config_key": key, "measurement": {"time_s": time_s, "source": "measured"}, **extra}
+
+    a = study_file("a.db", [trial("torch", "torch.compile", 32, 1e-3), trial("jax", "xla", 64, 2e-3),
+                            trial("torch", "eager", 32, 3e-3),
+                            trial("torch", "eager", 32, 9e-3),                       # same key again: skipped
+                            trial("jax", "xla", 32, 5e-3, repeat_of=1),             # a repeat: skipped
+                            trial("jax", "xla", 128, 4e-3, clock=1200)])            # a locked clock: skipped
+    b = study_file("b.db", [trial("jax", "xla", 64, 2e-3)])                         # the same trial copied: once
+    found = whole_from_studies([a, b], builders={"tiny": tiny_cnn})
+    got = sorted((w.backend, w.execution, w.batch_size, w.time_s) for w in found)
+    assert got == [("jax", "jit", 64, 2e-3), ("torch", "eager", 32, 3e-3), ("torch", "torch.compile", 32, 1e-3)]
+    assert all(w.model == "tiny" and w.matmul_bound_s > 0 and not w.has_layer_sums for w in found)
+    assert {w.source for w in found} == {"study a.db#0", "study a.db#1", "study a.db#2"}
+    with pytest.raises(ProfileError, match="Expected an Optuna SQLite study file"):
+        whole_from_studies([tmp_path / "missing.db"])
+
+
+def test_the_shipped_calibration_has_compiled_fits_with_the_fixed_cost_the_vgg16_studies_measured():
+    shipped = shipped_calibration()
+    assert shipped.provenance["study_models"] == ["vgg16"]          # study samples are VGG16's only
+    compiled = shipped.whole_fit("torch", "torch.compile")
+    assert compiled is not None and compiled.fixed_s > 0
+    # the 2026-12-04 tuner check measured jax VGG16 time per batch against batch size: intercepts 1.10-1.22 ms
+    assert 0.8e-3 < shipped.whole_fit("jax", "jit").fixed_s < 1.5e-3

@@ -61,3 +61,94 @@ def test_layers_far_below_roof_are_named_with_their_cause():
     assert "a compiler would fuse" in rec.detail
     # they lost 2 ms of 12 ms measured: 12 / 10
     assert rec.speedup == pytest.approx(1.2)
+
+
+# ---- compiling on the same backend (compilation_switch) ---------------------------------------------
+# The two rows' CARM bounds sum to 6 + 4 = 10 ms: no compiled run is faster.
+
+from types import SimpleNamespace  # noqa: E402
+
+from carm_advisor.measured_advice import compilation_switch  # noqa: E402
+
+
+class CompiledFit:
+    """A calibration with a whole-model fit for `execution` only: `time_s` whatever the rows."""
+
+    def __init__(self, execution, time_s):
+        self.execution, self.time_s, self.calls = execution, time_s, []
+
+    def whole_time_s(self, rows, backend, execution):
+        self.calls.append((backend, execution))
+        return self.time_s if execution == self.execution else None
+
+    def whole_describe(self, backend, execution, rows=None):
+        return f"stub {backend} {execution} fit"
+
+
+def _predict(calibration=None):
+    return SimpleNamespace(predictor=SimpleNamespace(calibration=calibration))
+
+
+EAGER_AND_GRAPH = {"inference": {"time_s": 0.058, "energy_j": 20.0, "execution": "eager"},
+                   "inference_graph": {"time_s": 0.017, "energy_j": 10.0, "execution": "cuda_graph"}}
+
+
+def test_without_a_compiled_fit_torch_compile_is_assumed_to_take_the_measured_graph_time():
+    report = _report(EAGER_AND_GRAPH)
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", None)))
+    assert rec.change == {"compile": "torch.compile"}
+    assert rec.speedup == pytest.approx(58 / 17)          # 3.41x, below the gap 58 / 10 = 5.8
+    assert rec.energy_ratio == pytest.approx(20 / 10)
+    assert rec.basis == "assumed: compiled = the measured CUDA-graph time"
+    assert "ASSUMED" in rec.detail and "model.compile(jit_compile=True)" in rec.detail
+    assert "predict_on_batch" in rec.detail and "paid once" in rec.detail
+    assert rec.expected_gain == "3.41x faster, 2.00x less energy (assumed: compiled = the measured CUDA-graph time)"
+
+
+def test_a_calibrated_torch_compile_fit_is_used_and_labelled_calibrated():
+    report = _report(EAGER_AND_GRAPH)
+    calib = CompiledFit("torch.compile", 0.029)
+    rec = compilation_switch(report, report.layers, _predict(calib))
+    assert ("torch", "torch.compile") in calib.calls
+    assert rec.speedup == pytest.approx(2.0)               # 58 / 29 ms
+    assert rec.basis == "calibrated prediction"
+    assert "measured" in rec.detail and "stub torch torch.compile fit" in rec.detail
+
+
+def test_a_compiled_gain_never_exceeds_the_gap_between_the_measured_time_and_the_bound():
+    report = _report(EAGER_AND_GRAPH)
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.005)))
+    # 58 / 5 = 11.6x predicted, but the bound is 10 ms: at most 58 / 10 = 5.8x
+    assert rec.speedup == pytest.approx(5.8)
+    assert "capped by the gap to the CARM bound" in rec.expected_gain
+
+
+def test_unmeasured_torch_compares_calibrated_eager_with_the_calibrated_graph_assumption():
+    report = _report({})
+    for r in report.layers:
+        r.measured, r.time_s = False, None
+    report.measurement = None
+    report.calibration = {"execution": "eager", "whole_time_s": 0.030, "graph_time_s": 0.015, "whole_source": "fit"}
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", None)))
+    assert rec.speedup == pytest.approx(2.0)               # 30 / 15 ms
+    assert rec.basis == "assumed: compiled = the calibrated CUDA-graph time"
+    assert "calibrated eager" in rec.detail
+
+
+def test_tensorflow_is_told_xla_unquantified_without_records_and_jax_is_already_jitted():
+    report = _report({"inference": {"time_s": 0.058, "execution": "eager"}})
+    report.model.backend = "tensorflow"
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.02)))
+    assert rec.change == {"compile": "xla"} and rec.speedup is None
+    assert "not quantified" in rec.expected_gain and "at most 5.80x" in rec.expected_gain
+    assert "jit_compile=True" in rec.detail
+    report.model.backend = "jax"
+    assert compilation_switch(report, report.layers, _predict()) is None
+
+
+def test_another_backends_calibrated_time_is_never_below_its_bound():
+    from carm_advisor.measured_advice import at_least_bound
+
+    # calibrated 2 ms, 1 J against a 3 ms bound: raised to 3 ms, energy x 1.5
+    assert at_least_bound((0.002, 1.0, False), 0.003) == ((0.003, 1.5, False), True)
+    assert at_least_bound((0.004, None, False), 0.003) == ((0.004, None, False), False)

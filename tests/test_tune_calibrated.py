@@ -72,6 +72,26 @@ def test_compiler_picks_the_calibrations_whole_model_execution():
     assert "ASSUMED" in p.value_prediction(TrialConfig("torch", "float32", 32, "channels_last", "torch.compile")).detail
 
 
+class CompiledStubCalibration(StubCalibration):
+    """As StubCalibration, plus a whole-model fit of measured torch.compile runs: x1.25 the bound."""
+
+    FACTOR = {**StubCalibration.FACTOR, ("torch", "torch.compile"): 1.25}
+
+
+def test_torch_compile_uses_the_calibrations_own_fit_where_it_has_one():
+    calib = CompiledStubCalibration()
+    p = _predictor(calib)
+    config = TrialConfig("torch", "mixed_bfloat16", 32, "channels_last", "torch.compile")
+    bound = p.predict(config)
+    value = p.value_prediction(config)
+    # 1.25 x the bound (the torch.compile fit), not 2 x (the CUDA-graph assumption)
+    assert value.time_s == pytest.approx(1.25 * bound.time_s)
+    assert value.value_source == VALUE_CALIBRATED
+    assert "ASSUMED" not in value.detail and "torch.compile whole-model fit" in value.detail
+    assert ("torch", "torch.compile") in calib.whole_calls and ("torch", "cuda_graph") not in calib.whole_calls
+    assert p.calibrates("torch", "torch.compile")
+
+
 def test_no_calibration_or_no_records_keeps_the_bound_and_says_why():
     p = _predictor(StubCalibration())
     tf = TrialConfig("tensorflow", "float32", 32, "channels_last", "graph")

@@ -57,6 +57,8 @@ def test_cli_verify_with_fake_trials_shows_measured_beside_predicted(tmp_path, m
 
     fake = tmp_path / "trials.json"
     fake.write_text(json.dumps([{"match": {"precision": "mixed_bfloat16"}, "time_s": 0.001, "energy_j": 1.0},
+                                {"match": {"compile": "torch.compile"}, "time_s": 0.0005, "energy_j": 1.0},
+                                {"match": {"compile": "xla"}, "time_s": 0.0005, "energy_j": 1.0},
                                 {"match": {}, "time_s": 0.002, "energy_j": 4.0}]))
     monkeypatch.setenv("CARM_ADVISOR_FAKE_TRIALS", str(fake))
     out = tmp_path / "r.json"
@@ -68,3 +70,88 @@ def test_cli_verify_with_fake_trials_shows_measured_beside_predicted(tmp_path, m
     assert bf16["verified"]["measured_speedup"] == pytest.approx(2.0)        # 2 ms -> 1 ms, same batch
     assert bf16["verified"]["measured_energy_ratio"] == pytest.approx(4.0)
     assert "measured:" in capsys.readouterr().out   # the verified gain is printed in the recommendations table
+    compiled = [r for r in recs if (r["change"] or {}).get("compile") in ("torch.compile", "xla")]
+    for rec in compiled:     # torch and tensorflow: the tuner's compiler against its uncompiled trial (jax: none)
+        assert rec["verified"]["baseline"]["compile"] in ("eager", "graph")
+        assert rec["verified"]["measured_speedup"] == pytest.approx(4.0)   # 2 ms -> 0.5 ms
+
+
+def _compile_report():
+    recs = [
+        Recommendation("compile", "d", "2.50x faster", speedup=2.5, change={"compile": "torch.compile"}),
+        Recommendation("bf16", "d", "2.00x faster", speedup=2.0, change={"precision": "mixed_bfloat16"}),
+    ]
+    model = ModelInfo(name="vgg16", batch_size=64, precision="float32", layout="channels_first", backend="torch",
+                      math_mode={})
+    return Report(model=model, device={}, ceilings={}, layers=[], recommendations=recs)
+
+
+def test_torch_compile_is_measured_against_the_tuners_eager_trial_not_model_x():
+    # tuner worker: eager 12 ms, torch.compile 6 ms (compiled in 9 s); model(x) eager 10 ms; bf16 5 ms
+    figures = {"eager": (0.012, None), "torch.compile": (0.006, 9.0), "none": (0.010, None)}
+    seen = []
+
+    def runner(cfg):
+        seen.append((cfg["compile"], cfg["precision"]))
+        t, compile_s = figures[cfg["compile"]]
+        t = 0.005 if cfg["precision"] == "mixed_bfloat16" else t
+        return {"config": cfg, "ok": True, "time_s": t, "energy_j": t * 500, "compile_s": compile_s}
+
+    report = _compile_report()
+    verify_recommendations(report, runner=runner, model_spec="vgg16")
+    compiled, bf16 = report.recommendations
+    assert seen == [("eager", "float32"), ("torch.compile", "float32"), ("none", "float32"), ("none", "mixed_bfloat16")]
+    assert compiled.verified["measured_speedup"] == pytest.approx(12 / 6)        # 2.00x, not 10 / 6
+    assert compiled.verified["off_by"] == pytest.approx(0.2)          # |2.0 / 2.5 - 1|
+    assert not compiled.verified["flagged"]
+    assert compiled.verified["baseline"]["compile"] == "eager"
+    assert compiled.verified["compile_s"] == 9.0
+    assert "compiled in 9.0 s on the first call (paid once)" in verified_text(compiled.verified)
+    assert bf16.verified["measured_speedup"] == pytest.approx(10 / 5)
+    assert bf16.verified["compile_s"] is None
+
+
+def test_which_compilers_go_to_the_tuners_worker():
+    from carm_advisor.verify_recommendations import tuner_compiler
+
+    assert tuner_compiler({"backend": "torch", "compile": "torch.compile"})
+    assert tuner_compiler({"backend": "tensorflow", "compile": "xla"})
+    assert not tuner_compiler({"backend": "torch", "compile": "cuda_graph"})   # measure/trial.py's CUDA graph
+    assert not tuner_compiler({"backend": "torch", "compile": "none"})
+    assert not tuner_compiler({"backend": "jax", "compile": "none"})
+
+
+def test_the_default_runner_hands_compilers_to_the_tuners_worker_runner(monkeypatch):
+    import carm_advisor.tune.runner as tuner
+    from carm_advisor.tune.runner import Measurement, TrialFailed
+    from carm_advisor.verify_recommendations import TrialRunners
+
+    made = []
+
+    class StubWorkerRunner:
+        def __init__(self, spec, predictor, settings=None, trial_timeout_s=600.0, **kw):
+            made.append(spec)
+            self.closed = False
+
+        def run(self, config):
+            if config.compiler == "eager":
+                raise TrialFailed("worker died")
+            assert (config.backend, config.precision, config.batch_size, config.layout) == \
+                ("torch", "float32", 64, "channels_first")
+            return Measurement(time_s=0.006, energy_j=3.0, flops=0.0, batch_size=64, source="measured", compile_s=9.5)
+
+        def close(self):
+            made.append("closed")
+
+    monkeypatch.setattr(tuner, "WorkerRunner", StubWorkerRunner)
+    monkeypatch.delenv("CARM_ADVISOR_FAKE_TRIALS", raising=False)
+    runners = TrialRunners()
+    cfg = {"model": "vgg16", "precision": "float32", "layout": "channels_first", "batch_size": 64,
+           "backend": "torch", "compile": "torch.compile"}
+    r = runners(cfg)
+    assert r["ok"] and r["time_s"] == 0.006 and r["energy_j"] == 3.0 and r["compile_s"] == 9.5
+    assert runners(cfg) is r                                   # measured once per configuration
+    failed = runners({**cfg, "compile": "eager"})
+    assert not failed["ok"] and "worker died" in failed["error"]
+    runners.close()
+    assert made == ["vgg16", "closed"]                         # one worker for both trials, then closed

@@ -8,10 +8,11 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
 - `ConfigPredictor.value_prediction(config)`: what a PREDICTED study reports as the trial's value: the
   calibrated whole-model prediction of this backend and compiler where the calibration has one
   (`calibrated`), else the CARM bound (labelled so). Compiler -> the calibration's whole-model
-  execution (WHOLE_EXECUTION): torch eager -> "eager" (max of the GPU's time and the host's dispatch
-  time per layer call), torch.compile -> "cuda_graph" (an ASSUMPTION: a compiled graph takes about the
-  GPU time of the layers, as a CUDA-graph replay does; no torch.compile record was fitted), jax xla ->
-  "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
+  execution (whole_execution): torch eager -> "eager" (max of the GPU's time and the host's dispatch
+  time per layer call), torch.compile -> the calibration's own "torch.compile" fit where it has one
+  (COMPILED_EXECUTION: fitted on measured torch.compile runs), else "cuda_graph" (WHOLE_EXECUTION: an
+  ASSUMPTION: a compiled graph takes about the GPU time of the layers, as a CUDA-graph replay does),
+  jax xla -> "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
   prediction: calibrated time x the power the profile's power model predicts for this configuration
   (bound energy / bound time: its layers at their CARM operating points, capped at the power limit).
   The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
@@ -40,6 +41,7 @@ SOURCE_CALIBRATED = "predicted (calibrated)"
 VALUE_CALIBRATED = "calibrated"      # a trial's value_source in a predicted study
 VALUE_BOUND = "CARM bound"
 # (backend, compiler) -> the calibration's whole-model execution, and what that mapping assumes.
+# WHOLE_EXECUTION is the fallback; COMPILED_EXECUTION is preferred where the calibration has that fit.
 WHOLE_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph", ("jax", "xla"): "jit"}
 WHOLE_ASSUMPTION = {
     ("torch", "eager"): "torch eager: the calibration's eager whole-model fit",
@@ -47,6 +49,28 @@ WHOLE_ASSUMPTION = {
                                 "no torch.compile record was fitted)",
     ("jax", "xla"): "jax XLA: the calibration's jit whole-model fit",
 }
+COMPILED_EXECUTION = {("torch", "torch.compile"): "torch.compile"}
+COMPILED_SOURCE = {("torch", "torch.compile"): "torch.compile: the calibration's torch.compile whole-model fit "
+                                               "(measured torch.compile runs)"}
+
+
+def whole_execution(calibration, backend: str, compiler: str) -> tuple[str | None, str]:
+    """(the calibration's whole-model execution for this backend and compiler, what that mapping is):
+    the compiler's own fit where the calibration has one (COMPILED_EXECUTION), else WHOLE_EXECUTION's
+    (for torch.compile an assumption, and the text says so); (None, why) without any."""
+    key = (backend, compiler)
+    own = COMPILED_EXECUTION.get(key)
+    if own is not None and calibration is not None and _has_fit(calibration, backend, own):
+        return own, COMPILED_SOURCE[key]
+    execution = WHOLE_EXECUTION.get(key)
+    if execution is None:
+        return None, f"no calibrated whole-model execution for {backend} {compiler} (no records)"
+    return execution, WHOLE_ASSUMPTION[key]
+
+
+def _has_fit(calibration, backend: str, execution: str) -> bool:
+    fit = getattr(calibration, "whole_fit", None)
+    return fit is not None and fit(backend, execution) is not None
 SOURCE_CLOCK = "predicted (CARM bound at a locked SM clock, the profile's DVFS model)"
 
 # float32 math of each precision name, per backend (what the predictor's compute-path choice reads).
@@ -175,7 +199,7 @@ class ConfigPredictor:
         why = self.uncalibrated_reason(config, bound)
         if why:
             return dataclasses.replace(bound, value_source=VALUE_BOUND, detail=why)
-        execution = WHOLE_EXECUTION[(config.backend, config.compiler)]
+        execution, mapping = whole_execution(self.calibration, config.backend, config.compiler)
         time_s = self.calibration.whole_time_s(bound.rows, config.backend, execution)
         if not time_s or time_s <= 0:
             return dataclasses.replace(bound, value_source=VALUE_BOUND,
@@ -187,7 +211,7 @@ class ConfigPredictor:
         fit = self.calibration.whole_describe(config.backend, execution)
         return Prediction(time_s, energy_j, bound.flops, bound.batch_size, SOURCE_CALIBRATED, bound.rows,
                           bound.calibrated_time_s, bound.calibrated_energy_j, VALUE_CALIBRATED,
-                          f"{WHOLE_ASSUMPTION[(config.backend, config.compiler)]} ({fit}); energy: this time x "
+                          f"{mapping} ({fit}); energy: this time x "
                           f"the power model's power for the configuration ({power_w or 0:.0f} W)")
 
     def stretched_energy_j(self, config: TrialConfig, time_s: float) -> float | None:
@@ -207,9 +231,9 @@ class ConfigPredictor:
         """Why `config` has no calibrated value (None: it has one)."""
         if self.calibration is None:
             return "no calibration (--no-calibration, or none recorded for this GPU)"
-        execution = WHOLE_EXECUTION.get((config.backend, config.compiler))
+        execution, why = whole_execution(self.calibration, config.backend, config.compiler)
         if execution is None:
-            return f"no calibrated whole-model execution for {config.backend} {config.compiler} (no records)"
+            return why
         if self.calibration.whole_fit(config.backend, execution) is None:
             return f"the calibration has no {config.backend} {execution} whole-model records"
         bound = bound or self.predict(config)
@@ -221,7 +245,7 @@ class ConfigPredictor:
 
     def calibrates(self, backend: str, compiler: str) -> bool:
         """Whether the calibration has a whole-model fit for this backend and compiler."""
-        execution = WHOLE_EXECUTION.get((backend, compiler))
+        execution = whole_execution(self.calibration, backend, compiler)[0]
         return bool(self.calibration is not None and execution
                     and self.calibration.whole_fit(backend, execution) is not None)
 
