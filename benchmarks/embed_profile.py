@@ -15,6 +15,12 @@ the reason is kept in the profile's provenance.
 --power-fit sweep replaces the per-benchmark power model by the least-squares fit over every recorded
 benchmark row with a >= 0.9 s power window (carm_advisor/carm/power_fit.py: energies per path and
 level, zero/random data factors, voltage curve, fit quality). Without it the output is as before.
+
+--duty FILE adds power_model.duty, the duty curve (a layer's power above the constant vs its time per call,
+carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
+every scored H200 layer against the power model the profile carries (shipped_power_model.duty_curves.
+in_sample for the per-benchmark model, duty_curves.in_sample with --power-fit sweep), whose leave-one-
+model-out figures the same file reports. predict.py's calibrated energy uses it.
 """
 
 from __future__ import annotations
@@ -56,6 +62,27 @@ def launch_floor_of(measured: dict, file_name: str) -> dict:
     return {"value_s": floor["value_s"], "provenance": provenance}
 
 
+def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
+    """The profile's power_model.duty from a power_model_validation.py result, saying where it came from."""
+    part = validation if sweep else validation.get("shipped_power_model") or {}
+    curve = (part.get("duty_curves") or {}).get("in_sample")
+    v = part.get("validation") or {}
+    if not isinstance(curve, dict) or "t_full_s" not in curve or "gamma" not in curve:
+        where = "duty_curves.in_sample" if sweep else "shipped_power_model.duty_curves.in_sample"
+        raise SystemExit(f"{file_name}: expected {where} with t_full_s and gamma (benchmarks/power_model_validation.py "
+                         f"output)")
+    models = ((v.get("models") or part.get("models") or {}).get("headline") or {})
+    figures = []
+    if v.get("power_median_abs_err") is not None:
+        figures.append(f"per-layer power median abs error {v['power_median_abs_err']:.1%} over n={v['n']} layers")
+    if models.get("energy_per_sample_median_abs_err_calibrated_time") is not None:
+        figures.append(f"whole-model energy per sample with the calibrated time "
+                       f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
+    source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
+              + (": " + ", ".join(figures) if figures else "") + ")")
+    return {"t_full_s": curve["t_full_s"], "gamma": curve["gamma"], "source": source, "form": curve.get("form")}
+
+
 def sweep_power_model(measured: dict, drop: dict) -> dict:
     """The power_model section fitted over the whole recorded sweep (rows in `drop` left out)."""
     from carm_advisor.carm.power_fit import power_model_section
@@ -86,6 +113,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--power-fit", choices=("benchmark", "sweep"), default="benchmark",
                     help="benchmark: e = (P - idle) / rate of each roof's own run (as before); sweep: one "
                          "least-squares fit over every trustworthy row")
+    ap.add_argument("--duty", type=Path, metavar="FILE",
+                    help="JSON written by benchmarks/power_model_validation.py: adds its fitted duty curve")
     args = ap.parse_args(argv)
     measured = json.loads(args.measured.read_text())
     drop = {}
@@ -103,6 +132,10 @@ def main(argv: list[str]) -> int:
         doc["launch_floor"] = launch_floor_of(json.loads(args.launch_floor.read_text()), args.launch_floor.name)
     if args.power_fit == "sweep":
         doc["power_model"] = sweep_power_model(measured, drop)
+    if args.duty:
+        doc["power_model"] = {**doc["power_model"],
+                              "duty": duty_of(json.loads(args.duty.read_text()), args.duty.name,
+                                              args.power_fit == "sweep")}
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
     if drop:   # the ratios to the references, of the roofs selected again
         sys.path.insert(0, str(Path(__file__).resolve().parent))

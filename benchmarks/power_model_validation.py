@@ -29,7 +29,9 @@ figures validate the curve's parameters, not its form; records taken after the f
 nvidia-h200-records-2026-12-04*) are its first test. The sweep fit's intercept is held >= the measured
 idle power (physics, decided before looking at layers: free, it went to 0 W).
 
-Only per-layer power measurements are scored. Left out, each with its count: records of torch's
+Only per-layer power measurements are scored. Left out, each with its count: jax mixed-precision
+records traced before the autocast fix (RunMeasurement.jit_layers_in_policy_dtype False: their layers ran
+in float32; their whole-model figures are kept, the ones built from their layer times are not), records of torch's
 profiler (settings.method "profiled": every layer gets the model's mean power, settings.layer_energy),
 layers whose energy windows (settings.layer_window_s) are shorter than --min-layer-window-s (default
 0.5 s: NVML's energy counter steps about every 100 ms, so 0.05 s windows read 0 W or > 1000 W) or
@@ -51,7 +53,15 @@ variant (Calibration.without_model) is reported too. Every whole-model figure is
 layers' power at their CARM operating points (carm_point_*), and validation.targets says which issue-9
 targets each variant meets. --fit-clocks fits the voltage curve to the clocks of scored layers measured
 at the power limit.
-Writes <out>/<gpu>-power-model-<date>.json.
+A model with no scored layer gets the curve fitted on every scored layer (none of them its own: still
+leave one model out). validation.form_test: the headline on records dated after --form-fixed-on (the
+day the duty curve's form was chosen), the form's first test; validation.coverage_cells: which (model,
+backend, precision, batch size) cells have scored layers and whole-model rows. shipped_power_model: the
+same validation with the power model of the profile the product ships instead of the sweep fit; its
+in-sample duty curve is the one benchmarks/embed_profile.py --duty embeds. Whole models also get
+duty_lomo_gaps_at_constant_*: the layers' energy above the constant plus the constant power over the whole
+time (carm_advisor/measured_advice.py's sum), beside the headline's time-weighted power x whole time.
+Writes <out>/<gpu>-power-model-<date>.json; per-layer rows are one short list each (layers.columns).
 """
 
 from __future__ import annotations
@@ -155,13 +165,25 @@ def whole_reference(doc: dict) -> tuple[str | None, dict]:
     return None, {}
 
 
+def layers_in_policy_dtype(doc: dict) -> bool:
+    """RunMeasurement.jit_layers_in_policy_dtype of a record read as JSON: False for jax mixed-precision
+    records traced before the autocast fix (their layers ran in float32; whole-model figures stand)."""
+    from types import SimpleNamespace
+
+    from carm_advisor.measure.records import RunMeasurement
+
+    run = SimpleNamespace(backend=doc.get("backend") or "", precision=doc.get("precision") or "",
+                          settings=doc.get("settings") or {})
+    return bool(RunMeasurement.jit_layers_in_policy_dtype.fget(run))
+
+
 def load_runs(paths: list[Path], profile, calibration=None) -> list[dict]:
     """Every layer run under `paths` (files or folders), one per measured run."""
     files = []
     for p in paths:
-        files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+        files += [(f, p) for f in (sorted(p.rglob("*.json")) if p.is_dir() else [p])]
     runs, seen, lomo_cache = [], set(), {}
-    for f in files:
+    for f, source in files:
         try:
             doc = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
@@ -183,7 +205,8 @@ def load_runs(paths: list[Path], profile, calibration=None) -> list[dict]:
             rows, calibrated = _layer_rows_from_record(doc, profile, calibration, ref.get("execution"), lomo_cache)
         else:
             rows, calibrated = _layer_rows_from_report(doc), {}
-        runs.append({"file": str(f), "model": model, "backend": doc.get("backend"),
+        runs.append({"file": str(f), "source": source.name, "date": str(doc.get("date") or "")[:10],
+                     "layers_in_policy_dtype": layers_in_policy_dtype(doc), "model": model, "backend": doc.get("backend"),
                      "precision": doc.get("precision"), "batch_size": doc.get("batch_size"),
                      "layout": doc.get("layout"), "method": settings.get("method"),
                      "layer_window_s": settings.get("layer_window_s"),
@@ -197,6 +220,8 @@ def _model_name(doc: dict) -> str:
 
 # Why a layer's measured power is not scored (the first that applies), in the order checked.
 EXCLUSIONS = {
+    "layers_not_in_policy_dtype": "jax mixed-precision record traced before the autocast fix: its layers ran in "
+                                  "float32 (RunMeasurement.jit_layers_in_policy_dtype False); whole model kept",
     "profiled": "torch profiler record: every layer carries the model's mean power (settings.layer_energy)",
     "window_unknown": "the record does not say how long its layer energy windows were",
     "window_short": "layer energy windows shorter than --min-layer-window-s: NVML's ~100 ms energy steps dominate",
@@ -206,6 +231,8 @@ EXCLUSIONS = {
 
 def exclusion(run: dict, layer: dict, min_layer_window_s: float) -> str | None:
     """Why this layer's measured power is no per-layer measurement worth scoring, or None."""
+    if not run.get("layers_in_policy_dtype", True):
+        return "layers_not_in_policy_dtype"
     if run.get("method") == "profiled":
         return "profiled"
     window = run.get("layer_window_s")
@@ -229,24 +256,37 @@ def _err(predicted, measured):
     return predicted / measured - 1 if predicted is not None and measured else None
 
 
-def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None) -> tuple[float | None, float | None, float | None]:
+def busy_power_w(carm, pm, work) -> float:
+    """The power at the CARM operating point, as predict.Predictor predicts it (predicted_energy_j /
+    time before the launch floor): carm.dvfs.predicted_time_energy at the default clock, the power limit
+    as a roof (through the voltage curve where the model has one)."""
+    from carm_advisor.carm.dvfs import predicted_time_energy
+
+    t, e = predicted_time_energy(carm, pm, work.flops, work.bytes, work.path, work.level)
+    return e / t
+
+
+def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None) -> tuple:
     """(work, time_s) pairs -> the power at each one's time, at each one's CARM operating point, and the
-    latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times."""
+    latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times; and
+    the energy above the constant power of the duty-scaled layers (sum of (P - P_const) * t; None
+    without a curve), what carm_advisor/measured_advice.py adds the constant power x whole time to."""
     import dataclasses
 
-    from carm_advisor.carm.dvfs import predict_at_clock, predict_at_time
+    from carm_advisor.carm.dvfs import predict_at_time
 
     total = sum(t for _, t in parts)
     if not total:
-        return None, None, None
+        return None, None, None, None
     at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t in parts) / total
-    busy = [(predict_at_clock(carm, pm, w, f0_mhz, f0_mhz).power_w, t) for w, t in parts]
+    busy = [(busy_power_w(carm, pm, w), t) for w, t in parts]
     at_roofs = sum(p * t for p, t in busy) / total
-    with_duty = None
+    with_duty = above = None
     if duty is not None:
         pmd = dataclasses.replace(pm, duty=duty)
         with_duty = sum(pmd.duty_power_w(p, t) * t for p, t in busy) / total
-    return at_time, at_roofs, with_duty
+        above = sum((pmd.duty_power_w(p, t) - pm.constant_w) * t for p, t in busy)
+    return at_time, at_roofs, with_duty, above
 
 
 # Per-layer power variants (predicted W), the headline first. Which figure needs what is in the text.
@@ -282,7 +322,8 @@ def _duty_curves(obs_by_model: dict, constant_w: float) -> tuple[dict, object | 
     return lomo, in_sample
 
 
-def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5) -> dict:
+def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
+             form_fixed_on: str = "2026-12-03") -> dict:
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
@@ -297,28 +338,36 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 continue
             work = Work(l["flops"], l["bytes"], l["path"], l["level"])
             roof = predict_at_clock(carm, pm, work, f0_mhz, f0_mhz)
+            busy = busy_power_w(carm, pm, work)
             excluded = exclusion(run, l, min_layer_window_s)
-            kept.append((l, work, roof, excluded))
+            kept.append((l, work, roof, busy, excluded))
             if excluded is None:
-                obs_by_model.setdefault(run["model"], []).append(DutyObservation(l["time_s"], l["power_w"], roof.power_w))
+                obs_by_model.setdefault(run["model"], []).append(DutyObservation(l["time_s"], l["power_w"], busy))
         per_run.append(kept)
     lomo_curves, in_sample_curve = _duty_curves(obs_by_model, pm.constant_w)
+    # A model with no scored layer: the curve fitted on every scored layer never saw it (leave one model out).
+    for run in runs:
+        if run["model"] not in lomo_curves and in_sample_curve is not None:
+            lomo_curves[run["model"]] = dataclasses.replace(
+                in_sample_curve, source=f"fitted on the scored layers of every model (none of them {run['model']})")
     duty_pm = {m: dataclasses.replace(pm, duty=c) for m, c in lomo_curves.items() if c is not None}
     pm_in = dataclasses.replace(pm, duty=in_sample_curve) if in_sample_curve is not None else None
 
     for run, kept in zip(runs, per_run):
         weighted = {"measured_point": 0.0, "carm_point": 0.0, "duty_lomo_measured_time": 0.0}
+        if not run.get("layers_in_policy_dtype", True):   # its layer times are not the model's layers'
+            weighted = {k: None for k in weighted}
         measured_t = carm_t = 0.0
         lomo_pm = duty_pm.get(run["model"])
-        for l, work, roof, excluded in kept:
+        for l, work, roof, busy, excluded in kept:
             at = predict_at_time(pm, work, l["time_s"], f0_mhz)
             t_cal = l.get("calibrated_time_s_leave_one_model_out")
-            pred = {"measured_point": at.power_w, "carm_point": roof.power_w,
+            pred = {"measured_point": at.power_w, "carm_point": busy,
                     "calibrated_point": predict_at_time(pm, work, t_cal, f0_mhz).power_w if t_cal else None,
-                    "duty_lomo_measured_time": lomo_pm.duty_power_w(roof.power_w, l["time_s"]) if lomo_pm else None,
-                    "duty_lomo_calibrated_time": lomo_pm.duty_power_w(roof.power_w, t_cal) if lomo_pm and t_cal
+                    "duty_lomo_measured_time": lomo_pm.duty_power_w(busy, l["time_s"]) if lomo_pm else None,
+                    "duty_lomo_calibrated_time": lomo_pm.duty_power_w(busy, t_cal) if lomo_pm and t_cal
                     else None,
-                    "duty_in_sample_measured_time": pm_in.duty_power_w(roof.power_w, l["time_s"]) if pm_in else None}
+                    "duty_in_sample_measured_time": pm_in.duty_power_w(busy, l["time_s"]) if pm_in else None}
             measured_t += l["time_s"]
             carm_t += roof.time_s
             for k in weighted:
@@ -329,7 +378,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             power = l.get("power_w")
             measured_e = l.get("energy_j") or (power * l["time_s"] if power else None)
             head = pred[HEADLINE]
-            layers.append({"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
+            layers.append({"run": Path(run["file"]).name, "source": run.get("source"), "date": run.get("date"),
+                           "model": run["model"], "backend": run["backend"],
                            "precision": run["precision"], "batch_size": run["batch_size"], "layer": l["name"],
                            "type": l["type"], "path": l["path"], "level": l["level"],
                            "method": run.get("method"), "layer_window_s": run.get("layer_window_s"),
@@ -351,8 +401,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                            "predicted_energy_j_given_time": at.energy_j, "energy_err": _err(at.energy_j, measured_e),
                            "measured_sm_clock_mhz": l.get("sm_clock_mhz"), "predicted_sm_clock_mhz": at.sm_clock_mhz,
                            "power_capped": at.power_capped,
-                           "carm_point_predicted_power_w": roof.power_w,
-                           "carm_point_power_err": _err(roof.power_w, power),
+                           "carm_point_predicted_power_w": busy,
+                           "carm_point_power_err": _err(busy, power),
                            "carm_bound_time_s": roof.time_s, "carm_bound_time_err": _err(roof.time_s, l["time_s"])})
         ref = run.get("whole") or {}
         if not (measured_t and ref.get("power_w") and ref.get("time_s")):
@@ -361,19 +411,23 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
         measured_e = ref.get("energy_j") or ref["power_w"] * ref["time_s"]
         at_measured = {k: (w / measured_t if w is not None else None) for k, w in weighted.items()}
         power_w = at_measured["measured_point"]
-        row = {"run": Path(run["file"]).name, "model": run["model"], "backend": run["backend"],
+        row = {"run": Path(run["file"]).name, "source": run.get("source"), "date": run.get("date"),
+               "layers_in_policy_dtype": run.get("layers_in_policy_dtype", True), "model": run["model"], "backend": run["backend"],
                "precision": run["precision"], "batch_size": batch, "method": run.get("method"),
                "reference": run["reference"], "reference_execution": ref.get("execution"),
                "measured_power_w": ref["power_w"], "predicted_power_w": power_w,
-               "power_err": _err(power_w, ref["power_w"]),
+               "power_err": _err(power_w, ref["power_w"]) if power_w is not None else None,
                "measured_time_s": ref["time_s"], "sum_layer_time_s": measured_t,
                "measured_energy_per_sample_j": measured_e / batch,
-               "predicted_energy_per_sample_j_given_time": power_w * ref["time_s"] / batch,
-               "energy_per_sample_err_given_time": _err(power_w * ref["time_s"], measured_e),
+               "predicted_energy_per_sample_j_given_time": power_w * ref["time_s"] / batch
+               if power_w is not None else None,
+               "energy_per_sample_err_given_time": _err(power_w * ref["time_s"], measured_e)
+               if power_w is not None else None,
                "carm_point_predicted_power_w": at_measured["carm_point"],
                "carm_point_power_err": _err(at_measured["carm_point"], ref["power_w"]),
                "carm_point_energy_per_sample_err_given_time": _err(at_measured["carm_point"] * ref["time_s"],
-                                                                   measured_e),
+                                                                   measured_e)
+               if at_measured["carm_point"] is not None else None,
                "duty_lomo_measured_time_predicted_power_w": at_measured["duty_lomo_measured_time"],
                "duty_lomo_measured_time_power_err": _err(at_measured["duty_lomo_measured_time"], ref["power_w"]),
                "carm_bound_time_s": carm_t}
@@ -383,8 +437,10 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 continue
             parts = [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
-            cal_w, roofs_w, duty_w = _time_weighted_power(parts, carm, pm, f0_mhz, lomo_curves.get(run["model"]))
+            cal_w, roofs_w, duty_w, above_j = _time_weighted_power(parts, carm, pm, f0_mhz,
+                                                                   lomo_curves.get(run["model"]))
             whole_s = cal["whole_time_s"]
+            gaps_const = above_j + pm.constant_w * whole_s if above_j is not None else None
             energy = {k: (w * whole_s if w is not None else None) for k, w in
                       (("calibrated_point", cal_w), ("carm_point", roofs_w), ("duty_lomo", duty_w))}
             row[f"calibrated_{variant}"] = {
@@ -399,13 +455,64 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 "duty_lomo_predicted_power_w": duty_w, "duty_lomo_power_err": _err(duty_w, ref["power_w"]),
                 "duty_lomo_predicted_energy_per_sample_j": energy["duty_lomo"] / batch
                 if energy["duty_lomo"] is not None else None,
-                "duty_lomo_energy_per_sample_err": _err(energy["duty_lomo"], measured_e)}
+                "duty_lomo_energy_per_sample_err": _err(energy["duty_lomo"], measured_e),
+                # measured_advice.py's whole-model energy: the layers' energy above the constant power plus
+                # the constant power over the whole calibrated time (the gaps between layers at P_const)
+                "duty_lomo_gaps_at_constant_energy_per_sample_err": _err(gaps_const, measured_e)}
         models.append(row)
     curves = {"leave_one_model_out": {m: (c.to_dict() if c else None) for m, c in lomo_curves.items()},
               "in_sample": in_sample_curve.to_dict() if in_sample_curve else None,
               "n_by_model": {m: len(o) for m, o in obs_by_model.items()}}
     return {"layers": layers, "models": models, "duty_curves": curves,
-            "validation": summary(layers, models, min_layer_window_s)}
+            "validation": summary(layers, models, min_layer_window_s, form_fixed_on)}
+
+
+# The per-layer rows as written: one short list per layer (the file stays small); errors are predicted /
+# measured - 1 of the columns given.
+LAYER_COLUMNS = ("run", "layer", "type", "path", "level", "excluded", "measured_time_s", "measured_power_w",
+                 "measured_energy_j", "calibrated_time_s", "carm_bound_time_s", "measured_sm_clock_mhz",
+                 "predicted_sm_clock_mhz", "power_capped") + tuple(f"power_w:{k}" for k in VARIANTS)
+
+
+def _short(x):
+    return float(f"{x:.5g}") if isinstance(x, float) else x
+
+
+def compact_layers(layers: list[dict]) -> dict:
+    """{"runs": [[file, source, model, backend, precision, batch, method, window]], "columns", "rows"}."""
+    runs: dict[str, int] = {}
+    meta = []
+    rows = []
+    for r in layers:
+        if r["run"] not in runs:
+            runs[r["run"]] = len(runs)
+            meta.append([r["run"], r["source"], r["model"], r["backend"], r["precision"], r["batch_size"],
+                         r["method"], r["layer_window_s"]])
+        values = {**r, "run": runs[r["run"]],
+                  **{f"power_w:{k}": v for k, v in r["predicted_power_w_by_variant"].items()}}
+        rows.append([_short(values.get(c)) for c in LAYER_COLUMNS])
+    return {"runs_columns": ["file", "source", "model", "backend", "precision", "batch_size", "method",
+                             "layer_window_s"], "runs": meta, "columns": list(LAYER_COLUMNS),
+            "excluded_null_means": "scored", "rows": rows}
+
+
+def write_compact(path: Path, doc: dict) -> Path:
+    """The result JSON, indented except the per-layer rows (one line each)."""
+    import datetime as dt
+    import shlex
+
+    doc.setdefault("date", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    doc.setdefault("command", shlex.join([sys.executable.rsplit("/", 1)[-1]] + sys.argv))
+    layers = doc.pop("layers")
+    rows = layers.pop("rows")
+    head = json.dumps(doc, indent=1, default=str)[:-2]
+    body = ",\n".join(json.dumps(r, separators=(",", ":"), default=str) for r in rows)
+    text = (head + ',\n "layers": ' + json.dumps(layers, separators=(",", ":"))[:-1] + ',"rows":[\n' + body
+            + "\n]}\n}\n")
+    json.loads(text)   # well formed
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None,
@@ -485,7 +592,7 @@ TARGETS = {"layer_power": 0.10, "layer_power_min_n": 100, "model_power": 0.07, "
            "model_energy_per_sample_calibrated_time": 0.15}
 
 
-BREAKDOWNS = {"by_model": "model", "by_backend": "backend", "by_precision": "precision", "by_batch_size": "batch_size",
+BREAKDOWNS = {"by_source": "source", "by_model": "model", "by_backend": "backend", "by_precision": "precision", "by_batch_size": "batch_size",
               "by_layer_window_s": "layer_window_s"}
 # Per-call time buckets (measured time): where the duty curve acts.
 TIME_BUCKETS_S = (1e-5, 2e-5, 5e-5, 1e-4, 3e-4, 1e-3)
@@ -555,7 +662,11 @@ def _models_summary(models: list[dict]) -> dict:
                 "by_backend": by_cal("backend", "duty_lomo_energy_per_sample_err"),
                 "by_precision": by_cal("precision", "duty_lomo_energy_per_sample_err"),
                 "by_batch_size": by_cal("batch_size", "duty_lomo_energy_per_sample_err"),
-                "power_by_model": by_cal("model", "duty_lomo_power_err")},
+                "by_source": by_cal("source", "duty_lomo_energy_per_sample_err"),
+                "power_by_model": by_cal("model", "duty_lomo_power_err"),
+                "power_by_source": by_cal("source", "duty_lomo_power_err"),
+                "energy_per_sample_median_abs_err_gaps_at_constant":
+                    cal("leave_one_model_out", "duty_lomo_gaps_at_constant_energy_per_sample_err")},
             "measurement_noise_floor": {"power_median_abs_dev": _median_abs(devs), "n": len(devs),
                                         "configurations": sum(1 for ps in groups.values() if len(ps) >= 2),
                                         "note": "whole-model power of the same configuration measured in several "
@@ -585,7 +696,52 @@ def _models_summary(models: list[dict]) -> dict:
                              for rs in [[r for r in models if (r["reference_execution"] or "") == ref]]}}
 
 
-def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 0.5) -> dict:
+def form_test(layers: list[dict], models: list[dict], form_fixed_on: str) -> dict:
+    """The headline figures on records dated after the duty curve's form was chosen (first test of the
+    form; the leave-one-model-out figures test its parameters only)."""
+    head = [r for r in layers
+            if r["scored"] and r["headline_power_err"] is not None and (r["date"] or "") > form_fixed_on]
+    rows = [r for r in models if (r["date"] or "") > form_fixed_on]
+
+    def lomo(r, key):
+        return (r.get("calibrated_leave_one_model_out") or {}).get(key)
+
+    def group(rs, key):
+        return {str(v): {"n": len(g), "power_median_abs_err": _median_abs(lomo(r, "duty_lomo_power_err") for r in g),
+                         "energy_per_sample_median_abs_err_calibrated_time":
+                             _median_abs(lomo(r, "duty_lomo_energy_per_sample_err") for r in g)}
+                for v in sorted({r[key] for r in rs}, key=str) for g in [[r for r in rs if r[key] == v]]}
+
+    return {"form_fixed_on": form_fixed_on, "records_after": sorted({r["run"] for r in rows}),
+            "layers": {"n": len(head), "power_median_abs_err": _median_abs(r["headline_power_err"] for r in head),
+                       "energy_median_abs_err_given_time": _median_abs(r["headline_energy_err_given_time"] for r in head),
+                       "by_model": {m: _variant_stats([r for r in head if r["model"] == m], HEADLINE)
+                                    for m in sorted({r["model"] for r in head})},
+                       "by_precision": {p: _variant_stats([r for r in head if r["precision"] == p], HEADLINE)
+                                        for p in sorted({r["precision"] for r in head})},
+                       "by_batch_size": {str(b): _variant_stats([r for r in head if r["batch_size"] == b], HEADLINE)
+                                         for b in sorted({r["batch_size"] for r in head})}},
+            "models": {"n": sum(1 for r in rows if lomo(r, "duty_lomo_power_err") is not None),
+                       "power_median_abs_err": _median_abs(lomo(r, "duty_lomo_power_err") for r in rows),
+                       "energy_per_sample_median_abs_err_calibrated_time":
+                           _median_abs(lomo(r, "duty_lomo_energy_per_sample_err") for r in rows),
+                       "by_model": group(rows, "model"), "by_backend": group(rows, "backend")}}
+
+
+def coverage_cells(layers: list[dict], models: list[dict]) -> list[list]:
+    """[model, backend, precision, batch size, scored layers, whole-model rows with a headline] for every
+    configuration recorded: which cells of issue 9's coverage exist."""
+    cells: dict[tuple, list[int]] = {}
+    for r in layers:
+        cells.setdefault((r["model"], r["backend"], r["precision"], r["batch_size"]), [0, 0])[0] += bool(r["scored"])
+    for r in models:
+        ok = (r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err") is not None
+        cells.setdefault((r["model"], r["backend"], r["precision"], r["batch_size"]), [0, 0])[1] += ok
+    return [[*k, *v] for k, v in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+
+def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 0.5,
+            form_fixed_on: str = "2026-12-03") -> dict:
     scored = [r for r in layers if r["scored"]]
     head = [r for r in scored if r["headline_power_err"] is not None]
     worst = sorted(head, key=lambda r: -abs(r["headline_power_err"]))[:5]
@@ -636,6 +792,9 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
                                                      m["carm_point_power_median_abs_err"],
                                                      m["carm_point_energy_per_sample_median_abs_err_calibrated_time_"
                                                        "leave_one_model_out"])},
+        "form_test": form_test(layers, models, form_fixed_on),
+        "coverage_cells": {"columns": ["model", "backend", "precision", "batch_size", "scored_layers",
+                                       "whole_model_rows"], "rows": coverage_cells(layers, models)},
         "coverage": {"models": sorted({r["model"] for r in scored}), "backends": sorted({r["backend"] for r in scored}),
                      "precisions": sorted({r["precision"] for r in scored}),
                      "batch_sizes": sorted({r["batch_size"] for r in scored})},
@@ -668,6 +827,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also fit the voltage curve to the clocks of scored layers measured at the power limit "
                          "(leave-one-run-out clock error)")
     ap.add_argument("--drop", default="", help="benchmark rows to leave out of the fit, comma-separated")
+    ap.add_argument("--form-fixed-on", default="2026-12-03",
+                    help="date (YYYY-MM-DD) of the records the duty curve's form was chosen on: records dated "
+                         "after it are reported apart as the form's test (validation.form_test)")
+    ap.add_argument("--runs-cache", type=Path,
+                    help="development: keep the loaded records (models rebuilt on the CPU) in this JSON file and "
+                         "reuse them while the records, profile and calibration are the same")
     args = ap.parse_args(argv)
     for p in args.records + args.ceilings + ([args.calibration] if args.calibration else []):
         if not p.exists():
@@ -687,22 +852,51 @@ def main(argv: list[str] | None = None) -> int:
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
     fit, limit = fit_from_runs(docs, drop)
     pm = power_model_of(fit, limit)
-    runs = load_runs(args.records, profile, calibration if calibration.samples else None)
-    result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s)
+    cache_key = json.dumps([sorted(str(f) for p in args.records for f in (p.rglob("*.json") if p.is_dir() else [p])),
+                            profile.name, calibration.provenance], sort_keys=True, default=str)
+    cached = json.loads(args.runs_cache.read_text()) if args.runs_cache and args.runs_cache.exists() else {}
+    if cached.get("key") == cache_key:
+        runs = cached["runs"]
+    else:
+        runs = load_runs(args.records, profile, calibration if calibration.samples else None)
+        if args.runs_cache:
+            args.runs_cache.write_text(json.dumps({"key": cache_key, "runs": runs}))
+    result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on)
+    shipped = None
+    if profile.power_model is not None:   # the same validation with the power model the product ships
+        shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,
+                           args.form_fixed_on)
     doc = {"device": {"name": profile.name, **{k: profile.device.get(k) for k in ("power_limit_w", "sm_clock_max_mhz")}},
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},
            "calibration": {"from": str(args.calibration) if args.calibration else "shipped",
                            "provenance": calibration.provenance},
-           "validation": result["validation"], "duty_curves": result["duty_curves"],
-           "models": result["models"], "layers": result["layers"]}
+           "validation": result["validation"], "duty_curves": result["duty_curves"]}
+    if shipped is not None:
+        sv = shipped["validation"]
+        doc["shipped_power_model"] = {
+            "what": "the same validation with the power model of the profile the product ships (" + profile.name
+                    + ": per-benchmark energies, no voltage curve) in place of the sweep fit; duty_curves.in_sample "
+                      "is the curve benchmarks/embed_profile.py --duty puts in that profile",
+            "power_model": {"constant_w": profile.power_model.constant_w,
+                            "provenance": profile.power_model_provenance},
+            "duty_curves": shipped["duty_curves"],
+            "validation": {k: sv[k] for k in ("headline_variant", "n", "power_median_abs_err", "energy_median_abs_err",
+                                              "energy_median_abs_err_calibrated_time", "carm_point_power_median_abs_err",
+                                              "form_test", "targets")},
+            "variants": {k: {kk: vv for kk, vv in st.items() if kk != "breakdown"} for k, st in sv["variants"].items()},
+            "headline_by_model": sv["variants"][HEADLINE]["breakdown"]["by_model"],
+            "headline_by_source": sv["variants"][HEADLINE]["breakdown"]["by_source"],
+            "models": sv["models"]}
+    doc["models"] = result["models"]
+    doc["layers"] = compact_layers(result["layers"])
     if args.fit_clocks and limit:
         from carm_advisor.carm.power_fit import records_from_benchmarks
 
         records = [r for d in docs for r in records_from_benchmarks(d.get("benchmarks") or []) if r.name not in drop]
         doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
                                                                 limit, profile.carm(), pm, args.min_layer_window_s)
-    path = write(result_path(args.out, profile.name, "power-model"), doc)
+    path = write_compact(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
     m = v["models"]
     fmt = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
@@ -728,6 +922,19 @@ def main(argv: list[str] | None = None) -> int:
           f"measured operating point power {fmt(m['power_median_abs_err'])}")
     t = v["targets"]
     print("targets (headline): " + ", ".join(f"{k} {t[k]}" for k in t if k.endswith("_met")))
+    ft = v["form_test"]
+    print(f"form test (records after {ft['form_fixed_on']}): layers n={ft['layers']['n']} power "
+          f"{fmt(ft['layers']['power_median_abs_err'])}, energy given time "
+          f"{fmt(ft['layers']['energy_median_abs_err_given_time'])}; models n={ft['models']['n']} power "
+          f"{fmt(ft['models']['power_median_abs_err'])}, energy per sample with the calibrated time "
+          f"{fmt(ft['models']['energy_per_sample_median_abs_err_calibrated_time'])}")
+    if shipped is not None:
+        sv, sm = shipped["validation"], shipped["validation"]["models"]["headline"]
+        print(f"shipped profile's power model: layers n={sv['n']} power {fmt(sv['power_median_abs_err'])}, energy "
+              f"given time {fmt(sv['energy_median_abs_err'])}; models n={sm['n']} power "
+              f"{fmt(sm['power_median_abs_err'])}, energy per sample with the calibrated time "
+              f"{fmt(sm['energy_per_sample_median_abs_err_calibrated_time'])}; in-sample duty curve "
+              f"{shipped['duty_curves']['in_sample']}")
     vc = doc.get("voltage_from_capped_clocks")
     if vc and "skipped" in vc:
         print(f"voltage curve from capped clocks: skipped ({vc['skipped']})")

@@ -149,9 +149,17 @@ class Predictor:
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         pm = self.profile.power_model
-        if row.predicted_energy_j is not None and pm is not None:
-            # The same work over a longer time: the dynamic energy stays, the constant power runs longer.
-            row.calibrated_energy_j = pm.energy_j(row.calibrated_time_s, row.flops, row.bytes, row.path, row.level)
+        busy_w = getattr(row, "predicted_power_w", None)
+        if busy_w is None and row.predicted_energy_j is not None and row.predicted_time_s:
+            busy_w = row.predicted_energy_j / row.predicted_time_s
+        if busy_w is not None and pm is not None:
+            # The power at the layer's CARM operating point (its busy power), scaled above the constant
+            # power by the profile's duty curve at the calibrated time (PowerModel.duty_power_w; the busy
+            # power itself without a curve), over the calibrated time. Validated per layer and whole model
+            # by benchmarks/power_model_validation.py; the power at the work's rates over the calibrated
+            # time (constant x t + dynamic energy) misses real layers by 35-65% (carm/power_model.py).
+            power_w = pm.duty_power_w(busy_w, row.calibrated_time_s)
+            row.calibrated_energy_j = power_w * row.calibrated_time_s
 
 
 class ModelPredictor:

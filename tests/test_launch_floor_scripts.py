@@ -19,6 +19,8 @@ def embed_args(out, *extra):
             str(RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"), str(out)]
     for name, why in dropped.items():
         args += ["--drop", f"{name}={why}"]
+    # the shipped profile carries the duty curve of the power model validation (embed_profile.py --duty)
+    args += ["--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-04.json")]
     return args + list(extra)
 
 

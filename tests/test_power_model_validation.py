@@ -37,9 +37,33 @@ def _embed(tmp_path, *extra):
     return out
 
 
-def test_embed_profile_without_the_new_flag_still_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
-    out = _embed(tmp_path)
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04.json"
+
+
+def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
+    out = _embed(tmp_path, "--duty", str(POWER_MODEL))
     assert out.read_bytes() == (ROOT / "carm_advisor" / "profiles" / "nvidia_h200.json").read_bytes()
+
+
+def test_the_shipped_duty_curve_is_the_one_fitted_against_the_shipped_power_model_and_says_so(tmp_path):
+    validation = json.loads(POWER_MODEL.read_text())
+    curve = validation["shipped_power_model"]["duty_curves"]["in_sample"]
+    duty = load_profile().power_model.duty
+    assert (duty.t_full_s, duty.gamma) == (curve["t_full_s"], curve["gamma"])
+    assert duty.source.startswith("fitted on H200 layer records, leave-one-model-out validated")
+    assert POWER_MODEL.name in duty.source
+    # Without --duty the profile has no curve: predict.py falls back to the CARM-point power.
+    assert load_profile(_embed(tmp_path)).power_model.duty is None
+    # With the sweep fit, the curve fitted against the sweep fit is taken.
+    swept = load_profile(_embed(tmp_path, "--power-fit", "sweep", "--duty", str(POWER_MODEL))).power_model.duty
+    assert swept.t_full_s == validation["duty_curves"]["in_sample"]["t_full_s"]
+
+
+def test_embed_profile_refuses_a_duty_file_without_a_curve(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"validation": {}}))
+    with pytest.raises(SystemExit, match="shipped_power_model.duty_curves.in_sample"):
+        _embed(tmp_path, "--duty", str(bad))
 
 
 def test_embed_profile_power_fit_sweep_writes_a_loadable_model_with_fit_quality_and_data_factors(tmp_path):
@@ -85,9 +109,11 @@ def test_validation_script_fits_on_the_sweep_and_scores_recorded_layers_once_per
     assert v["models"]["n"] == 1
     assert doc["models"][0]["reference"] == "inference"      # the report has no CUDA graph replay
     assert "mix_fp32_hbm_tma_c1" in doc["fit"]["left_out"]   # the embedded profile's dropped rows
-    row = next(r for r in doc["layers"] if r["layer"] == "block4_conv2")
+    table = doc["layers"]
+    row = next(dict(zip(table["columns"], r)) for r in table["rows"] if r[1] == "block4_conv2")
+    assert table["runs"][row["run"]][0] == layers.name and len(table["rows"]) == 22
     # At its CARM operating point a heavy BF16 convolution is predicted at the 700 W cap.
-    assert row["carm_point_predicted_power_w"] == pytest.approx(700.0)
+    assert row["power_w:carm_point"] == pytest.approx(700.0)
     # At its measured operating point: the fitted coefficients applied by hand to FLOPs and bytes over its
     # measured time (uncapped: below the limit), and energy given time is that power x measured time.
     fit, report = doc["fit"], json.loads(layers.read_text())
@@ -96,9 +122,8 @@ def test_validation_script_fits_on_the_sweep_and_scores_recorded_layers_once_per
     by_hand = (fit["constant_w"] + fit["joules_per_flop"][layer["path"]] * layer["flops"] / t
                + fit["joules_per_byte"][layer["level"]] * layer["bytes"] / t)
     assert by_hand < 700.0
-    assert row["predicted_power_w"] == pytest.approx(by_hand)
-    assert row["predicted_energy_j_given_time"] == pytest.approx(by_hand * t)
-    assert row["power_err"] == pytest.approx(by_hand / layer["power_w"] - 1)
+    assert row["power_w:measured_point"] == pytest.approx(by_hand, rel=1e-4)     # written to 5 digits
+    assert row["measured_power_w"] == pytest.approx(layer["power_w"], rel=1e-4)
 
 
 def test_validation_script_refuses_a_missing_records_path(tmp_path, capsys):
@@ -312,7 +337,8 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     ]
     out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, min_layer_window_s=0.5)
     v = out["validation"]
-    assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 1, "window_short": 1, "no_power_reading": 1}
+    assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 1,
+                                       "window_short": 1, "no_power_reading": 1}
     assert v["filters"]["evaluated"] == 6 and v["filters"]["scored"] == 2
     a = next(r for r in out["layers"] if r["run"] == "long.json" and r["layer"] == "a")
     assert a["scored"] and a["predicted_power_w"] == pytest.approx(400.0) and a["power_err"] == pytest.approx(-0.2)
@@ -398,7 +424,8 @@ def test_records_from_several_folders_carry_their_method_window_and_whole_model_
     args = ["--records", str(old), "--records", str(new), "--ceilings", str(CEILINGS), "--out", str(out)]
     assert mod.main(args) == 0
     v = json.loads(next(out.glob("*.json")).read_text())["validation"]
-    assert v["filters"]["removed"] == {"profiled": 1, "window_unknown": 0, "window_short": 1, "no_power_reading": 0}
+    assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 0,
+                                       "window_short": 1, "no_power_reading": 0}
     assert v["filters"]["scored"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
 
 
@@ -466,3 +493,71 @@ def test_headline_layer_power_uses_the_duty_curve_of_the_other_models_at_the_cal
     assert row["headline_power_w"] == pytest.approx(400.0, rel=1e-6)
     assert row["headline_energy_j_given_time"] == pytest.approx(400.0 * 2.5e-4, rel=1e-6)
     assert v["variants"]["duty_in_sample_measured_time"]["n"] == 12
+
+
+def test_jax_mixed_records_traced_before_the_autocast_fix_keep_their_whole_model_but_not_their_layers(tmp_path):
+    mod = _load("power_model_validation")
+    jit = {"time_s": 0.004, "power_w": 500.0, "energy_j": 2.0, "execution": "jit"}
+    _report(tmp_path / "before.json", {"method": "layer-windows", "layer_window_s": 0.5}, 420.0, jit)
+    _report(tmp_path / "after.json", {"method": "layer-windows", "layer_window_s": 0.5, "jax_layer_trace": "autocast"},
+            420.0, jit)
+    for name in ("before.json", "after.json"):
+        doc = json.loads((tmp_path / name).read_text())
+        (tmp_path / name).write_text(json.dumps({**doc, "backend": "jax"}))
+    runs = {Path(r["file"]).name: r for r in mod.load_runs([tmp_path], profile=None)}
+    assert not runs["before.json"]["layers_in_policy_dtype"] and runs["after.json"]["layers_in_policy_dtype"]
+    out = mod.validate(list(runs.values()), _hand_carm(), _hand_model(), 2000.0, 0.5)
+    v = out["validation"]
+    assert v["filters"]["removed"]["layers_not_in_policy_dtype"] == 1 and v["filters"]["scored"] == 1
+    models = {m["run"]: m for m in out["models"]}
+    assert set(models) == {"before.json", "after.json"}          # both whole models count
+    # The layer times of the early record are float32 layers': no whole-model figure is built from them.
+    assert models["before.json"]["predicted_power_w"] is None and models["before.json"]["power_err"] is None
+    # after.json: its 1 ms layer at 400 W (the hand model at its rates) against 500 W measured.
+    assert models["after.json"]["power_err"] == pytest.approx(-0.2)
+
+
+def _dated(file, model, date, t, power, t_cal=None):
+    layer = {**_layer("l", 2e11, 1e9, t, power), "calibrated_time_s_leave_one_model_out": t_cal or t}
+    r = _run(file, "layer-windows", 0.5, [layer])
+    return {**r, "model": model, "date": date, "source": file.split(".")[0]}
+
+
+def test_form_test_scores_only_records_after_the_form_was_fixed_and_a_model_without_layers_gets_every_curve():
+    mod = _load("power_model_validation")
+    # Measured powers on d = sqrt(t / 1 ms) above 100 W below a 700 W busy power (see the headline test).
+    truth = {1e-5: 160.0, 4e-5: 220.0, 2.5e-4: 400.0, 1e-3: 700.0}
+    runs = [_dated(f"a{i}.json", "a", "2026-12-03", t, p) for i, (t, p) in enumerate(truth.items())]
+    runs += [_dated(f"b{i}.json", "b", "2026-12-03", t, p) for i, (t, p) in enumerate(truth.items())]
+    # After the form was fixed: model a at 2.5e-4 s drawing 500 W (headline 400 W: -20%), and model c
+    # whose only record has no usable layer power (profiled) but a whole-model measurement.
+    runs.append(_dated("new.json", "a", "2026-12-04", 2.5e-4, 500.0))
+    c = _dated("c.json", "c", "2026-12-04", 2.5e-4, 400.0)
+    c.update(method="profiled", whole={"time_s": 2.5e-4, "power_w": 500.0, "execution": "cuda_graph"},
+             calibrated={"leave_one_model_out": {"whole_time_s": 2.5e-4,
+                                                 "layers": [(2e11, 1e9, "tc_bf16", "hbm", 2.5e-4)]}})
+    runs.append(c)
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, form_fixed_on="2026-12-03")
+    assert out["duty_curves"]["leave_one_model_out"]["c"]["source"].endswith("(none of them c)")
+    ft = out["validation"]["form_test"]
+    assert ft["layers"]["n"] == 1 and ft["layers"]["power_median_abs_err"] == pytest.approx(0.2, abs=1e-6)
+    # c's whole model: 400 W predicted by the curve of every scored layer (t_full 1 ms, gamma 0.5) against 500 W.
+    assert ft["models"]["n"] == 1 and ft["models"]["power_median_abs_err"] == pytest.approx(0.2, abs=1e-6)
+    assert ft["models"]["energy_per_sample_median_abs_err_calibrated_time"] == pytest.approx(0.2, abs=1e-6)
+    cells = {tuple(r[:4]): r[4:] for r in out["validation"]["coverage_cells"]["rows"]}
+    assert cells[("c", "torch", "mixed_bfloat16", 10)] == [0, 1] and cells[("a", "torch", "mixed_bfloat16", 10)] == [5, 0]
+
+
+def test_the_result_file_keeps_one_line_per_layer_and_reads_back(tmp_path):
+    mod = _load("power_model_validation")
+    layer = {"run": "r.json", "source": "s", "model": "m", "backend": "torch", "precision": "float32", "batch_size": 8,
+             "method": "layer-windows", "layer_window_s": 0.5, "layer": "conv", "type": "Conv2D", "path": "fp32",
+             "level": "hbm", "excluded": None, "measured_time_s": 1.0 / 3, "measured_power_w": 500.0,
+             "predicted_power_w_by_variant": {k: 400.0 for k in mod.VARIANTS}}
+    path = mod.write_compact(tmp_path / "x.json", {"device": {}, "layers": mod.compact_layers([layer, layer])})
+    lines = path.read_text().splitlines()
+    doc = json.loads(path.read_text())
+    assert len(doc["layers"]["rows"]) == 2 and sum(line.startswith("[0,") for line in lines) == 2
+    row = dict(zip(doc["layers"]["columns"], doc["layers"]["rows"][0]))
+    assert row["measured_time_s"] == 0.33333 and row["power_w:carm_point"] == 400.0 and row["excluded"] is None
+    assert doc["layers"]["runs"] == [["r.json", "s", "m", "torch", "float32", 8, "layer-windows", 0.5]]

@@ -14,8 +14,8 @@ from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 TORCH_MODE = {"conv": "tf32", "matmul": "fp32"}
 
 
-def profile(power_limit_w=None):
-    return profile_from_dict({
+def profile(power_limit_w=None, duty=None):
+    doc = {
         "schema": SCHEMA,
         "device": {"name": "Round GPU", "l2_usable_bytes": 1000},
         "provenance": {"source": "recorded"},
@@ -28,7 +28,10 @@ def profile(power_limit_w=None):
         "power_model": {"constant_w": 100, "power_limit_w": power_limit_w,
                         "joules_per_flop": {"fp32": 1e-11, "tc_bf16": 5e-13},
                         "joules_per_byte": {"l2": 1e-11, "hbm": 1e-10}},
-    })
+    }
+    if duty is not None:
+        doc["power_model"]["duty"] = duty
+    return profile_from_dict(doc)
 
 
 def matmul(flops=4e10, bytes_read=6e7, dtype="bfloat16"):
@@ -84,11 +87,46 @@ def test_a_calibration_adds_its_time_and_energy_beside_the_unchanged_bound():
     (row,) = Predictor(profile(), TORCH_MODE, backend="torch", calibration=calibration).rows_for_costs([matmul()])
     assert calibration.asked == [("mm", "torch")]
     assert row.predicted_time_s == pytest.approx(2e-3) and row.predicted_energy_j == pytest.approx(0.226)
-    # half the bound's speed: 4 ms; the constant power runs twice as long, the dynamic energy stays
+    # half the bound's speed: 4 ms. Without a duty curve the layer draws its CARM-point (busy) power,
+    # 0.226 J / 2 ms = 113 W, for the whole 4 ms: 0.452 J.
     assert row.calibrated_time_s == pytest.approx(4e-3)
-    assert row.calibrated_energy_j == pytest.approx(100 * 4e-3 + 0.026)
+    assert row.calibrated_energy_j == pytest.approx(113.0 * 4e-3)
     d = row.to_dict()
     assert d["calibrated_time_s"] == pytest.approx(4e-3) and d["predicted_time_s"] == pytest.approx(2e-3)
+
+
+def test_calibrated_energy_scales_the_busy_power_above_the_constant_by_the_profiles_duty_curve():
+    duty = {"t_full_s": 16e-3, "gamma": 0.5}
+    (row,) = Predictor(profile(duty=duty), TORCH_MODE, calibration=FixedEfficiency(0.5)).rows_for_costs([matmul()])
+    # busy 113 W (0.226 J over 2 ms); at 4 ms, (4 / 16) ** 0.5 = 0.5 of its 13 W above the 100 W constant:
+    # 106.5 W x 4 ms = 0.426 J. The bound's own energy is unchanged.
+    assert row.predicted_energy_j == pytest.approx(0.226)
+    assert row.calibrated_energy_j == pytest.approx(106.5 * 4e-3)
+    # At 16 ms or longer the layer draws its busy power: efficiency 1/8 -> 16 ms at 113 W.
+    (slow,) = Predictor(profile(duty=duty), TORCH_MODE, calibration=FixedEfficiency(0.125)).rows_for_costs([matmul()])
+    assert slow.calibrated_energy_j == pytest.approx(113.0 * 16e-3)
+
+
+def test_a_malformed_duty_curve_in_a_profile_is_a_one_line_profile_error():
+    from carm_advisor.errors import ProfileError
+
+    with pytest.raises(ProfileError, match="power_model.duty must hold numbers"):
+        profile(duty={"gamma": 0.5})
+    with pytest.raises(ProfileError, match="t_full_s > 0"):
+        profile(duty={"t_full_s": -1, "gamma": 0.5})
+    with pytest.raises(ProfileError, match="power_model.duty must be an object"):
+        profile(duty=[1e-3, 0.5])
+
+
+def test_a_duty_curve_round_trips_through_a_saved_profile(tmp_path):
+    from carm_advisor.profiles.profile import load_profile
+
+    p = profile(duty={"t_full_s": 4e-4, "gamma": 0.2, "source": "fitted on H200 layer records"})
+    p.save(tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json")
+    assert again.power_model.duty == p.power_model.duty
+    assert (again.power_model.duty.t_full_s, again.power_model.duty.gamma) == (4e-4, 0.2)
+    assert again.power_model.duty.source == "fitted on H200 layer records"
 
 
 def test_a_calibration_never_makes_a_layer_faster_than_its_bound():

@@ -29,6 +29,12 @@ replays (6-10 us calls draw 200-290 W), 20-100 us calls (ResNet50's 1x1 convolut
 64) reach ~0.7 of their busy power above the constant, >= 0.3 ms calls all of it. DutyCurve is that:
 P = P_const + (P_busy - P_const) * min(1, (t / t_full) ** gamma), fitted on LAYER data (the sweep keeps
 the whole GPU busy for seconds and cannot see it), validated leave one model out.
+
+First test of that form on records taken after it was chosen (2026-12-04: VGG16 torch at batch 128,
+float32/bf16/fp16, 66 layer windows of 0.5 s, and whole models of seven keras.applications models,
+Xception, EfficientNetB0, InceptionV3 and ConvNeXtTiny new): benchmarks/results/nvidia-h200-power-model-
+2026-12-04.json, validation.form_test. predict.py's calibrated energy is this headline: the profile's duty
+curve (power_model.duty) applied to the CARM-point power at the calibrated time.
 """
 
 from __future__ import annotations

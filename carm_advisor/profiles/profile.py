@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power_model import PowerModel, VoltageCurve
+from carm_advisor.carm.power_model import DutyCurve, PowerModel, VoltageCurve
 from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 
@@ -117,6 +117,8 @@ class Profile:
                 d["power_model"]["dvfs"] = pm.voltage.to_dict()
             if pm.fit:
                 d["power_model"]["fit"] = pm.fit
+            if pm.duty is not None:
+                d["power_model"]["duty"] = pm.duty.to_dict()
         if self.launch_floor is not None:
             d["launch_floor"] = self.launch_floor
         d.update(self.extra)
@@ -246,6 +248,10 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
         if not isinstance(pm["dvfs"], dict):
             raise ProfileError(f"{origin}: power_model.dvfs must be an object")
         out["voltage"] = VoltageCurve.from_dict(pm["dvfs"])
+    if pm.get("duty") is not None:
+        if not isinstance(pm["duty"], dict):
+            raise ProfileError(f"{origin}: power_model.duty must be an object")
+        out["duty"] = DutyCurve.from_dict(pm["duty"])
     if pm.get("fit") is not None:
         if not isinstance(pm["fit"], dict):
             raise ProfileError(f"{origin}: power_model.fit must be an object")
