@@ -168,6 +168,30 @@ def accuracy_table(session: str) -> str:
     return "\n".join(rows)
 
 
+def power_table(session: str) -> str:
+    """The power model against measured layers and whole models (benchmarks/power_model_validation.py)."""
+    d = load(f"*-power-model-{session}.json")
+    v, t = d["validation"], d["validation"]["targets"]
+    h = v["models"]["headline"]
+
+    def ok(key: str) -> str:
+        return "met" if t[f"{key}_met"] else "NOT met"
+
+    return "\n".join([
+        f"Headline variant: {v['headline_variant']}.", "",
+        "| figure | median abs. error | n | target |", "| --- | --- | --- | --- |",
+        f"| per-layer power | {v['power_median_abs_err']:.1%} | {v['n']} | <= {t['layer_power']:.0%}: {ok('layer_power')} |",
+        f"| per-layer energy, measured time | {v['energy_median_abs_err']:.1%} | {v['n']} | "
+        f"<= {t['layer_energy_given_time']:.0%}: {ok('layer_energy_given_time')} |",
+        f"| whole-model power | {h['power_median_abs_err']:.1%} | {h['n']} | <= {t['model_power']:.0%}: {ok('model_power')} |",
+        f"| whole-model energy per sample, calibrated time (leave one model out) | "
+        f"{h['energy_per_sample_median_abs_err_calibrated_time']:.1%} | {h['n']} | "
+        f"<= {t['model_energy_per_sample_calibrated_time']:.0%}: {ok('model_energy_per_sample_calibrated_time')} |",
+        f"| the same with the in-sample calibrated time | {h['energy_per_sample_median_abs_err_in_sample_calibrated_time']:.1%} "
+        f"| {h['n']} | - |",
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="run10")
@@ -181,6 +205,8 @@ def main() -> None:
         print(cli_table(args.session))
         print()
         print(accuracy_table(args.session))
+        print()
+        print(power_table(args.session))
         return
     print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
     print()
