@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from _common import result_path, write  # noqa: E402
-from fit_calibration import add_studies, load_runs, parse_args, record_files  # noqa: E402
+from fit_calibration import add_studies, launch_floor, load_runs, parse_args, record_files  # noqa: E402
 
 
 # What changed since the previous accuracy file, and when: every choice below was made BEFORE this run's
@@ -88,6 +88,10 @@ def full_calibration(runs: list, rows: list[list], studies: list[str] | None = N
         samples = samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)) if layers_valid(run) else []
         full = full.extended(Calibration(samples, whole_from_run(run, rs, run.model_name)))
     add_studies(full, studies or [])
+    devices = [(run.device or {}).get("name") for run in runs]
+    floor = launch_floor(max(set(devices), key=devices.count)) if devices else None
+    if floor:
+        full.provenance["kernel_floor"] = floor
     return full
 
 
