@@ -11,6 +11,9 @@ script, never by hand.
 configuration becomes a whole-model sample (calibration.whole_from_studies: torch eager -> "eager",
 torch.compile -> "torch.compile", jax xla -> "jit"). The H200 studies so far tuned VGG16 only: a VGG16
 whole-model prediction from such a calibration is in-sample.
+
+The newest benchmarks/results/<gpu>-launch-floor-*.json of the records' GPU (launch_floor()) gives the jit
+fit its cost per kernel (provenance "kernel_floor"): a measured figure, read from the file.
 """
 
 from __future__ import annotations
@@ -61,6 +64,22 @@ def add_studies(calibration, studies: list[str]) -> None:
     calibration.provenance["study_samples"] = len(found)
 
 
+def launch_floor(device: str | None, folder: Path = ROOT / "benchmarks" / "results") -> dict | None:
+    """The GPU-side launch floor per kernel (calibration provenance "kernel_floor": the jit whole-model fit adds
+    one per kernel) from the newest launch-floor file of this GPU (benchmarks/launch_floor.py writes
+    <gpu>-launch-floor-<date>.json: launch_floor.provenance.gpu_time_s, measured); None without one."""
+    for f in sorted(folder.glob("*-launch-floor-*.json"), reverse=True):
+        try:
+            d = json.loads(f.read_text())
+            value = float(d["launch_floor"]["provenance"]["gpu_time_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (d.get("device") or {}).get("name") == device and value > 0:
+            return {"value_s": value, "source": f"measured: {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f} "
+                                                 "(launch_floor.provenance.gpu_time_s: one launch + sync, GPU side)"}
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", nargs="+", action="extend", required=True,
@@ -93,6 +112,9 @@ def main(argv=None) -> int:
         return 2
     calibration = fit_runs(runs)
     add_studies(calibration, args.studies)
+    floor = launch_floor(calibration.provenance.get("device"))
+    if floor:
+        calibration.provenance["kernel_floor"] = floor
     calibration.provenance["command"] = " ".join(["python", *sys.argv])
     calibration.save(args.out)
     print(f"{len(calibration.samples)} layer samples, {len(calibration.whole)} whole-model samples -> {args.out}")

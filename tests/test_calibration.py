@@ -303,3 +303,56 @@ def test_the_shipped_calibration_has_compiled_fits_with_the_fixed_cost_the_vgg16
     assert compiled is not None and compiled.fixed_s > 0
     # the 2026-12-04 tuner check measured jax VGG16 time per batch against batch size: intercepts 1.10-1.22 ms
     assert 0.8e-3 < shipped.whole_fit("jax", "jit").fixed_s < 1.5e-3
+
+
+def _wk(model, batch, bound_ms, time_ms, kernels, execution="jit", backend="jax"):
+    return WholeSample(backend, execution, time_ms * 1e-3, 0.0, 0.0, kernels, model, kernels, None, "bfloat16",
+                       bound_ms * 1e-3, 0.0, batch, "channels_last", "", kernels)
+
+
+def test_jit_whole_model_adds_the_measured_launch_floor_per_kernel_and_torch_compile_does_not():
+    floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
+    whole = [
+        # model v (100 kernels = 1 ms of floor) at two batch sizes: time - 1 ms = 0.5 ms + bound -> t0 = 0.5 ms
+        _wk("v", 32, 1.0, 2.5, 100), _wk("v", 64, 2.0, 3.5, 100),
+        _wk("w", 64, 1.0, 2.5, 50),     # e = 1 / (2.5 - 0.5 - 0.5) = 2/3
+        _wk("x", 64, 3.0, 4.5, 0),      # e = 3 / (4.5 - 0.5) = 0.75
+    ]                                   # v: e = 1 / (2.5 - 0.5 - 1) = 1 (and 2 / (3.5 - 1.5) = 1)
+    c = Calibration([], whole, floor)
+    fit = c.whole_fit("jax", "jit")
+    assert fit.fixed_s == pytest.approx(0.5e-3) and fit.kernel_floor_s == pytest.approx(10e-6)
+    assert fit.bound_efficiency == pytest.approx(0.75)                       # median of 1, 2/3, 0.75
+    rows = [SimpleNamespace(type=t, predicted_time_s=0.3e-3, calibrated_time_s=None, dtype="bfloat16")
+            for t in ("Conv2D", "BatchNormalization", "ReLU", "MaxPooling2D", "Dense")]   # 3 kernels, bound 1.5 ms
+    assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(0.5e-3 + 1.5e-3 / 0.75 + 3 * 10e-6)
+    assert "kernels x 10.0 us" in c.whole_describe("jax", "jit")
+    # torch.compile: the same samples, no kernel term (t0 = 1.5 ms from v; e = median of 1, 1, 0.75)
+    compiled = Calibration([], [_wk(*a[:5], "torch.compile", "torch") for a in
+                                [("v", 32, 1.0, 2.5, 100), ("v", 64, 2.0, 3.5, 100), ("w", 64, 1.0, 2.5, 50),
+                                 ("x", 64, 3.0, 4.5, 0)]], floor).whole_fit("torch", "torch.compile")
+    assert compiled.kernel_floor_s == 0.0 and compiled.fixed_s == pytest.approx(1.5e-3)
+    assert compiled.bound_efficiency == pytest.approx(1.0)                   # 1/1, 1/1, 3/3
+    # without a measured floor in the provenance the jit fit is the old one: t0 = 1.5 ms, e = 1
+    assert Calibration([], whole).whole_fit("jax", "jit").kernel_floor_s == 0.0
+
+
+def test_kernel_calls_count_convolutions_dense_and_pooling_only():
+    from carm_advisor.calibration import kernel_calls
+
+    rows = [SimpleNamespace(type=t, predicted_time_s=1e-6, known=True) for t in
+            ("Conv2D", "DepthwiseConv2D", "Dense", "GlobalAveragePooling2D", "BatchNormalization", "Add", "ReLU",
+             "ZeroPadding2D")]
+    rows.append(SimpleNamespace(type="Conv2D", predicted_time_s=None, known=False))   # unknown: not counted
+    assert kernel_calls(rows) == 4
+
+
+def test_the_shipped_calibration_carries_the_measured_gpu_side_launch_floor():
+    import json
+    from pathlib import Path
+
+    measured = json.loads((Path(__file__).parent.parent / "benchmarks" / "results" /
+                           "nvidia-h200-launch-floor-2026-12-03.json").read_text())
+    shipped = shipped_calibration()
+    want = measured["launch_floor"]["provenance"]["gpu_time_s"]
+    assert shipped.whole_fit("jax", "jit").kernel_floor_s == pytest.approx(want)
+    assert any(w.kernel_calls == 21 for w in shipped.whole if w.model == "vgg16")   # 13 conv + 3 dense + 5 pool

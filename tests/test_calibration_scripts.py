@@ -120,3 +120,19 @@ def test_records_accumulate_over_repeated_flags_and_each_file_counts_once(tmp_pa
     assert [f.name for f in fit.record_files(args.records)] == ["r1.json", "r2.json"]
     with pytest.raises(SystemExit):
         fit.parse_args(fit.build_parser(), ["--records", str(tmp_path / "missing"), "--out", "x.json"])
+
+
+def test_the_launch_floor_comes_from_the_newest_file_of_the_same_gpu(tmp_path):
+    fit = _load("fit_calibration")
+
+    def floor_file(name, gpu, gpu_time_s):
+        (tmp_path / name).write_text(json.dumps({"device": {"name": gpu},
+                                                 "launch_floor": {"value_s": 3e-5, "provenance": {"gpu_time_s": gpu_time_s}}}))
+
+    floor_file("h200-launch-floor-2026-01-01.json", "H200", 9e-6)
+    floor_file("h200-launch-floor-2026-02-01.json", "H200", 7e-6)       # newer: this one
+    floor_file("a100-launch-floor-2026-03-01.json", "A100", 5e-6)       # another GPU
+    (tmp_path / "h200-launch-floor-2026-04-01.json").write_text("{not json")   # unreadable: skipped
+    assert fit.launch_floor("H200", tmp_path)["value_s"] == 7e-6
+    assert fit.launch_floor("A100", tmp_path)["value_s"] == 5e-6
+    assert fit.launch_floor("L4", tmp_path) is None
