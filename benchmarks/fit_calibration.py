@@ -72,7 +72,9 @@ def launch_floor(device: str | None, folder: Path = ROOT / "benchmarks" / "resul
         try:
             d = json.loads(f.read_text())
             value = float(d["launch_floor"]["provenance"]["gpu_time_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"fit_calibration: skipped {f.name} as a launch-floor file ({type(exc).__name__}: {exc}); "
+                  "an older one may be used", file=sys.stderr)
             continue
         if (d.get("device") or {}).get("name") == device and value > 0:
             return {"value_s": value, "source": f"measured: {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f} "

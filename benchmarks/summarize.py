@@ -123,15 +123,16 @@ def tuning_table() -> str:
     return "\n".join(rows)
 
 
-def grid_summary(pattern: str = "*-vgg16-tuning-*summary*.json") -> str:
-    """The newest --summarize output: grid coverage, grid best, trials to within 2%, noise."""
-    path = sorted(RESULTS.glob(pattern))[-1]
-    d = json.loads(path.read_text())
+def grid_summary(session: str) -> str:
+    """The session's --summarize output: grid coverage, grid best, trials to within 2%, noise."""
+    d = load(f"*-vgg16-tuning-*summary-{session}.json")
     g, n, u = d["grid_best"], d["within_2pct_noise"] or {}, d.get("grid_unmeasured") or {}
-    best_bound = (u.get("best_bound") or {}).get("bound")
-    return (f"{path.name}: grid {d['grid_measured']} of {d['grid_size']} configurations measured, best {g['key']} "
-            f"{g['value']:.1f} GFLOP/s per W (spread {g['spread']:.1%}); the {u.get('n')} unmeasured have CARM bounds "
-            f"of at most {best_bound:.1f}; the study came within 2% of the grid best at trial "
+    top = u.get("best_bound") or {}
+    unmeasured = (f"the {u['n']} unmeasured have CARM bounds of at most {top['bound']:.1f} "
+                  f"({u['best_bound_with_margin']:.1f} with the {u['margin']:.0%} power-model margin: cannot win "
+                  f"{u['cannot_beat_grid_best']})" if top else "none left unmeasured")
+    return (f"grid {d['grid_measured']} of {d['grid_size']} configurations measured, best {g['key']} "
+            f"{g['value']:.1f} GFLOP/s per W (spread {g['spread']:.1%}); {unmeasured}; the study came within 2% of the grid best at trial "
             f"{d['trials_to_within_2pct_of_grid_best']} (study best / grid best {n.get('study_best_over_grid_best', 0):.3f}, "
             f"study best spread {n.get('study_best_spread', 0):.1%}: inside the noise {n.get('judgement_inside_noise')})")
 
@@ -200,7 +201,7 @@ def main() -> None:
     if args.session:
         print(tuning_table())
         print()
-        print(grid_summary())
+        print(grid_summary(args.session))
         print()
         print(cli_table(args.session))
         print()

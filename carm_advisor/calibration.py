@@ -42,11 +42,12 @@ from carm_advisor.errors import ProfileError
 
 SCHEMA = "carm-advisor/calibration/1"
 MIN_SAMPLES = 3
+# Layer times that include a per-call dispatch (each layer jitted alone).
 DISPATCHED_EXECUTIONS = ("jit",)
 # Whole-model executions predicted from the CARM bound (compiled: the layers alone are no guide), with a
 # fixed cost per call: jax jit and torch.compile ("torch.compile" samples come from measured tuning trials,
 # whole_from_studies: VGG16 only so far).
-BOUND_EXECUTIONS = ("jit", "torch.compile")   # layer times that include a per-call dispatch (each layer jitted alone)
+BOUND_EXECUTIONS = ("jit", "torch.compile")
 # jit (XLA): whole = (matmul-class bound + JIT_OTHER_SHARE x the rest's bound) / e, one e over every
 # record (JIT_PER_DTYPE False). Chosen by leave-one-model-out over the training models' jax records
 # (VGG16, ResNet50, MobileNetV2; 2026-12-02..04, float32 and bf16), before any held-out model's record was
@@ -410,7 +411,7 @@ class Calibration:
         jit, torch.compile: t0 + CARM bound / e (_bound_fit), not from the layers jitted alone: each of those
           pays a dispatch the compiled model pays once;
         eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
-          where there is one; the host time per call is the median of whole / calls over the records
+          where there is one; the host time per call is the FASTEST whole / calls over the records
           where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum)."""
         found = [w for w in self.whole if w.backend == backend and w.execution == execution and w.time_s > 0]
         if execution not in BOUND_EXECUTIONS:   # the layer-based fits need the layers measured too
@@ -438,7 +439,7 @@ class Calibration:
         else:   # no graph records: the GPU's share from the records the GPU paced
             a, b = self._gpu_fit([w for w in found if w not in host_bound] or found, 0.0)
             gpu_source = "GPU from eager records paced by the GPU"
-        host = f"host {dispatch * 1e6:.0f} us per call (median of {len(host_bound)} host-paced records)" if dispatch else "no host-paced record"
+        host = f"host {dispatch * 1e6:.0f} us per call (fastest of {len(host_bound)} host-paced records)" if dispatch else "no host-paced record"
         return WholeFit(a, b, dispatch, len(found), 0.0, f"eager: max({gpu_source}, {host})")
 
     def whole_time_s(self, rows: Sequence, backend: str, execution: str) -> float | None:

@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUPPORT = Path(__file__).parent / "tune_support"
 SCRIPT = REPO_ROOT / "benchmarks" / "vgg16_tuning.py"
@@ -103,7 +105,11 @@ def test_unmeasured_configurations_are_judged_by_their_carm_bound():
                "c": SimpleNamespace(time_s=1.0, energy_j=1.0, flops=500e9, batch_size=1)}
     predictor = SimpleNamespace(predict=lambda cfg: figures[cfg.key])
     objective = get_objective("gflops_per_watt")
-    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 600.0})
+    # The bound's energy is a power-model figure: it gets the margin (10%: 500 -> 550).
+    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 600.0}, margin=0.10)
     assert out["n"] == 2 and out["best_bound"] == {"key": "c", "bound": 500.0} and out["cannot_beat_grid_best"] is True
-    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 450.0})
-    assert out["cannot_beat_grid_best"] is False
+    assert out["best_bound_with_margin"] == pytest.approx(550.0)
+    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 540.0}, margin=0.10)
+    assert out["cannot_beat_grid_best"] is False        # 550 with the margin could beat 540
+    out = module.unmeasured_bounds(space, {"a": {}}, predictor, objective, {"value": 540.0}, margin=0.0)
+    assert out["cannot_beat_grid_best"] is True
