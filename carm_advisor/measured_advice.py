@@ -272,6 +272,12 @@ def _energy_text(ratio: float | None) -> str:
     return f", {ratio:.2f}x less energy" if ratio >= 1 else f", {1 / ratio:.2f}x more energy"
 
 
+def current_time(report) -> tuple[float, str, float | None] | None:
+    """(time_s, source, energy_j) of the whole model as the user runs it now (model(x): measured, else the
+    calibrated eager time): the baseline of compilation_switch's gain."""
+    return _now_time(report, _measurement(report).get("inference") or {})
+
+
 def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None:
     """(time_s, source, energy_j) of the model as the user runs it now: measured, else calibrated."""
     if inference.get("time_s"):
