@@ -214,7 +214,8 @@ ASSUMED_COMPILED = "ASSUMED: a compiled graph takes about the GPU time of the la
 def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation | None:
     """Compile the model on its own backend (torch eager -> torch.compile; tensorflow -> XLA), with the gain:
     current whole-model time (measured, else calibrated) / compiled time (calibrated from compiled runs, else
-    on torch the GPU time of the layers, an assumption), never above current time / CARM bound."""
+    on torch the GPU time of the layers, an assumption), never above current time / CARM bound; None (no
+    advice) where the predicted gain in time and energy is below MIN_GAIN (a compiled model predicted slower)."""
     backend = report.model.backend
     if backend not in COMPILERS:
         return None        # jax: model(x) and predict already run jitted under XLA
@@ -225,7 +226,7 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
         return None        # already compiled or graphed
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
     now = _now_time(report, inference)
-    compiled = _compiled_time(report, rows, calib, backend, compiled_exec, m)
+    compiled, failure = _compiled_time(report, rows, calib, backend, compiled_exec, m)
     bound = report.predicted_time_s
     name = "torch.compile" if backend == "torch" else "XLA (jit_compile=True)"
     title = f"Compile the model with {name} (stays on the {backend} backend)"
@@ -234,8 +235,13 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     change = {"compile": "torch.compile" if backend == "torch" else "xla"}
     if now is None or compiled is None or not bound:
         gap = f"; at most {now[0] / bound:.2f}x, the {now[1]} time against the CARM bound" if now and bound else ""
-        why = (f"no {backend} {compiled_exec} record in the calibration" if compiled is None
-               else "no current whole-model time")
+        if compiled is None:
+            why = (f"the calibration's {backend} {compiled_exec} fit failed: {failure}" if failure
+                   else f"no {backend} {compiled_exec} record in the calibration")
+        elif now is None:
+            why = "no current whole-model time"
+        else:
+            why = "no CARM bound of the whole model: none of its known layers has one"
         return Recommendation(
             title=title, detail=f"{how}. {once}", expected_gain=f"not quantified ({why}){gap}",
             basis="backend behaviour", change=change)
@@ -247,6 +253,8 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
         e_c = _energy_at(report, rows, t_c) or e_c
     speedup = t_now / t_c
     energy = e_now / e_c if e_now and e_c else None
+    if max(speedup, energy or 0) < MIN_GAIN:
+        return None        # the prediction says compiling gains nothing (or loses): no recommendation
     detail = (f"{backend} now: {t_now * 1e3:.2f} ms per call ({src_now}); compiled: {t_c * 1e3:.2f} ms ({src_c}"
               + (f"; raised to the CARM bound {bound * 1e3:.2f} ms" if capped else "")
               + f"). {how}. {once}")
@@ -264,6 +272,12 @@ def _energy_text(ratio: float | None) -> str:
     return f", {ratio:.2f}x less energy" if ratio >= 1 else f", {1 / ratio:.2f}x more energy"
 
 
+def current_time(report) -> tuple[float, str, float | None] | None:
+    """(time_s, source, energy_j) of the whole model as the user runs it now (model(x): measured, else the
+    calibrated eager time): the baseline of compilation_switch's gain."""
+    return _now_time(report, _measurement(report).get("inference") or {})
+
+
 def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None:
     """(time_s, source, energy_j) of the model as the user runs it now: measured, else calibrated."""
     if inference.get("time_s"):
@@ -276,28 +290,31 @@ def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None
 
 
 def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
-    """(time_s, source, energy_j, basis) of the compiled model, or None: the calibration's fit of compiled
-    runs, else on torch the GPU time of the layers (measured CUDA graph, else the calibrated graph fit)."""
-    t = None
+    """((time_s, source, energy_j, basis) of the compiled model, or None; why the calibrated fit failed, or
+    None): the calibration's fit of compiled runs, else on torch the GPU time of the layers (measured CUDA
+    graph, else the calibrated graph fit), with the fit's error in the source and basis when it raised."""
+    t, failure = None, None
     if calib is not None and hasattr(calib, "whole_time_s"):
         try:
             t = calib.whole_time_s(rows, backend, execution)
-        except (KeyError, ValueError):
-            t = None
+        except (KeyError, ValueError) as exc:   # records that do not fit (statistics.StatisticsError is a ValueError)
+            failure = f"{type(exc).__name__}: {exc}"
     if t:
         fit = calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else execution
-        return t, f"calibrated from measured {execution} runs: {fit}", _energy_at(report, rows, t), "calibrated prediction"
+        return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(report, rows, t),
+                "calibrated prediction"), None
     if backend != "torch":
-        return None
+        return None, failure
+    failed = f" (the calibrated {execution} fit failed: {failure})" if failure else ""
     graph = m.get("inference_graph") or {}
     if graph.get("time_s"):
-        return (graph["time_s"], f"{ASSUMED_COMPILED}: the measured CUDA-graph replay of this model",
-                graph.get("energy_j"), "assumed: compiled = the measured CUDA-graph time")
+        return (graph["time_s"], f"{ASSUMED_COMPILED}: the measured CUDA-graph replay of this model{failed}",
+                graph.get("energy_j"), f"assumed: compiled = the measured CUDA-graph time{failed}"), failure
     t = (getattr(report, "calibration", None) or {}).get("graph_time_s")
     if t:
-        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time", _energy_at(report, rows, t),
-                "assumed: compiled = the calibrated CUDA-graph time")
-    return None
+        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time{failed}", _energy_at(report, rows, t),
+                f"assumed: compiled = the calibrated CUDA-graph time{failed}"), failure
+    return None, failure
 
 
 def _energy_at(report, rows, time_s: float) -> float | None:

@@ -9,7 +9,10 @@ A compiler change the tuner knows (torch.compile on torch, XLA on tensorflow: tu
 measured by the tuner's own trial worker (tune/runner.WorkerRunner -> tune/worker.py: model.compile(
 jit_compile=...) and predict_on_batch), against the same worker's uncompiled trial (torch eager,
 tensorflow graph) rather than model(x): both sides run the same way, and the worker's measured
-compile time (first call less a steady call, paid once) is kept beside the gain.
+compile time (first call less a steady call, paid once) is kept beside the gain. The advice's gain is
+against model(x) (measured_advice.current_time), so the prediction is put on the worker's baseline too:
+predicted compiled time = model(x) time / advised speedup; predicted gain = the worker's measured
+uncompiled time / that (off_by then compares the predicted compiled time with the measured one).
 """
 
 from __future__ import annotations
@@ -131,20 +134,45 @@ def _verify(report, pending, runner: Runner, model_spec: str | None, model) -> l
             new = runner(cfg) if base.get("ok") else {"ok": False, "error": f"the unchanged configuration failed: {base.get('error')}"}
             speedup = gain(base, new, "time_s") if new.get("ok") else None
             energy = gain(base, new, "energy_j") if new.get("ok") else None
-            off = abs(speedup / rec.speedup - 1) if speedup and rec.speedup else None
+            predicted, predicted_e, against = rec.speedup, rec.energy_ratio, None
+            if tuner_compiler(cfg) and rec.speedup:
+                predicted, predicted_e, against = on_worker_baseline(report, rec, base, b_cfg)
+            off = abs(speedup / predicted - 1) if speedup and predicted else None
             rec.verified = {
                 "config": cfg, "measured_speedup": speedup, "measured_energy_ratio": energy,
-                "predicted_speedup": rec.speedup, "predicted_energy_ratio": rec.energy_ratio,
+                "predicted_speedup": predicted, "predicted_energy_ratio": predicted_e,
+                "advised_speedup": rec.speedup, "advised_energy_ratio": rec.energy_ratio, "compared_against": against,
                 "off_by": off, "flagged": off is not None and off > VERIFY_TOLERANCE,
                 "error": None if new.get("ok") else (new.get("error") or base.get("error")),
                 "baseline": b_cfg, "compile_s": new.get("compile_s") if new.get("ok") else None,
             }
             if rec.verified["flagged"]:
                 report.warnings.append(
-                    f"verify: '{rec.title}' predicted {rec.speedup:.2f}x, measured {speedup:.2f}x "
-                    f"({off:.0%} off, more than {VERIFY_TOLERANCE:.0%})")
+                    f"verify: '{rec.title}' predicted {predicted:.2f}x, measured {speedup:.2f}x "
+                    + (f"(both against {against}) " if against else "")
+                    + f"({off:.0%} off, more than {VERIFY_TOLERANCE:.0%})")
             out.append(rec.verified)
     return out
+
+
+def on_worker_baseline(report, rec, base: dict, b_cfg: dict) -> tuple[float | None, float | None, str]:
+    """A compile advice's predicted (speedup, energy ratio) rescaled from its model(x) baseline to the tuner
+    worker's measured uncompiled run, and that baseline in words; (None, None, why) where it cannot be."""
+    from carm_advisor.measured_advice import current_time
+
+    worker = f"the tuner worker's uncompiled ({b_cfg['compile']}) predict_on_batch"
+    now = current_time(report)
+    if now is None:
+        return None, None, f"{worker}: not compared (no model(x) time behind the advised {rec.speedup:.2f}x)"
+    t_now, source, e_now = now
+    t_c = t_now / rec.speedup
+    e_c = e_now / rec.energy_ratio if e_now and rec.energy_ratio else None
+    if not base.get("ok") or not base.get("time_s"):
+        return None, None, worker
+    energy = base["energy_j"] / e_c if base.get("energy_j") and e_c else None
+    return (base["time_s"] / t_c, energy,
+            f"{worker}, measured {base['time_s'] * 1e3:.2f} ms; predicted compiled {t_c * 1e3:.2f} ms = model(x) "
+            f"{t_now * 1e3:.2f} ms ({source}) / the advised {rec.speedup:.2f}x")
 
 
 def verified_text(verified: dict | None) -> str:
@@ -158,6 +186,10 @@ def verified_text(verified: dict | None) -> str:
     if verified.get("compile_s"):
         parts.append(f"compiled in {verified['compile_s']:.1f} s on the first call (paid once)")
     text = "measured: " + ", ".join(p for p in parts if p)
+    if verified.get("compared_against"):
+        predicted = verified.get("predicted_speedup")
+        text += (f"; predicted {predicted:.2f}x" if predicted else "; prediction") + \
+            f" against {verified['compared_against']}"
     return text + (f" - OFF by {verified['off_by']:.0%}" if verified.get("flagged") else "")
 
 

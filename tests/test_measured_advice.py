@@ -152,3 +152,40 @@ def test_another_backends_calibrated_time_is_never_below_its_bound():
     # calibrated 2 ms, 1 J against a 3 ms bound: raised to 3 ms, energy x 1.5
     assert at_least_bound((0.002, 1.0, False), 0.003) == ((0.003, 1.5, False), True)
     assert at_least_bound((0.004, None, False), 0.003) == ((0.004, None, False), False)
+
+
+def test_no_compile_advice_where_the_calibrated_compiled_model_is_predicted_slower():
+    # measured eager 58 ms, calibrated torch.compile 116 ms: 58 / 116 = 0.50x (no energy figure): below 1.03
+    report = _report(EAGER_AND_GRAPH)
+    assert compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.116))) is None
+    # 58 / 57 = 1.018x: still below MIN_GAIN 1.03; 58 / 56 = 1.036x: advised
+    assert compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.057))) is None
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.056)))
+    assert rec.speedup == pytest.approx(58 / 56)
+
+
+class FailingFit(CompiledFit):
+    def whole_time_s(self, rows, backend, execution):
+        raise ValueError("no median of an empty list")
+
+
+def test_a_failing_compiled_fit_falls_back_to_the_graph_assumption_and_says_why():
+    report = _report(EAGER_AND_GRAPH)
+    rec = compilation_switch(report, report.layers, _predict(FailingFit("torch.compile", None)))
+    assert rec.speedup == pytest.approx(58 / 17)          # the measured CUDA-graph replay, as without a fit
+    assert rec.basis == ("assumed: compiled = the measured CUDA-graph time (the calibrated torch.compile fit failed: "
+                         "ValueError: no median of an empty list)")
+    assert "ValueError: no median of an empty list" in rec.expected_gain
+    report.model.backend = "tensorflow"                   # no graph assumption on tensorflow: unquantified, with why
+    rec = compilation_switch(report, report.layers, _predict(FailingFit("xla", None)))
+    assert rec.speedup is None
+    assert "the calibration's tensorflow xla fit failed: ValueError: no median of an empty list" in rec.expected_gain
+
+
+def test_without_a_carm_bound_the_compile_advice_says_so_not_that_a_time_is_missing():
+    report = _report(EAGER_AND_GRAPH)
+    for r in report.layers:
+        r.predicted_time_s = None                         # no roof: the whole-model bound sums to 0
+    rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.029)))
+    assert rec.speedup is None
+    assert rec.expected_gain == "not quantified (no CARM bound of the whole model: none of its known layers has one)"

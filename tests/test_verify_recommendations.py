@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from carm_advisor.report.model import ModelInfo, Recommendation, Report
+from carm_advisor.report.model import MeasurementInfo, ModelInfo, Recommendation, Report
 from carm_advisor.verify_recommendations import verified_text, verify_recommendations
 
 
@@ -77,13 +77,16 @@ def test_cli_verify_with_fake_trials_shows_measured_beside_predicted(tmp_path, m
 
 
 def _compile_report():
+    # the advice: measured model(x) eager 10 ms, 5 J; torch.compile predicted 2.5x faster, 2x less energy
     recs = [
-        Recommendation("compile", "d", "2.50x faster", speedup=2.5, change={"compile": "torch.compile"}),
+        Recommendation("compile", "d", "2.50x faster", speedup=2.5, energy_ratio=2.0, change={"compile": "torch.compile"}),
         Recommendation("bf16", "d", "2.00x faster", speedup=2.0, change={"precision": "mixed_bfloat16"}),
     ]
     model = ModelInfo(name="vgg16", batch_size=64, precision="float32", layout="channels_first", backend="torch",
                       math_mode={})
-    return Report(model=model, device={}, ceilings={}, layers=[], recommendations=recs)
+    info = MeasurementInfo(inference={"time_s": 0.010, "energy_j": 5.0, "execution": "eager"}, training_step=None,
+                           inference_graph=None, date=None, command=None)
+    return Report(model=model, device={}, ceilings={}, layers=[], recommendations=recs, measurement=info)
 
 
 def test_torch_compile_is_measured_against_the_tuners_eager_trial_not_model_x():
@@ -102,13 +105,25 @@ def test_torch_compile_is_measured_against_the_tuners_eager_trial_not_model_x():
     compiled, bf16 = report.recommendations
     assert seen == [("eager", "float32"), ("torch.compile", "float32"), ("none", "float32"), ("none", "mixed_bfloat16")]
     assert compiled.verified["measured_speedup"] == pytest.approx(12 / 6)        # 2.00x, not 10 / 6
-    assert compiled.verified["off_by"] == pytest.approx(0.2)          # |2.0 / 2.5 - 1|
-    assert not compiled.verified["flagged"]
+    # the advised 2.5x is against model(x) 10 ms: predicted compiled 10 / 2.5 = 4 ms, 5 J / 2 = 2.5 J; on the
+    # worker's eager 12 ms (6 J) that is 12 / 4 = 3.00x, 6 / 2.5 = 2.40x; measured 2.00x: |2 / 3 - 1| = 33% off
+    assert compiled.verified["predicted_speedup"] == pytest.approx(3.0)
+    assert compiled.verified["predicted_energy_ratio"] == pytest.approx(2.4)
+    assert compiled.verified["advised_speedup"] == 2.5
+    assert compiled.verified["off_by"] == pytest.approx(1 / 3)
+    assert compiled.verified["flagged"]
+    assert "tuner worker's uncompiled (eager) predict_on_batch, measured 12.00 ms" in compiled.verified["compared_against"]
+    assert "predicted compiled 4.00 ms = model(x) 10.00 ms (measured) / the advised 2.50x" in \
+        compiled.verified["compared_against"]
+    assert any("'compile' predicted 3.00x, measured 2.00x (both against the tuner worker's" in w for w in report.warnings)
+    assert "predicted 3.00x against the tuner worker's uncompiled (eager)" in verified_text(compiled.verified)
+    assert "OFF by 33%" in verified_text(compiled.verified)
     assert compiled.verified["baseline"]["compile"] == "eager"
     assert compiled.verified["compile_s"] == 9.0
     assert "compiled in 9.0 s on the first call (paid once)" in verified_text(compiled.verified)
     assert bf16.verified["measured_speedup"] == pytest.approx(10 / 5)
     assert bf16.verified["compile_s"] is None
+    assert bf16.verified["predicted_speedup"] == 2.0 and bf16.verified["compared_against"] is None   # model(x) both sides
 
 
 def test_which_compilers_go_to_the_tuners_worker():
