@@ -94,8 +94,9 @@ def runner_from_run(run: dict[str, Any], predictor=None):
 
     if run.get("runner_factory"):
         return load_factory(run["runner_factory"])(run)
+    calibration = run.get("calibration", False)   # a path (the study's own calibration) or True/False
     predictor = predictor or ConfigPredictor(model_spec(run["model"]), run.get("profile"),
-                                             calibration=bool(run.get("calibration", False)))
+                                             calibration=calibration if isinstance(calibration, str) else bool(calibration))
     if run["source"] == "predicted":
         return predictor, PredictedRunner(predictor)
     if run["source"] == "fake":
@@ -136,11 +137,10 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
                         tuple(space_d["layouts"]), {b: tuple(c) for b, c in space_d["compilers"].items()},
                         tuple(space_d["sm_clocks_mhz"]))
     baseline = TrialConfig.from_dict(attrs["baseline"])
-    constrained = run["max_output_error"] is not None or run["max_slowdown"] is not None
-    from carm_advisor.tune.study import _HAS_SET_CONSTRAINT
+    from carm_advisor.tune.study import _constraints_func
 
-    constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) \
-        if constrained and not _HAS_SET_CONSTRAINT else None
+    constraints_func = _constraints_func(run["max_output_error"] is not None or run["max_slowdown"] is not None,
+                                         attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
     store = open_storage(storage, "study", run["heartbeat_s"])
     study = optuna.load_study(study_name=study_name, storage=store, sampler=_sampler(objectives, constraints_func, seed))
     predictor, runner = runner_from_run(run)

@@ -42,6 +42,7 @@ class TrialRecord:
     gpu: dict[str, Any] | None = None              # the GPU whose worker ran the trial (index, uuid, name, host)
     gain_over_gpu_baseline: list[float | None] | None = None   # objective / that GPU's baseline (> 1 better)
     value_source: str | None = None     # measured | calibrated | CARM bound | fake: what `values` are
+    uncalibrated: bool = False          # its constraint 'uncalibrated' is > 0: a bound not ranked against calibrated values
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,
@@ -177,6 +178,7 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         gpu=t.user_attrs.get("measured_on") or t.user_attrs.get("gpu"),
         gain_over_gpu_baseline=t.user_attrs.get("gain_over_gpu_baseline"),
         value_source=t.user_attrs.get("value_source") or (t.user_attrs.get("measurement") or {}).get("source"),
+        uncalibrated=len(constraints) > 2 and constraints[2] > 0,
     )
 
 
@@ -217,9 +219,10 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
         "pruned_out_of_memory": sum(r.pruned_reason == "out_of_memory" for r in records),
         "failed": sum(r.state == "FAIL" for r in records),
         "infeasible": sum(r.state == "COMPLETE" and not r.feasible and r.repeat_of is None for r in records),
-        # predicted studies: configurations with only a CARM bound, not ranked against calibrated values
-        "uncalibrated_not_ranked": sum(r.state == "COMPLETE" and r.repeat_of is None and r.value_source == "CARM bound"
-                                       and not r.feasible for r in records),
+        # calibrated predicted studies: configurations with only a CARM bound, not ranked against calibrated
+        # values (their 'uncalibrated' constraint; a bound rejected by a limit alone is not counted here)
+        "uncalibrated_not_ranked": sum(r.state == "COMPLETE" and r.repeat_of is None and r.uncalibrated
+                                       for r in records),
         "running_or_waiting": sum(r.state in ("RUNNING", "WAITING") for r in records),
     }
     # How much a blind search of the whole space (clocks aside) would measure that the bound rules out.

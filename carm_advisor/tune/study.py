@@ -194,6 +194,7 @@ def tune(
     space = _with_baseline(space, baseline)
     if isinstance(calibration, str) and calibration == "auto":
         calibration = source == "predicted"
+    own_predictor = predictor is None
     predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration)
     # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
     calibrated = source == "predicted" and any(
@@ -209,10 +210,9 @@ def tune(
     # "-calibrated": an older bound-valued predicted study in the same file is not resumed into mixed values.
     study_name = study_name or (f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
                                 + ("-calibrated" if calibrated else ""))
-    constrained = max_output_error is not None or max_slowdown is not None
-    # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func.
-    constraints_func = (lambda t: t.user_attrs.get("constraints", [0.0, 0.0])) \
-        if constrained and not _HAS_SET_CONSTRAINT else None
+    # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func
+    # (a calibrated predicted study always has one: its 'uncalibrated' constraint).
+    constraints_func = _constraints_func(max_output_error is not None or max_slowdown is not None, calibrated)
     sampler = _sampler(objectives, constraints_func, seed)
     try:
         study = optuna.create_study(storage=store, study_name=study_name, sampler=sampler, load_if_exists=True,
@@ -240,7 +240,7 @@ def tune(
             "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
             "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
             "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-            "calibration": getattr(predictor, "calibration", None) is not None,
+            "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name),
             "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
     if parallel:
         if model_ref is None:
@@ -460,6 +460,38 @@ _CONSTRAINT_NAMES = ("output_error", "slowdown", "uncalibrated")
 VALUE_POLICY_CALIBRATED = ("calibrated predictions are the trial values; a configuration the calibration does not "
                            "cover keeps its CARM bound (optimistic) and is not ranked (constraint 'uncalibrated')")
 VALUE_POLICY_BOUND = "CARM bounds are the trial values (no calibration applies): every figure is a best case"
+
+
+def _constraints_func(constrained: bool, calibrated: bool):
+    """The sampler's constraints_func where Optuna has no trial.set_constraint (4.x), else None. A trial
+    without constraints of its own (pruned) counts as feasible: as many zeros as _constraints gives."""
+    if _HAS_SET_CONSTRAINT or not (constrained or calibrated):
+        return None
+    zeros = [0.0] * (3 if calibrated else 2)
+    return lambda t: t.user_attrs.get("constraints", zeros)
+
+
+def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool, log_dir: str | None,
+                     study_name: str):
+    """What a worker process gives ConfigPredictor(calibration=...) to use the calibration this process
+    uses: False (none), True (the shipped one), or a path (the one given; a Calibration object, or the
+    calibration of a predictor given to tune(), is saved to a JSON file in the log directory). A
+    calibration that cannot be saved cannot run on several GPUs."""
+    calib = getattr(predictor, "calibration", None)
+    if calib is None:
+        return False
+    if own_predictor and isinstance(calibration, (str, os.PathLike)):
+        return os.path.abspath(calibration)
+    if own_predictor and calibration is True:
+        return True
+    if hasattr(calib, "save"):
+        directory = log_dir or tempfile.mkdtemp(prefix="carm-tune-")
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in study_name)
+        return str(calib.save(os.path.join(os.path.abspath(directory), f"calibration-{safe}.json")))
+    if parallel:
+        raise ValueError(f"several GPUs: the workers cannot load this calibration ({type(calib).__name__}: no save()); "
+                         "give a calibration JSON path")
+    return True
 
 
 def _set_constraints(trial, constraints: list[float] | None) -> None:
