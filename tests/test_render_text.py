@@ -134,6 +134,14 @@ def test_the_header_names_the_bound_and_the_calibrated_prediction_apart_with_its
     assert "measured" not in text.split("calibrated prediction")[1].split("\n")[0]
 
 
+def test_a_backend_without_calibration_says_so_instead_of_a_dash(report):
+    import dataclasses
+
+    text = " ".join(rendered(dataclasses.replace(report, calibration={}), 200).split())
+    assert "calibrated prediction none (no recorded runs of this backend on this GPU)" in text
+    assert "calibrated whole model:" not in text
+
+
 def test_on_a_gpu_the_measurement_of_the_same_execution_stands_beside_the_calibrated_prediction(report):
     r = _with_calibration(report, measured=True)
     t = r.totals()

@@ -46,7 +46,7 @@ def header(report) -> Panel:
         f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
         _predictions_line(t),
     )
-    if t.get("calibrated_source"):
+    if t.get("calibrated_source") and t.get("calibrated_time_s"):
         lines.append_text(Text(f"\ncalibrated whole model: {t['calibrated_source']}", style="dim"))
     unknown = report.unknown_layers
     if unknown:   # said where the totals are, not only at the bottom: the totals leave these out
@@ -65,7 +65,8 @@ def _predictions_line(t: dict) -> Text:
     execution = t.get("calibrated_execution")
     parts = [("CARM bound ", "bold"), f"{seconds(t['bound_time_s'])} (what the roofs allow)   ",
              ("calibrated prediction ", "bold"),
-             f"{seconds(t['calibrated_time_s'])}" + (f" ({execution})" if execution and t.get("calibrated_time_s") else "")]
+             f"{seconds(t['calibrated_time_s'])}" + (f" ({execution})" if execution and t.get("calibrated_time_s") else "")
+             if t.get("calibrated_time_s") else "none (no recorded runs of this backend on this GPU)"]
     if t.get("calibrated_graph_time_s"):
         parts.append(f", one CUDA graph {seconds(t['calibrated_graph_time_s'])}")
     if t.get("measured_whole_time_s"):
