@@ -12,6 +12,14 @@ recommend.recommend computes each recommendation from predictions; this module t
   calibration's fit of measured compiled runs where it has one (calibrated), else, on torch, the GPU
   time of the layers (ASSUMED: the measured CUDA-graph replay, else the calibrated CUDA-graph fit); the
   gain is never above the gap between the current whole-model time and the CARM bound.
+
+Energy of a predicted (not measured) whole-model time, current or switched-to configuration: that time x
+the configuration's predicted power at its CARM operating point (bound energy / bound time of its known
+layers, `bound_power_w`), as the tuner's calibrated value (tune/predicted.py). The alternative, the same
+work's dynamic energy spread over the longer time, drew far too little power against the measured H200
+trials (benchmarks/results/nvidia-h200-tuning-prediction-check-2026-12-04.json,
+median_abs_err_gflops_per_watt vs ..._stretched_energy). Both sides of a ratio use the same model, so an
+unmeasured current configuration uses it too.
 """
 
 from __future__ import annotations
@@ -167,14 +175,15 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     if max(speedup, energy or 0) < MIN_GAIN:
         return []
     source = ("measured now vs calibrated" if now_t[2] else "calibrated") + (
-        f"; {other} raised to its CARM bound" if capped else "")
+        f"; {other} raised to its CARM bound" if capped else "") + (f"; {POWER_BASIS}" if energy else "")
     return [Recommendation(
         title=f"Run on the {other} backend" + (" (XLA-compiled)" if other == "jax" else ""),
         detail=(f"{backend}: {now_t[0] * 1e3:.2f} ms per call ({'measured' if now_t[2] else 'calibrated'}); {other}: "
-                f"{alt_t[0] * 1e3:.2f} ms (calibrated from recorded runs of this GPU: {calib.provenance.get('records', ['?'])[0]}, ...). "
+                f"{alt_t[0] * 1e3:.2f} ms" + (f", {alt_t[1]:.2f} J at {alt_t[1] / alt_t[0]:.0f} W" if alt_t[1] else "")
+                + f" (calibrated from recorded runs of this GPU: {calib.provenance.get('records', ['?'])[0]}, ...). "
                 f"Set KERAS_BACKEND={other}; the model code stays the same."),
         expected_gain=f"{speedup:.2f}x faster" + (f", {energy:.2f}x less energy" if energy else "") + f" ({source})",
-        speedup=speedup, energy_ratio=energy, basis="calibrated prediction", change={"backend": other},
+        speedup=speedup, energy_ratio=energy, basis="calibrated prediction" + (f"; {POWER_BASIS}" if energy else ""), change={"backend": other},
     )]
 
 
@@ -195,7 +204,7 @@ def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, fl
     t = calib.whole_time_s(rows, backend, execution)
     if t is None:
         return None
-    return t, _energy_at(report, rows, t), False
+    return t, _energy_at(rows, t), False
 
 
 # The compiled execution a backend's user can switch to: (calibration execution name, how to, change value).
@@ -248,17 +257,22 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     (t_now, src_now, e_now), (t_c, src_c, e_c, basis) = now, compiled
     gap = t_now / bound
     capped = t_now / t_c > gap
-    t_c = max(t_c, bound)                 # no compiled run beats the roofs
-    if capped and e_c is not None:
-        e_c = _energy_at(report, rows, t_c) or e_c
+    if capped:
+        if e_c is not None:               # the same power (measured or predicted) over the bound time
+            e_c *= bound / t_c
+        t_c = bound                       # no compiled run beats the roofs
     speedup = t_now / t_c
     energy = e_now / e_c if e_now and e_c else None
+    measured_graph = basis.startswith("assumed: compiled = the measured CUDA-graph")   # its energy is measured too
+    predicted_energy = energy is not None and not (src_now == "measured" and measured_graph)
     if max(speedup, energy or 0) < MIN_GAIN:
         return None        # the prediction says compiling gains nothing (or loses): no recommendation
     detail = (f"{backend} now: {t_now * 1e3:.2f} ms per call ({src_now}); compiled: {t_c * 1e3:.2f} ms ({src_c}"
               + (f"; raised to the CARM bound {bound * 1e3:.2f} ms" if capped else "")
+              + (f"; {e_c:.2f} J at {e_c / t_c:.0f} W, predicted" if predicted_energy and not measured_graph else "")
               + f"). {how}. {once}")
-    label = basis + ("; capped by the gap to the CARM bound" if capped else "")
+    label = basis + ("; capped by the gap to the CARM bound" if capped else "") + (
+        f"; {POWER_BASIS}" if predicted_energy else "")
     return Recommendation(
         title=title, detail=detail,
         expected_gain=f"{speedup:.2f}x faster" + _energy_text(energy) + f" ({label})",
@@ -285,7 +299,7 @@ def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None
     c = getattr(report, "calibration", None) or {}
     if c.get("whole_time_s") and c.get("execution") == "eager":
         t = c["whole_time_s"]
-        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(report, report.layers, t)
+        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(report.layers, t)
     return None
 
 
@@ -301,7 +315,7 @@ def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
             failure = f"{type(exc).__name__}: {exc}"
     if t:
         fit = calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else execution
-        return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(report, rows, t),
+        return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(rows, t),
                 "calibrated prediction"), None
     if backend != "torch":
         return None, failure
@@ -312,15 +326,26 @@ def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
                 graph.get("energy_j"), f"assumed: compiled = the measured CUDA-graph time{failed}"), failure
     t = (getattr(report, "calibration", None) or {}).get("graph_time_s")
     if t:
-        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time{failed}", _energy_at(report, rows, t),
+        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time{failed}", _energy_at(rows, t),
                 f"assumed: compiled = the calibrated CUDA-graph time{failed}"), failure
     return None, failure
 
 
-def _energy_at(report, rows, time_s: float) -> float | None:
-    """The calibrated layers' dynamic energy plus the constant power over `time_s` (power model), or None."""
-    pm = getattr(report.profile, "power_model", None)
-    cal = [r for r in rows if getattr(r, "calibrated_time_s", None)]
-    if pm is None or not cal or any(r.calibrated_energy_j is None for r in cal):
+POWER_BASIS = "energy: predicted time x the power at the CARM operating point"
+
+
+def bound_power_w(rows) -> float | None:
+    """The configuration's predicted power at its CARM operating point: bound energy / bound time summed
+    over its known layers (the tuner's ConfigPredictor power), or None where a known layer has no energy."""
+    known = [r for r in rows if r.known and r.predicted_time_s is not None]
+    energies = [r.predicted_energy_j for r in known]
+    time_s = sum(r.predicted_time_s for r in known)
+    if not known or None in energies or not time_s > 0:
         return None
-    return sum(r.calibrated_energy_j - pm.constant_w * r.calibrated_time_s for r in cal) + pm.constant_w * time_s
+    return sum(energies) / time_s
+
+
+def _energy_at(rows, time_s: float) -> float | None:
+    """Energy of a predicted whole-model `time_s`: that time x bound_power_w(rows), or None."""
+    power_w = bound_power_w(rows)
+    return power_w * time_s if power_w else None
