@@ -12,11 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
-from carm_advisor.tune.predicted import (VALUE_BOUND, VALUE_CALIBRATED, WHOLE_EXECUTION, ConfigPredictor,  # noqa: E402
-                                         Prediction)
+from carm_advisor.tune.predicted import VALUE_BOUND, VALUE_CALIBRATED, WHOLE_EXECUTION, ConfigPredictor  # noqa: E402
 from carm_advisor.tune.runner import PredictedRunner  # noqa: E402
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.tune.space import TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
+from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
 
 
 class StubCalibration:
@@ -114,40 +114,20 @@ def test_predicted_runner_labels_each_trial():
 
 # ---- the study: a hand-made predictor (no Keras) -------------------------------------------------
 
-class TablePredictor:
+class TablePredictor(BackendTablePredictor):
     """Bound and calibrated (time_s, energy_j) per backend at batch 32, 32e9 FLOPs: GF/W = 32 / energy_j.
 
     torch eager: bound 0.01 s / 1 J (32 GF/W), calibrated 0.03 s / 3 J (10.7 GF/W)
     jax xla:     bound 0.01 s / 1 J (32 GF/W), calibrated 0.02 s / 2 J (16 GF/W)
     tensorflow graph: bound only 0.005 s / 0.5 J (64 GF/W): would win if it were ranked."""
 
-    BOUND = {"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.005, 0.5)}
-    CALIBRATED = {"torch": (0.03, 3.0), "jax": (0.02, 2.0)}
-
     def __init__(self, calibrated=True):
-        self.calibrated = calibrated
-        self.profile = None
-
-    def predict(self, config):
-        t, e = self.BOUND[config.backend]
-        return Prediction(t, e, 32e9, 32, rows=[])
-
-    def value_prediction(self, config):
-        if self.calibrated and config.backend in self.CALIBRATED:
-            t, e = self.CALIBRATED[config.backend]
-            return Prediction(t, e, 32e9, 32, "predicted (calibrated)", [], value_source=VALUE_CALIBRATED)
-        return self.predict(config)
-
-    def calibrates(self, backend, compiler):
-        return self.calibrated and backend in self.CALIBRATED
-
-    def flops(self, config):
-        return 32e9
+        super().__init__({"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.005, 0.5)},
+                         {"torch": (0.03, 3.0), "jax": (0.02, 2.0)}, calibrated)
 
 
 def _space():
-    return SearchSpace(backends=("torch", "jax", "tensorflow"), precisions=("float32",), batch_sizes=(32,),
-                       layouts=("channels_last",), compilers={"torch": ("eager",), "jax": ("xla",), "tensorflow": ("graph",)})
+    return three_backend_space()
 
 
 def test_calibrated_study_ranks_calibrated_values_and_never_lets_a_bound_win(tmp_path):
@@ -188,7 +168,9 @@ def test_carm_pruning_compares_the_bound_with_calibrated_values(tmp_path):
     """Baseline torch calibrated 10.7 GF/W; a jax bound of 32 GF/W could beat it: run (16 calibrated). With a
     bound under the best calibrated value (+10%) the configuration is pruned unevaluated."""
     class Low(TablePredictor):
-        BOUND = {"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.01, 4.0)}   # tf bound 8 GF/W
+        def __init__(self):
+            super().__init__()
+            self.bound = {"torch": (0.01, 1.0), "jax": (0.01, 1.0), "tensorflow": (0.01, 4.0)}   # tf bound 8 GF/W
     base = TrialConfig("torch", "float32", 32, "channels_last", "eager")
     r = tune("vgg16", n_trials=6, storage=str(tmp_path / "s.db"), space=_space(), baseline=base, predict=True,
              predictor=Low(), progress=False)

@@ -5,52 +5,36 @@ loads. Every expected figure is worked out in the comments."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import carm_advisor.tune.study as study_mod
 from carm_advisor.calibration import Calibration
-from carm_advisor.tune.predicted import VALUE_CALIBRATED, Prediction, resolve_calibration
-from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.tune.predicted import resolve_calibration
+from carm_advisor.tune.space import TrialConfig
 from carm_advisor.tune.study import tune
+
+sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
+from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
 
 BASE = TrialConfig("torch", "float32", 32, "channels_last", "eager")
 
 
-class Table:
+class Table(BackendTablePredictor):
     """Bound and calibrated (time_s, energy_j) per backend at batch 32 (32e9 FLOPs).
 
     throughput = 32 / time_s; slowdown against the baseline (torch) = its time_s / torch's time_s."""
 
-    BOUND = {"torch": (0.01, 1.0), "jax": (0.04, 1.0), "tensorflow": (0.005, 0.5)}
-    CALIBRATED = {"torch": (0.03, 3.0), "jax": (0.09, 2.0)}
-
     def __init__(self, calibrated=True):
-        self.calibrated = calibrated
-        self.profile = None
-        self.calibration = None
-
-    def predict(self, config):
-        t, e = self.BOUND[config.backend]
-        return Prediction(t, e, 32e9, 32, rows=[])
-
-    def value_prediction(self, config):
-        if self.calibrated and config.backend in self.CALIBRATED:
-            t, e = self.CALIBRATED[config.backend]
-            return Prediction(t, e, 32e9, 32, "predicted (calibrated)", [], value_source=VALUE_CALIBRATED)
-        return self.predict(config)
-
-    def calibrates(self, backend, compiler):
-        return self.calibrated and backend in self.CALIBRATED
-
-    def flops(self, config):
-        return 32e9
+        super().__init__({"torch": (0.01, 1.0), "jax": (0.04, 1.0), "tensorflow": (0.005, 0.5)},
+                         {"torch": (0.03, 3.0), "jax": (0.09, 2.0)}, calibrated)
 
 
 def _space():
-    return SearchSpace(backends=("torch", "jax", "tensorflow"), precisions=("float32",), batch_sizes=(32,),
-                       layouts=("channels_last",), compilers={"torch": ("eager",), "jax": ("xla",), "tensorflow": ("graph",)})
+    return three_backend_space()
 
 
 def _tune(tmp_path, predictor, n_trials=3, **kw):

@@ -51,3 +51,40 @@ class ScriptedRunner:
 
     def close(self) -> None:
         pass
+
+
+class BackendTablePredictor:
+    """Bound and calibrated (time_s, energy_j) per BACKEND at batch 32 (32e9 FLOPs: GF/W = 32 / energy_j), for
+    studies over torch eager / jax xla / tensorflow graph. `bound` and `calibrated` are the tables; a backend
+    missing from `calibrated` (or calibrated=False) keeps its bound, labelled so."""
+
+    def __init__(self, bound: dict, calibrated_table: dict, calibrated: bool = True) -> None:
+        self.bound, self.calibrated_table, self.calibrated = bound, calibrated_table, calibrated
+        self.profile = None
+        self.calibration = None
+
+    def predict(self, config):
+        t, e = self.bound[config.backend]
+        return Prediction(t, e, 32e9, 32, rows=[])
+
+    def value_prediction(self, config):
+        from carm_advisor.tune.predicted import VALUE_CALIBRATED
+
+        if self.calibrates(config.backend, config.compiler):
+            t, e = self.calibrated_table[config.backend]
+            return Prediction(t, e, 32e9, 32, "predicted (calibrated)", [], value_source=VALUE_CALIBRATED)
+        return self.predict(config)
+
+    def calibrates(self, backend, compiler):
+        return self.calibrated and backend in self.calibrated_table
+
+    def flops(self, config):
+        return 32e9
+
+
+def three_backend_space():
+    """torch eager, jax xla, tensorflow graph; float32, batch 32, channels_last: one configuration each."""
+    from carm_advisor.tune.space import SearchSpace
+
+    return SearchSpace(backends=("torch", "jax", "tensorflow"), precisions=("float32",), batch_sizes=(32,),
+                       layouts=("channels_last",), compilers={"torch": ("eager",), "jax": ("xla",), "tensorflow": ("graph",)})
