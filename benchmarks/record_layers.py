@@ -66,6 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--torch-share", type=float, default=0.5, help="share of the budget for torch (rest: jax)")
     parser.add_argument("--torch-windows", type=_csv, default=_csv("vgg16"),
                         help="models whose torch layers are also replayed alone (real per-layer power)")
+    parser.add_argument("--whole-only", type=_csv, default=[],
+                        help="models whose jax record holds the whole model only (no layer jitted alone)")
     parser.add_argument("--layer-window-s", type=float, default=0.05,
                         help="energy window per distinct layer replayed alone (>= 0.5 s for a per-layer power that "
                              "NVML's ~100 ms counter steps do not blur; 0.05 s times layers but its power is noise)")
@@ -147,12 +149,10 @@ def child(args: argparse.Namespace) -> int:
             break
         t0 = time.time()
         try:
-            keras.config.set_image_data_format(cfg["layout"])
-            model, _ = load_model(cfg["model"], precision=cfg["precision"],
-                                  input_shape=(3, 32, 32) if args.dry and cfg["layout"] == "channels_first"
-                                  else (32, 32, 3) if args.dry else None)
+            model, cfg, path = _load_in_layout(load_model, cfg, out, dry=args.dry)
             batch = 2 if args.dry else cfg["batch_size"]
-            run = record_one(model, cfg, batch, gpu, dry=args.dry, windows=_windows(args))
+            run = record_one(model, cfg, batch, gpu, dry=args.dry, windows=_windows(args),
+                             layers=cfg["model"] not in args.whole_only)
             run.model_name = cfg["model"]
             run.settings["config"] = cfg
             _write(path, run.to_dict())
@@ -173,13 +173,35 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_in_layout(load_model, cfg: dict, out: Path, *, dry: bool):
+    """The model in the configuration's layout; a model that refuses channels_first (ConvNeXt, DenseNet on
+    Keras 3) is recorded in channels_last instead, under the file name of the layout it ran in."""
+    import keras
+
+    from carm_advisor.errors import ModelLoadError
+
+    def load(layout: str):
+        keras.config.set_image_data_format(layout)
+        shape = ((3, 32, 32) if layout == "channels_first" else (32, 32, 3)) if dry else None
+        return load_model(cfg["model"], precision=cfg["precision"], input_shape=shape)[0]
+
+    try:
+        return load(cfg["layout"]), cfg, out / (config_key(cfg) + ".json")
+    except ModelLoadError as exc:
+        if cfg["layout"] != "channels_first" or "channels_first" not in str(exc):
+            raise
+    cfg = {**cfg, "layout": "channels_last"}
+    print(f"{cfg['model']} refuses channels_first: recorded in channels_last", flush=True)
+    return load(cfg["layout"]), cfg, out / (config_key(cfg) + ".json")
+
+
 def _windows(args: argparse.Namespace) -> dict:
     if args.dry:
         return {"layer_window_s": 0.01, "layer_repeats": 1, "model_window_s": 0.02}
     return {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats, "model_window_s": args.model_window_s}
 
 
-def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict):
+def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict, layers: bool = True):
     """One configuration's RunMeasurement (see the module docstring for what each backend records)."""
     if cfg["backend"] == "torch":
         from carm_advisor.errors import MeasurementError
@@ -196,16 +218,16 @@ def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict):
                                                       min_window_s=windows["model_window_s"], repeats=2)
             run.settings.update(method="layer-windows-instead-of-profiled", profiled_failed=str(exc))
             return run
-    return record_layer_windows(model, batch, gpu, dry=dry, whole_model=True, windows=windows)
+    return record_layer_windows(model, batch, gpu, dry=dry, whole_model=True, windows=windows, layers=layers)
 
 
-def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool, windows: dict):
+def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool, windows: dict, layers: bool = True):
     """Each distinct layer call alone in its own windows (jit on jax, CUDA graph on torch), copied to its twins."""
     from carm_advisor.measure.profiled import measure_distinct_layers
 
     return measure_distinct_layers(model, batch_size=batch, gpu=gpu, window_s=windows["layer_window_s"],
                                    repeats=windows["layer_repeats"], warmup=1, whole_model=whole_model,
-                                   model_window_s=windows["model_window_s"], progress=False)
+                                   model_window_s=windows["model_window_s"], progress=False, layers=layers)
 
 
 def _free_device_memory(backend: str) -> None:

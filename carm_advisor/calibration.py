@@ -587,12 +587,16 @@ def kernel_calls(rows: Sequence) -> int:
 
 
 def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
-    """The record's whole-model figures against its measured layer sums."""
+    """The record's whole-model figures against its measured layer sums. A whole-model-only record (no
+    layer measured) gives samples with zero layer sums over every known row, as a tuning trial does
+    (whole_from_studies): the jit and torch.compile fits use them, the eager and cuda_graph fits skip them."""
     measured = [r for r in rows if r.known and r.measured and r.time_s]
-    if not measured:
-        return []
-    mm = sum(r.time_s for r in measured if r.type in MATMUL_CLASSES)
-    other = sum(r.time_s for r in measured if r.type not in MATMUL_CLASSES)
+    if measured:
+        mm = sum(r.time_s for r in measured if r.type in MATMUL_CLASSES)
+        other = sum(r.time_s for r in measured if r.type not in MATMUL_CLASSES)
+    else:
+        measured = [r for r in rows if getattr(r, "known", True) and getattr(r, "predicted_time_s", None)]
+        mm = other = 0.0
     n_mm = sum(1 for r in measured if r.type in MATMUL_CLASSES)
     graph = run.inference_graph.time_s if run.inference_graph is not None and run.inference_graph.time_s else None
     out = []

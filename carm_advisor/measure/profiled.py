@@ -300,9 +300,11 @@ def call_signature(call: LayerCall) -> str:
 
 def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, window_s: float = 0.05,
                             repeats: int = 2, warmup: int = 1, whole_model: bool = True, model_window_s: float = 0.3,
-                            progress: bool = True, command: str | None = None) -> RunMeasurement:
+                            progress: bool = True, command: str | None = None, layers: bool = True) -> RunMeasurement:
     """Each distinct layer call alone in short windows (jit on jax, a CUDA graph on torch), its figures
     copied to its identical twins; with whole_model, the model as the user calls it (jitted on jax).
+    layers=False records the whole model only (a held-out model's whole-model time, in seconds where
+    jitting every distinct layer alone takes a minute).
 
     The per-layer path where one pass cannot attribute time to layers (jax); also a real per-layer
     power (windows of `window_s` let NVML see each layer's own power) where one is wanted on torch.
@@ -312,16 +314,16 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     from carm_advisor.measure.layers import _run_record, measure_layer_calls, measure_model, trace_settings
 
     start = time.perf_counter()
-    calls = list(iter_layer_calls(model, batch_size))
+    calls = list(iter_layer_calls(model, batch_size)) if layers else []
     reps, mapping = unique_calls(calls)
     measured = {m.name: m for m in measure_layer_calls(reps, gpu=gpu, min_window_s=window_s, repeats=repeats,
-                                                      warmup=warmup, progress=progress)}
+                                                      warmup=warmup, progress=progress)} if reps else {}
     run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = [dataclasses.replace(measured[mapping[c.path]], name=c.path) for c in calls]
     if whole_model:
         run.inference, _ = measure_model(model, batch_size=batch_size, gpu=gpu, training_step=False,
                                          min_window_s=model_window_s, repeats=2, warmup=warmup)
-    run.settings = {"method": "layer-windows", "layer_window_s": window_s, "layer_repeats": repeats,
+    run.settings = {"method": "layer-windows" if layers else "whole-model-only", "layer_window_s": window_s, "layer_repeats": repeats,
                     "model_window_s": model_window_s,
                     "warmup": warmup, "distinct_layer_calls": len(reps), "layer_calls": len(calls),
                     "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once",
