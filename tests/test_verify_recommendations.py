@@ -42,7 +42,27 @@ def test_measured_gain_is_per_sample_and_off_by_more_than_25_percent_is_flagged(
     assert pad.verified is None
     assert [c.get("precision") for c in seen] == ["float32", "mixed_bfloat16", "float32"]  # base measured once
     assert any("'batch' predicted 1.50x, measured 1.00x" in w for w in report.warnings)
-    assert "OFF by 33%" in verified_text(batch.verified)
+    assert "OFF by 33% in time" in verified_text(batch.verified)
+
+
+def test_an_energy_gain_the_measurement_does_not_show_is_flagged_even_when_the_speedup_holds():
+    # advice: 1.60x faster, 1.34x less energy; measured (fake_runner): 10 ms / 6 J -> 6.25 ms / 6 J:
+    # 1.60x faster (0% off) and 1.00x less energy: 1 - 1/1.34 = 25.4% off, more than 25%
+    recs = [Recommendation("graph", "d", "1.60x faster", speedup=1.6, energy_ratio=1.34, change={"compile": "cuda_graph"})]
+    report = _report()
+    report.recommendations = recs
+
+    def runner(cfg):
+        return {"config": cfg, "ok": True, "time_s": 0.010 if cfg.get("compile", "none") == "none" else 0.00625,
+                "energy_j": 6.0}
+
+    verify_recommendations(report, runner=runner, model_spec="vgg16")
+    v = recs[0].verified
+    assert v["off_by"] == pytest.approx(0.0)
+    assert v["energy_off_by"] == pytest.approx(1 - 1 / 1.34)
+    assert v["flagged"] and v["flagged_on"] == ["energy"]
+    assert "OFF by 25% in energy" in verified_text(v)
+    assert any("predicted 1.34x less energy, measured 1.00x" in w for w in report.warnings)
 
 
 def test_a_failed_trial_is_reported_not_raised():
