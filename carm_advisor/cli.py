@@ -130,15 +130,15 @@ def _fail(message: str) -> None:
     sys.stderr.write("carm-advise: error: " + " ".join(message.split()) + "\n")
 
 
-def _import_keras() -> None:
+def _import_keras(lean: bool = False) -> None:
     from carm_advisor.keras_import import import_keras
 
-    import_keras()   # loads the backend once, quietly; a missing backend is a one-line error
+    import_keras(lean=lean)   # loads the backend once, quietly; a missing backend is a one-line error
 
 
 def _analyze(args) -> int:
     started_s = time.perf_counter()
-    _import_keras()
+    _import_keras(lean=True)   # without the optional packages Keras imports and the analysis never uses
     timings_s = {"keras_import": time.perf_counter() - started_s}
     from rich.console import Console
 

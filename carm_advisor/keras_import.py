@@ -2,6 +2,12 @@
 
 TensorFlow prints its C++ start-up lines (and, without a GPU, `failed call to cuInit ... (303)`) to
 fd 2; they are not our output. TF_CPP_MIN_LOG_LEVEL is only a default: a user's setting is kept.
+
+Keras 3 imports two optional packages at its own import whatever the backend, each inside
+`try: ... except ImportError`: jax (keras.src.callbacks.orbax_checkpoint, a patch for old JAX
+versions) and matplotlib.pyplot (keras.src.visualization.plot_image_gallery). With Keras on torch,
+`carm-advise analyze` uses neither, and on a GPU machine jaxlib alone is hundreds of MB to load, so
+the CLI hides them while Keras loads (`lean=True`) and unhides them right after.
 """
 
 from __future__ import annotations
@@ -15,6 +21,47 @@ from carm_advisor.errors import BackendUnavailableError
 # The import name of each backend package -> what to install.
 _INSTALL = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax", "jaxlib": "jax", "keras": "keras",
             "openvino": "openvino"}
+
+
+def configured_backend() -> str:
+    """The backend Keras will load, read without importing it: KERAS_BACKEND, else keras.json's, else tensorflow."""
+    backend = os.environ.get("KERAS_BACKEND")
+    if backend:
+        return backend
+    import json
+    from pathlib import Path
+
+    config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
+    try:
+        return str(json.loads(config.read_text()).get("backend") or "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def unused_at_import(backend: str) -> tuple[str, ...]:
+    """Packages Keras imports optionally at its import that the analysis on `backend` does not use."""
+    return ("matplotlib",) if backend == "jax" else ("jax", "matplotlib")
+
+
+@contextlib.contextmanager
+def modules_hidden(names):
+    """While inside, `import NAME` (and its submodules) raises ModuleNotFoundError for each name not
+    imported yet (a None entry in sys.modules, as the import system documents); afterwards it imports
+    as usual. Names already imported are left alone."""
+    hidden = [n for n in names if n not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+def _profiling_imports() -> bool:
+    """`python -X importtime` (or PYTHONPROFILEIMPORTTIME): its report goes to fd 2 and must not be silenced."""
+    return "importtime" in sys._xoptions or bool(os.environ.get("PYTHONPROFILEIMPORTTIME"))
 
 
 @contextlib.contextmanager
@@ -37,13 +84,20 @@ def native_stderr_silenced():
         os.close(devnull)
 
 
-def import_keras():
-    """`import keras` once, quietly; BackendUnavailableError naming the pip install when a package is missing."""
+def import_keras(lean: bool = False):
+    """`import keras` once, quietly; BackendUnavailableError naming the pip install when a package is missing.
+
+    lean=True hides the optional packages the configured backend's analysis does not use
+    (`unused_at_import`) while Keras loads: for a process of our own (the CLI), not a user's, whose
+    Keras would otherwise lack e.g. keras.visualization's matplotlib for the rest of the process.
+    """
     if "keras" in sys.modules:
         return sys.modules["keras"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # also hides the later cuInit line on CPU machines
+    hidden = unused_at_import(configured_backend()) if lean else ()
+    quiet = contextlib.nullcontext() if _profiling_imports() else native_stderr_silenced()
     try:
-        with native_stderr_silenced():
+        with quiet, modules_hidden(hidden):
             import keras
     except ModuleNotFoundError as exc:
         package = (exc.name or "").partition(".")[0]

@@ -35,20 +35,37 @@ def test_every_window_lasts_at_least_min_window_s():
 
 
 def test_a_window_that_runs_short_is_extended_with_more_calls():
-    # The work gets 10x faster after the first 150 calls (e.g. a cache warms up): windows planned
-    # from the slow calls run short and must be extended, not reported short. The first window
-    # still holds slow calls; the median over three windows is that of the fast ones.
+    # The work gets 10x faster after the first 50 calls (e.g. a cache warms up): windows planned
+    # from the slow calls (calibration: 12) run short and must be extended, not reported short. The
+    # first window still holds slow calls; the median over three windows is that of the fast ones.
     gpu = fake_at(200.0)
     count = {"calls": 0}
 
     def fn():
         count["calls"] += 1
-        gpu.advance(0.01 if count["calls"] <= 150 else 0.001)
+        gpu.advance(0.01 if count["calls"] <= 50 else 0.001)
 
     m = measure_energy(fn, gpu, min_window_s=1.0, repeats=3, warmup=0, clock=gpu.now_s)
     assert all(w.time_s >= 1.0 for w in m.windows)
     assert any(w.calls > m.calls_per_window for w in m.windows)
     assert m.time_per_call_s == pytest.approx(0.001, rel=1e-6)
+
+
+def test_calibration_grows_a_short_batch_only_as_far_as_a_tenth_of_a_window():
+    # 14 ms calls, 0.3 s windows: 1 call (14 ms) says 3 calls last the 30 ms tenth; growing tenfold
+    # would run 10 more (0.14 s) before the first window.
+    gpu = fake_at(400.0)
+    count = {"calls": 0}
+
+    def fn():
+        count["calls"] += 1
+        gpu.advance(0.014)
+
+    m = measure_energy(fn, gpu, min_window_s=0.3, repeats=2, warmup=0, clock=gpu.now_s)
+    calibration_calls = count["calls"] - sum(w.calls for w in m.windows)
+    assert calibration_calls == 1 + 3
+    assert m.calls_per_window == 23   # 0.3 s / 14 ms with 5% margin
+    assert all(w.time_s >= 0.3 for w in m.windows)
 
 
 def test_sync_drains_queued_work_before_each_window_end_is_read():

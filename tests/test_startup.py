@@ -1,5 +1,7 @@
-"""Start-up of `carm-advise ceilings`: no framework import, and no second compile of the same library."""
+"""Start-up of the CLI: `ceilings` imports no framework, `analyze` no package its backend does not use,
+and no second compile of the same library."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -18,6 +20,46 @@ def test_the_ceilings_command_imports_no_ml_framework():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+UNUSED_BY_TORCH_ANALYSIS = ("jax", "jaxlib", "tensorflow", "matplotlib", "optuna", "sqlalchemy")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs Keras' torch backend")
+def test_analyze_on_torch_imports_nothing_its_analysis_does_not_use():
+    # jax and matplotlib are installed here and Keras imports both at its own import when it can; the
+    # CLI hides them while Keras loads (seconds of a cold GPU machine's start-up), and a later import works.
+    installed = [m for m in ("jax", "matplotlib") if importlib.util.find_spec(m) is not None]
+    if not installed:
+        pytest.skip("neither jax nor matplotlib is installed: nothing for Keras to import needlessly")
+    code = ("import importlib.util, sys\nfrom carm_advisor.cli import main\n"
+            "rc = main(['analyze', 'mobilenetv2', '--input-shape', '32,32,3', '--no-measure', '--top', '1'])\n"
+            f"print(rc, sorted({{m.split('.')[0] for m in sys.modules}} & set({UNUSED_BY_TORCH_ANALYSIS!r})),\n"
+            f"      all(importlib.util.find_spec(m) is not None for m in {installed!r}))")
+    # -X importtime: its report (fd 2) is not silenced with TensorFlow's start-up lines, Keras' part included.
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 [] True"   # none imported, each still importable after
+    assert any(line.rstrip().endswith("| keras") for line in proc.stderr.splitlines()), proc.stderr[-2000:]
+
+
+def test_hidden_modules_raise_on_import_only_while_hidden(tmp_path, monkeypatch):
+    from carm_advisor.keras_import import modules_hidden, unused_at_import
+
+    (tmp_path / "carm_hidden_probe").mkdir()
+    (tmp_path / "carm_hidden_probe" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with modules_hidden(["carm_hidden_probe", "os"]):
+        with pytest.raises(ModuleNotFoundError):
+            import carm_hidden_probe  # noqa: F401
+        import os as os_again   # already imported: left alone
+        assert os_again is os
+    import carm_hidden_probe  # noqa: F401,F811
+
+    assert sys.modules["carm_hidden_probe"] is not None
+    monkeypatch.delitem(sys.modules, "carm_hidden_probe")
+    assert "jax" not in unused_at_import("jax") and "jax" in unused_at_import("torch")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from carm_advisor.errors import GPUUnavailableError, KernelBuildError, MeasurementError
+from carm_advisor.keras_import import configured_backend
 
 CARM_OK, CARM_ERR_NO_GPU, CARM_ERR_INVALID, CARM_ERR_UNSUPPORTED, CARM_ERR_CUDA = range(5)
 ABI_VERSION = 1
@@ -170,19 +171,8 @@ def default_binding() -> str:
     if backend is None:
         keras = sys.modules.get("keras")
         # Not imported yet: read Keras' own setting rather than import it (and TensorFlow, seconds) here.
-        backend = keras.backend.backend() if keras is not None else _keras_config_backend()
+        backend = keras.backend.backend() if keras is not None else configured_backend()
     return "tensorflow" if backend == "tensorflow" else "ctypes"
-
-
-def _keras_config_backend() -> str:
-    """The backend Keras would pick without KERAS_BACKEND: its keras.json's, else tensorflow."""
-    import json
-
-    config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
-    try:
-        return str(json.loads(config.read_text()).get("backend") or "tensorflow")
-    except (OSError, ValueError, AttributeError):
-        return "tensorflow"
 
 
 def open_binding(name: str | None = None, arch: str | None = None) -> Binding:

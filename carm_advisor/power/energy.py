@@ -305,15 +305,20 @@ def _calls_for(target_s: float, per_call_s: float, ceiling_hint: int) -> int:
 def _calibrate(
     run_batch: Callable[[int], None], sync: Callable[[], Any], clock: Clock, min_window_s: float
 ) -> int:
-    """Calls per window: grow a batch tenfold until it lasts a tenth of a window, then scale up."""
+    """Calls per window: grow a batch until it lasts a tenth of a window, then scale up.
+
+    A short batch grows to the calls its per-call time says fill that tenth (2x to 10x): a 14 ms model
+    call needs 1 + 3 calls for a 0.3 s window, not 1 + 10 (growing tenfold spent 0.1 s per measurement).
+    """
     calls = 1
+    target_s = min_window_s / 10
     while True:
         sync()
         start_s = clock()
         run_batch(calls)
         sync()
         elapsed_s = clock() - start_s
-        if elapsed_s >= min_window_s / 10:
+        if elapsed_s >= target_s:
             return _calls_for(min_window_s, elapsed_s / calls, calls)
         _check_clock_moves(calls, elapsed_s)
-        calls *= 10
+        calls = min(calls * 10, max(calls * 2, _calls_for(target_s, elapsed_s / calls, calls)))
