@@ -72,6 +72,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="energy window per distinct layer replayed alone (>= 0.5 s for a per-layer power that "
                              "NVML's ~100 ms counter steps do not blur; 0.05 s times layers but its power is noise)")
     parser.add_argument("--layer-repeats", type=int, default=2, help="windows per distinct layer (median)")
+    parser.add_argument("--jax-back-to-back-calls", type=int, default=0,
+                        help="jax: also measure each distinct layer K times per jitted program in windows of the "
+                             "same length (LayerMeasurement.back_to_back: the GPU runs the layer back to back, not "
+                             "paced by 40-90 us of host dispatch per call); 0: off")
     parser.add_argument("--model-window-s", type=float, default=0.3, help="energy window of the whole model")
     parser.add_argument("--out", required=True)
     parser.add_argument("--dry", action="store_true", help="CPU, no NVML, small inputs, tiny windows")
@@ -197,8 +201,10 @@ def _load_in_layout(load_model, cfg: dict, out: Path, *, dry: bool):
 
 def _windows(args: argparse.Namespace) -> dict:
     if args.dry:
-        return {"layer_window_s": 0.01, "layer_repeats": 1, "model_window_s": 0.02}
-    return {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats, "model_window_s": args.model_window_s}
+        return {"layer_window_s": 0.01, "layer_repeats": 1, "model_window_s": 0.02,
+                "back_to_back_calls": args.jax_back_to_back_calls}
+    return {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats, "model_window_s": args.model_window_s,
+            "back_to_back_calls": args.jax_back_to_back_calls}
 
 
 def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict, layers: bool = True):
@@ -227,7 +233,8 @@ def record_layer_windows(model, batch: int, gpu, *, dry: bool, whole_model: bool
 
     return measure_distinct_layers(model, batch_size=batch, gpu=gpu, window_s=windows["layer_window_s"],
                                    repeats=windows["layer_repeats"], warmup=1, whole_model=whole_model,
-                                   model_window_s=windows["model_window_s"], progress=False, layers=layers)
+                                   model_window_s=windows["model_window_s"], progress=False, layers=layers,
+                                   back_to_back_calls=windows.get("back_to_back_calls", 0))
 
 
 def _free_device_memory(backend: str) -> None:

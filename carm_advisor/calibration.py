@@ -462,6 +462,20 @@ class Calibration:
             t = max(t, len(times) * fit.dispatch_per_call_s)
         return t
 
+    def in_model_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, execution: str,
+                        dtype: str | None = None) -> float | None:
+        """A layer's GPU time as a compiled model (jit, torch.compile: BOUND_EXECUTIONS) runs it: its share
+        of the whole-model fit, factor x its CARM bound plus the GPU-side launch floor if it is a kernel of
+        its own (is_kernel); the fixed cost per model call is not shared out. None without such a fit. What
+        the GPU works per call of the layer jitted alone too: the rest of that call is host dispatch."""
+        if execution not in BOUND_EXECUTIONS or not bound_time_s or bound_time_s <= 0:
+            return None
+        fit = self.whole_fit(backend, execution, dtype)
+        if fit is None or fit.bound_efficiency is None:
+            return None
+        factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor
+        return factor * bound_time_s + (fit.kernel_floor_s if is_kernel(layer_type) else 0.0)
+
     def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None) -> str:
         """How the whole-model calibrated prediction is made ("none": no record of this backend and execution);
         `rows` (the model's) pick the compute dtype where the fit depends on it (jit)."""

@@ -356,3 +356,16 @@ def test_the_shipped_calibration_carries_the_measured_gpu_side_launch_floor():
     want = measured["launch_floor"]["provenance"]["gpu_time_s"]
     assert shipped.whole_fit("jax", "jit").kernel_floor_s == pytest.approx(want)
     assert any(w.kernel_calls == 21 for w in shipped.whole if w.model == "vgg16")   # 13 conv + 3 dense + 5 pool
+
+
+def test_in_model_time_is_the_layers_share_of_the_jit_fit_plus_the_launch_floor_for_its_own_kernels():
+    floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
+    whole = [_wk("v", 32, 1.0, 2.5, 100), _wk("v", 64, 2.0, 3.5, 100), _wk("w", 64, 1.0, 2.5, 50),
+             _wk("x", 64, 3.0, 4.5, 0)]        # e = 0.75, t0 = 0.5 ms (the test above)
+    c = Calibration([], whole, floor)
+    # a convolution (its own kernel): 30 us / 0.75 + 10 us; a ReLU (fused): 30 us / 0.75; t0 not shared out
+    assert c.in_model_time_s("Conv2D", 30e-6, "jax", "jit") == pytest.approx(40e-6 + 10e-6)
+    assert c.in_model_time_s("ReLU", 30e-6, "jax", "jit") == pytest.approx(40e-6)
+    assert c.in_model_time_s("ReLU", 30e-6, "torch", "cuda_graph") is None     # not a compiled execution
+    assert c.in_model_time_s("ReLU", None, "jax", "jit") is None
+    assert Calibration([], []).in_model_time_s("ReLU", 30e-6, "jax", "jit") is None   # no jit record

@@ -136,3 +136,17 @@ def test_the_launch_floor_comes_from_the_newest_file_of_the_same_gpu(tmp_path):
     assert fit.launch_floor("H200", tmp_path)["value_s"] == 7e-6
     assert fit.launch_floor("A100", tmp_path)["value_s"] == 5e-6
     assert fit.launch_floor("L4", tmp_path) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_record_layers_dry_jax_records_back_to_back_windows_beside_the_dispatched_time(tmp_path):
+    cmd = [sys.executable, str(BENCH / "record_layers.py"), "--models", "vgg16", "--precisions", "float32",
+           "--batch-sizes", "64", "--backends", "jax", "--budget-s", "240", "--jax-back-to-back-calls", "2",
+           "--out", str(tmp_path), "--dry"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = RunMeasurement.from_json(tmp_path / "vgg16-jax-float32-channels_last-b64.json")
+    assert run.settings["back_to_back_calls"] == 2
+    jitted = [m for m in run.layers if m.execution == "jit"]
+    assert jitted and all(m.back_to_back and m.back_to_back["calls_per_dispatch"] == 2 and m.time_s > 0
+                          for m in jitted)

@@ -52,3 +52,40 @@ def test_layers_jitted_alone_compute_in_the_mixed_precision_policy_dtype():
         assert execution == "jit", f"{name} was not jit-compiled: {proc.stderr[-1500:]}"
         assert dtype == "bfloat16", f"{name} computed in {dtype} under mixed_bfloat16"
         assert same == "True", f"{name}: jitted output differs from the layer's own call"
+
+
+BACK_TO_BACK = textwrap.dedent("""
+    import numpy as np
+    import keras
+    from carm_advisor.mapping.walker import iter_layer_calls
+    from carm_advisor.measure.layers import _argument_builder, jax_back_to_back_program, layer_runner
+    from carm_advisor.measure.layers import measure_layer_calls
+
+    x = keras.Input((16,))
+    y = keras.layers.Dense(8, name="dense")(x)
+    model = keras.Model(x, y)
+    call = [c for c in iter_layer_calls(model, 4) if c.path == "dense"][0]
+    runner = layer_runner(call, backend="jax", back_to_back_calls=3)
+    outs = runner.back_to_back()
+    single = np.asarray(runner.fn())
+    same = all(np.array_equal(np.asarray(o), single) for o in outs)
+    build = _argument_builder(call)
+    program, values = jax_back_to_back_program(call.layer, lambda ts: build(ts), True, 3)
+    hlo = program.lower(values, runner.tensors).compile().as_text()
+    dots = sum(1 for line in hlo.splitlines() if " dot(" in line)
+    m = measure_layer_calls([call], min_window_s=0.01, repeats=1, warmup=1, progress=False, back_to_back_calls=3)[0]
+    b = m.back_to_back
+    print(runner.execution, runner.calls_per_dispatch, len(outs), same, dots, b["calls_per_dispatch"],
+          b["time_s"] > 0, b["power_w"], m.time_s > 0)
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_back_to_back_program_runs_the_layer_k_times_in_one_dispatch_on_the_same_data():
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", BACK_TO_BACK], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    execution, k, n_outs, same, dots, recorded_k, timed, power, time_kept = proc.stdout.split()[-9:]
+    assert (execution, k, n_outs, same) == ("jit", "3", "3", "True")   # 3 outputs, each the single call's
+    assert dots == "3", f"XLA merged or dropped calls: {dots} dot ops"  # neither merged (CSE) nor hoisted
+    assert (recorded_k, timed, power, time_kept) == ("3", "True", "None", "True")   # CPU: no power reading

@@ -3,6 +3,7 @@ profile regeneration, the validation script, and the energy-efficiency chart."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -449,6 +450,20 @@ def test_duty_power_scales_the_busy_power_above_the_constant_by_the_call_time():
     with pytest.raises(ProfileError, match="t_full_s > 0"):
         DutyCurve(t_full_s=0.0, gamma=0.5)
     assert DutyCurve.from_dict(DutyCurve(1e-4, 0.5).to_dict()) == DutyCurve(1e-4, 0.5)
+
+
+def test_host_paced_call_draws_the_busy_power_for_its_gpu_share_of_the_wall_time_only():
+    from carm_advisor.carm.power_model import DutyCurve, host_paced_fraction
+
+    pm = dataclasses.replace(_hand_model(), constant_w=100.0, duty=DutyCurve(1e-4, 0.5))
+    # a layer jitted alone: 10 us of GPU work in a 40 us host-dispatched call -> 100 + 600 * 10 / 40 W;
+    # the duty curve is not applied on top (it would give 100 + 600 * 0.25 * (10 / 100) ** 0.5 = 147 W)
+    assert pm.duty_power_w(700.0, 10e-6, 40e-6) == pytest.approx(250.0)
+    assert pm.duty_power_w(700.0, 50e-6, 40e-6) == pytest.approx(700.0)      # GPU time >= wall: busy
+    # GPU-paced (no wall time): the duty curve at the time per call, 100 + 600 * (25 / 100) ** 0.5
+    assert pm.duty_power_w(700.0, 2.5e-5) == pytest.approx(400.0)
+    assert host_paced_fraction(10e-6, 40e-6) == pytest.approx(0.25)
+    assert host_paced_fraction(None, 40e-6) == 1.0 and host_paced_fraction(10e-6, None) == 1.0
 
 
 def test_fit_duty_curve_finds_the_generating_curve_on_its_grid():

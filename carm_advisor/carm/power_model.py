@@ -35,6 +35,11 @@ float32/bf16/fp16, 66 layer windows of 0.5 s, and whole models of seven keras.ap
 Xception, EfficientNetB0, InceptionV3 and ConvNeXtTiny new): benchmarks/results/nvidia-h200-power-model-
 2026-12-04.json, validation.form_test. predict.py's calibrated energy is this headline: the profile's duty
 curve (power_model.duty) applied to the CARM-point power at the calibrated time.
+
+Host-paced calls (2026-12-04 s2 records): a ResNet50 layer jitted alone and dispatched from Python takes
+40-90 us per call whatever its work and draws 126-580 W: the GPU idles while the host dispatches. Such a
+call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the layer's GPU
+time; the duty curve (GPU-paced replays) is not applied on top (benchmarks/power_model_validation.py).
 """
 
 from __future__ import annotations
@@ -192,15 +197,32 @@ class PowerModel:
         power_time_s = self.dynamic_energy_j(flops, bytes_, path, level) / (self.power_limit_w - self.constant_w)
         return max(roof_time_s, power_time_s)
 
-    def duty_power_w(self, busy_w: float, time_s: float | None) -> float:
-        """A layer's power from its busy power (the power model at its CARM operating point) and its
-        time per call: P_const + (busy - P_const) * duty(t); the busy power without a duty curve."""
+    def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None) -> float:
+        """A layer's power from its busy power (the power model at its CARM operating point) and its time
+        per call. GPU-paced calls (a CUDA graph replay, a layer inside a compiled model; wall_time_s None):
+        P_const + (busy - P_const) * duty(time_s), the busy power without a duty curve. Host-paced calls
+        (a layer jitted alone and dispatched from Python, `wall_time_s` its wall time per call, `time_s`
+        its GPU time): P_const + (busy - P_const) * host_paced_fraction(time_s, wall_time_s), no duty
+        curve: the idle share of each call is the gap the host leaves, which the duty curve (fitted on
+        GPU-paced replays, whose short calls idle between replays) would count a second time."""
+        if wall_time_s is not None:
+            return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
         if self.duty is None:
             return busy_w
         return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s)
 
     def energy_j(self, time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:
         return self.constant_w * time_s + self.dynamic_energy_j(flops, bytes_, path, level)
+
+
+def host_paced_fraction(gpu_time_s: float | None, wall_time_s: float | None) -> float:
+    """The share of each call's wall time the GPU is busy: gpu / wall, capped at 1 (1 where either is
+    unknown). A call dispatched from the host (jax: a layer jitted alone, 40-90 us of Python and XLA
+    dispatch per call on the H200, 2026-12-04 records) keeps the GPU busy only for the layer's GPU time:
+    the rest of each call the GPU idles at the constant power."""
+    if gpu_time_s is None or wall_time_s is None or not gpu_time_s > 0 or not wall_time_s > 0:
+        return 1.0
+    return min(1.0, gpu_time_s / wall_time_s)
 
 
 def gflops_per_watt(flops: float, energy_j: float) -> float:

@@ -210,6 +210,8 @@ class LayerRunner:
     fn: Callable[[], Any]
     execution: str  # "eager" | "jit" | "cuda_graph" (fn replays the captured graph and returns None)
     tensors: list
+    back_to_back: Callable[[], Any] | None = None   # jax: calls_per_dispatch calls in one jitted program
+    calls_per_dispatch: int = 1
 
 
 # (fn, warmup=...) -> a zero-argument replay of fn's captured device work; a test injects a fake.
@@ -233,8 +235,12 @@ def layer_runner(
     graphs: bool = True,
     warmup: int = 3,
     capture: Capture | None = None,
+    back_to_back_calls: int = 0,
 ) -> LayerRunner:
     """Build synthetic inputs for `call` and a zero-argument function that runs the layer on them.
+
+    jax with back_to_back_calls > 0: also `back_to_back`, one jitted program running the layer that many
+    times (jax_back_to_back_fn), compiled here.
 
     torch on a CUDA GPU (see uses_cuda_graphs): the call is captured into a CUDA graph after `warmup`
     eager calls, by `capture` (default: backend.capture_cuda_graph); if that raises, the runner is
@@ -270,7 +276,12 @@ def layer_runner(
         jitted = _jax_layer_fn(layer, arguments, is_layer)
         try:
             _backend.sync(jitted(tensors), "jax")  # compile now, outside any timing
-            return LayerRunner(lambda: jitted(tensors), "jit", tensors)
+            runner = LayerRunner(lambda: jitted(tensors), "jit", tensors)
+            if back_to_back_calls > 0:
+                looped = jax_back_to_back_fn(layer, arguments, is_layer, back_to_back_calls)
+                _backend.sync(looped(tensors), "jax")
+                runner.back_to_back, runner.calls_per_dispatch = (lambda: looped(tensors)), back_to_back_calls
+            return runner
         except Exception as exc:  # a layer jax cannot trace statelessly (seeded RNG state...): run it eagerly
             warnings.warn(
                 f"carm_advisor: layer '{call.path}' ({type(layer).__name__}) could not be jit-compiled "
@@ -310,8 +321,51 @@ def trace_settings(backend: str) -> dict[str, str]:
 def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
     import jax
 
+    pure, values = _jax_pure(layer, arguments, is_layer)
+    compiled = jax.jit(pure)
+    return lambda ts: compiled(values, ts)
+
+
+def jax_back_to_back_fn(layer, arguments, is_layer: bool, calls: int) -> Callable[[list], Any]:
+    """One jitted program that runs the layer `calls` times back to back (a single host dispatch), for
+    energy windows where the GPU runs the layer as it does inside the model: a layer jitted alone and
+    dispatched per call spends 40-90 us of host dispatch per call on the H200 (2026-12-04 records), and
+    the GPU idles for most of a small layer's call. Every call's output is returned (each call writes
+    its output, as in the model), and call k+1's first input is call k's with one element changed by
+    isnan(one element of call k's output): 0 for finite outputs, so the data are the same, but XLA
+    cannot prove it, so it can neither merge the calls nor hoist them. The extra work per call is one
+    one-element update (in place after the first)."""
+    compiled, values = jax_back_to_back_program(layer, arguments, is_layer, calls)
+    return lambda ts: compiled(values, ts)
+
+
+def jax_back_to_back_program(layer, arguments, is_layer: bool, calls: int) -> tuple[Callable[[list, list], Any], list]:
+    """(the jitted program of jax_back_to_back_fn, taking (variable values, tensors); the values)."""
+    import jax
+    import jax.numpy as jnp
+
+    if calls < 1:
+        raise MeasurementError(f"Expected calls >= 1, Received: calls={calls}")
+    pure, values = _jax_pure(layer, arguments, is_layer)
+
+    def looped(vs, ts):
+        first, rest = ts[0], list(ts[1:])
+        outs = []
+        for _ in range(calls):
+            out = pure(vs, [first, *rest])
+            outs.append(out)
+            leaf = jax.tree_util.tree_leaves(out)[0]
+            probe = jnp.isnan(jnp.ravel(leaf)[0].astype("float32")).astype(first.dtype)
+            first = first.at[(0,) * first.ndim].add(probe)
+        return outs
+
+    return jax.jit(looped), values
+
+
+def _jax_pure(layer, arguments, is_layer: bool) -> tuple[Callable[[list, list], Any], list]:
+    """(pure(variable values, tensors) -> outputs, the variables' values) of a layer or keras.ops call."""
     if not is_layer:  # a keras.ops operation: no state
-        return jax.jit(lambda ts: layer(*arguments(ts)[0], **arguments(ts)[1]))
+        return (lambda vs, ts: layer(*arguments(ts)[0], **arguments(ts)[1])), []
     variables = [*layer.trainable_variables, *layer.non_trainable_variables]
     values = [v.value for v in variables]
 
@@ -324,8 +378,7 @@ def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
         with keras.StatelessScope(state_mapping=list(zip(variables, vs))):
             return layer(*args, **kwargs)
 
-    compiled = jax.jit(pure)
-    return lambda ts: compiled(values, ts)
+    return pure, values
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -338,6 +391,16 @@ def _measure(fn: Callable[[], Any], gpu: GPU | None, backend: str, *, min_window
     context = _backend.inference_context(backend) if inference else contextlib.nullcontext()
     with context:
         return measure_energy(tracked, gpu, min_window_s=min_window_s, repeats=repeats, sync=syncer, warmup=warmup)
+
+
+def back_to_back_record(m: EnergyMeasurement, calls_per_dispatch: int) -> dict[str, Any]:
+    """LayerMeasurement.back_to_back from windows of a program running the layer calls_per_dispatch times:
+    time and energy per LAYER call, the window's power and clock."""
+    k = calls_per_dispatch
+    return {"time_s": m.time_per_call_s / k, "time_spread": m.time_spread_rel,
+            "energy_j": m.energy_per_call_j / k if m.energy_per_call_j is not None else None,
+            "power_w": m.power_w, "sm_clock_mhz": m.sm_clock_mhz, "calls_per_dispatch": k,
+            "repeats": m.n_windows, "execution": "jit_back_to_back"}
 
 
 def _progress(enabled: bool):
@@ -374,8 +437,10 @@ def measure_layer_calls(
     training: bool = False,
     progress: bool = True,
     graphs: bool = True,
+    back_to_back_calls: int = 0,
 ) -> list[LayerMeasurement]:
-    """Measure already-walked layer calls one by one (see measure_layers)."""
+    """Measure already-walked layer calls one by one (see measure_layers). jax with back_to_back_calls > 0:
+    each jitted layer also gets windows of that many calls per dispatch (LayerMeasurement.back_to_back)."""
     backend = _backend.active_backend()
     calls = list(calls)
     results: list[LayerMeasurement] = []
@@ -385,9 +450,15 @@ def measure_layer_calls(
             bar.update(task, description=call.path)
             with _expecting(f"layer '{call.path}' ({type(call.layer).__name__}) to run on inputs "
                             f"{list(call.input_shapes)} {list(call.input_dtypes)}"):
-                runner = layer_runner(call, training=training, backend=backend, graphs=graphs, warmup=warmup)
+                runner = layer_runner(call, training=training, backend=backend, graphs=graphs, warmup=warmup,
+                                      back_to_back_calls=back_to_back_calls)
                 m = _measure(runner.fn, gpu, backend, min_window_s=min_window_s, repeats=repeats,
                              warmup=warmup, inference=not training)
+                b2b = None
+                if runner.back_to_back is not None:
+                    mb = _measure(runner.back_to_back, gpu, backend, min_window_s=min_window_s, repeats=repeats,
+                                  warmup=warmup, inference=not training)
+                    b2b = back_to_back_record(mb, runner.calls_per_dispatch)
             results.append(LayerMeasurement(
                 name=call.path,
                 type=type(call.layer).__name__,
@@ -398,6 +469,7 @@ def measure_layer_calls(
                 power_w=m.power_w,
                 sm_clock_mhz=m.sm_clock_mhz,
                 execution=runner.execution,
+                back_to_back=b2b,
             ))
             del runner  # frees the synthetic inputs before the next layer allocates its own
             bar.advance(task)

@@ -300,7 +300,8 @@ def call_signature(call: LayerCall) -> str:
 
 def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, window_s: float = 0.05,
                             repeats: int = 2, warmup: int = 1, whole_model: bool = True, model_window_s: float = 0.3,
-                            progress: bool = True, command: str | None = None, layers: bool = True) -> RunMeasurement:
+                            progress: bool = True, command: str | None = None, layers: bool = True,
+                            back_to_back_calls: int = 0) -> RunMeasurement:
     """Each distinct layer call alone in short windows (jit on jax, a CUDA graph on torch), its figures
     copied to its identical twins; with whole_model, the model as the user calls it (jitted on jax).
     layers=False records the whole model only (a held-out model's whole-model time, in seconds where
@@ -317,7 +318,8 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     calls = list(iter_layer_calls(model, batch_size)) if layers else []
     reps, mapping = unique_calls(calls)
     measured = {m.name: m for m in measure_layer_calls(reps, gpu=gpu, min_window_s=window_s, repeats=repeats,
-                                                      warmup=warmup, progress=progress)} if reps else {}
+                                                      warmup=warmup, progress=progress,
+                                                      back_to_back_calls=back_to_back_calls)} if reps else {}
     run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = [dataclasses.replace(measured[mapping[c.path]], name=c.path) for c in calls]
     if whole_model:
@@ -328,6 +330,8 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
                     "warmup": warmup, "distinct_layer_calls": len(reps), "layer_calls": len(calls),
                     "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once",
                     **trace_settings(run.backend)}
+    if back_to_back_calls > 0 and run.backend == "jax":
+        run.settings["back_to_back_calls"] = back_to_back_calls
     run.wall_s = time.perf_counter() - start
     return run
 

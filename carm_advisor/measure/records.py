@@ -45,6 +45,10 @@ class LayerMeasurement:
     sm_clock_mhz: float | None = None
     execution: str = "eager"
     counters: dict | None = None
+    # jax: the layer run back to back, `calls_per_dispatch` calls per jitted program (layers.
+    # jax_back_to_back_fn): time_s, energy_j per layer call, power_w, sm_clock_mhz, time_spread. The power
+    # of the layer as the GPU runs it inside the model; time_s above stays the per-dispatch time.
+    back_to_back: dict | None = None
 
 
 @dataclass
