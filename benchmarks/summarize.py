@@ -2,6 +2,7 @@
 
     python benchmarks/summarize.py [--run run10]        # ceilings and VGG16 layers of a run
     python benchmarks/summarize.py --session 2026-12-04 # tuning studies and CLI timings of a session
+    python benchmarks/summarize.py --session 2026-12-04-s2  # a second session of that day (its -s2 files)
 """
 
 from __future__ import annotations
@@ -139,18 +140,21 @@ def grid_summary(session: str) -> str:
 
 def cli_table(session: str) -> str:
     """`carm-advise analyze` timed on the GPU: the CLI's own phase timings, and layers vs graph time."""
-    rows = ["| call / model | keras import | model build | analysis | since start-up | sum of layers / CUDA graph |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(RESULTS.glob(f"*-cli-{session}/*/*.json")):
-        d = json.loads(path.read_text())
+    rows = ["| call / model | keras import | model build | analysis | since start-up | whole process | "
+            "sum of layers / CUDA graph |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(RESULTS.glob(f"*-cli-{session[:10]}/*/*.json")):
+        if "timings_s" not in (d := json.loads(path.read_text())):
+            continue   # call.json
         t = d.get("timings_s") or {}
         txt = path.with_suffix(".txt").read_text() if path.with_suffix(".txt").exists() else ""
         found = re.search(r"([0-9.]+) s since\s+start-up", txt)
+        timed = path.with_suffix(".time")   # /usr/bin/time's whole-process wall (gpu_session.sh cli stage)
+        wall = re.search(r"wall ([0-9.]+) s", timed.read_text()) if timed.exists() else None
         graph = (d["measurement"].get("inference_graph") or {}).get("time_s")
         ratio = d["totals"]["sum_layer_time_s"] / graph if graph else None
         rows.append(f"| {path.parent.name} {path.stem} | {t.get('keras_import', 0):.1f} s | {t.get('model_build', 0):.1f} s | "
                     f"{t.get('analysis', 0):.1f} s | {found.group(1) + ' s' if found else '-'} | "
-                    f"{'-' if ratio is None else f'{ratio:.3f}'} |")
+                    f"{wall.group(1) + ' s' if wall else '-'} | {'-' if ratio is None else f'{ratio:.3f}'} |")
     return "\n".join(rows)
 
 
@@ -201,8 +205,9 @@ def main() -> None:
     if args.session:
         print(tuning_table())
         print()
-        print(grid_summary(args.session))
-        print()
+        if sorted(RESULTS.glob(f"*-vgg16-tuning-*summary-{args.session}.json")):
+            print(grid_summary(args.session))
+            print()
         print(cli_table(args.session))
         print()
         print(accuracy_table(args.session))
