@@ -168,7 +168,8 @@ def accuracy_table(session: str) -> str:
         whole = ", ".join(f"{k.split('/')[-1]} {v:.1%} ({b['whole_model_max_abs_err'][k]:.0%})"
                           for k, v in sorted(b["whole_model_abs_err"].items()))
         n = b["n"]
-        rows.append(f"| {backend} | {b['per_layer_median_abs_err']:.1%} | {whole} | "
+        layer = b["per_layer_median_abs_err"]
+        rows.append(f"| {backend} | {'- (whole-model records only)' if layer is None else f'{layer:.1%}'} | {whole} | "
                     f"{n['layers']}, {sum(n['whole_models'].values())} |")
     return "\n".join(rows)
 
@@ -210,9 +211,10 @@ def main() -> None:
             print()
         print(cli_table(args.session))
         print()
-        print(accuracy_table(args.session))
-        print()
-        print(power_table(args.session))
+        for what, table in (("prediction-accuracy", accuracy_table), ("power-model", power_table)):
+            if sorted(RESULTS.glob(f"*-{what}-{args.session}.json")):
+                print(table(args.session))
+                print()
         return
     print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
     print()
