@@ -190,7 +190,7 @@ def analyze(
         model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
         recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
     )
-    report.calibration = _whole_model_calibration(rows, calib, backend)
+    report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name)
     if run is not None and measured_now and run.layers:
         _learn_from(run, rows, model_info.name)
     report.clocks = energy_optimal_clocks(rows, profile)
@@ -223,12 +223,12 @@ def whole_model_execution(backend: str) -> str:
     return {"torch": "eager", "jax": "jit", "tensorflow": "eager"}.get(backend, "eager")
 
 
-def _whole_model_calibration(rows: list[LayerRow], calib, backend: str) -> dict[str, Any]:
+def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_name: str | None = None) -> dict[str, Any]:
     if calib is None:
         return {"source": "none: figures are CARM bounds"}
     execution = whole_model_execution(backend)
-    out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution),
-           "whole_source": calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else "",
+    out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution, model_name),
+           "whole_source": calib.whole_describe(backend, execution, rows, model_name) if hasattr(calib, "whole_describe") else "",
            "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
     if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
         out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")

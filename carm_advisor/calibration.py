@@ -373,12 +373,15 @@ class Calibration:
             intercepts.append(float(np.polyfit(x, y, 1)[1]))
         return (max(statistics.median(intercepts), 0.0), len(intercepts)) if intercepts else (0.0, 0)
 
-    def _bound_fit(self, found: list[WholeSample], dtype: str | None, execution: str) -> WholeFit | None:
+    def _bound_fit(self, found: list[WholeSample], dtype: str | None, execution: str,
+                   model: str | None = None) -> WholeFit | None:
         """Compiled execution (jit, torch.compile): whole = t0 + (matmul bound + JIT_OTHER_SHARE x other bound)
         / e. t0 is the fixed cost per call (_fixed_cost, from batch series); e is one efficiency shared by every
         model: the median over the models of each model's median bound / (whole - t0), so that a model measured
         many times (the tuning trials are VGG16's) counts as one (of this compute dtype if JIT_PER_DTYPE and
-        there are any, else of every dtype)."""
+        there are any, else of every dtype).
+        A measurement outranks a model: for a `model` that has records of its own here, e is the median of its
+        own, and t0 its own batch series' intercept where it has one (the other models' median otherwise)."""
         usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
         if not usable:
             return None
@@ -393,6 +396,15 @@ class Calibration:
         if not by_model:
             return None
         e = statistics.median(statistics.median(v) for v in by_model.values())
+        over = f"median over {len(by_model)} models of"
+        if model and model in by_model:
+            own_records = [w for w in chosen if w.model == model]
+            own_t0, own_series = self._fixed_cost(own_records, k)
+            t0, series = (own_t0, own_series) if own_series else (t0, series)
+            own = [self._bound_of(w) / (w.time_s - t0 - w.kernel_calls * k) for w in own_records
+                   if w.time_s - t0 - w.kernel_calls * k > 0]
+            if own:
+                e, chosen, over = statistics.median(own), own_records, f"{model}'s own measurements: median of"
         which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
             f" of every dtype (none in {dtype})" if JIT_PER_DTYPE and dtype else "")
         studies = sum(1 for w in chosen if w.source.startswith("study"))
@@ -402,24 +414,25 @@ class Calibration:
         t0_src = (f"; fixed cost: median intercept of {series} batch series" if series else "; no batch series: no fixed cost")
         kernels = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
         return WholeFit(1.0 / e, JIT_OTHER_SHARE / e, None, len(chosen), 0.0,
-                        f"{execution}: {fixed}{bound} / {e:.2f}{kernels} (median over {len(by_model)} models of "
+                        f"{execution}: {fixed}{bound} / {e:.2f}{kernels} ({over} "
                         f"{which}{t0_src})", e, t0, k)
 
-    def whole_fit(self, backend: str, execution: str, dtype: str | None = None) -> WholeFit | None:
+    def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None) -> WholeFit | None:
         """How the whole model relates to its layers on this backend and execution, from the records:
         cuda_graph: a * matmul + b * other (the layers' GPU times, sequenced by the graph);
         jit, torch.compile: t0 + CARM bound / e (_bound_fit), not from the layers jitted alone: each of those
           pays a dispatch the compiled model pays once;
         eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
           where there is one; the host time per call is the FASTEST whole / calls over the records
-          where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum)."""
+          where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum).
+        `model`: the model predicted; a compiled fit prefers its own records (_bound_fit)."""
         found = [w for w in self.whole if w.backend == backend and w.execution == execution and w.time_s > 0]
         if execution not in BOUND_EXECUTIONS:   # the layer-based fits need the layers measured too
             found = [w for w in found if w.has_layer_sums]
         if not found:
             return None
         if execution in BOUND_EXECUTIONS:
-            return self._bound_fit(found, dtype, execution)
+            return self._bound_fit(found, dtype, execution, model)
         floor = 0.0
         if execution != "eager":
             a, b = self._gpu_fit(found, floor)
@@ -442,10 +455,10 @@ class Calibration:
         host = f"host {dispatch * 1e6:.0f} us per call (fastest of {len(host_bound)} host-paced records)" if dispatch else "no host-paced record"
         return WholeFit(a, b, dispatch, len(found), 0.0, f"eager: max({gpu_source}, {host})")
 
-    def whole_time_s(self, rows: Sequence, backend: str, execution: str) -> float | None:
+    def whole_time_s(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float | None:
         """The calibrated whole-model time from the rows' calibrated times (jit: their CARM bounds), or None
-        without a fit."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows))
+        without a fit; `model` names the model the rows are of (its own records first, whole_fit)."""
+        fit = self.whole_fit(backend, execution, rows_dtype(rows), model)
         if fit is not None and fit.bound_efficiency is not None:
             mm, other = bound_sums(rows)
             kernels = fit.kernel_floor_s * kernel_calls(rows)
@@ -476,10 +489,10 @@ class Calibration:
         factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor
         return factor * bound_time_s + (fit.kernel_floor_s if is_kernel(layer_type) else 0.0)
 
-    def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None) -> str:
+    def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None, model: str | None = None) -> str:
         """How the whole-model calibrated prediction is made ("none": no record of this backend and execution);
         `rows` (the model's) pick the compute dtype where the fit depends on it (jit)."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows) if rows else None)
+        fit = self.whole_fit(backend, execution, rows_dtype(rows) if rows else None, model)
         return fit.source if fit else "none"
 
     # ---- combining and saving --------------------------------------------------------------

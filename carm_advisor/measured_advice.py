@@ -201,7 +201,7 @@ def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, fl
     inference = _measurement(report).get("inference") or {}
     if backend == report.model.backend and inference.get("time_s"):
         return inference["time_s"], inference.get("energy_j"), True
-    t = calib.whole_time_s(rows, backend, execution)
+    t = calib.whole_time_s(rows, backend, execution, report.model.name)
     if t is None:
         return None
     return t, _energy_at(rows, t), False
@@ -310,11 +310,11 @@ def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
     t, failure = None, None
     if calib is not None and hasattr(calib, "whole_time_s"):
         try:
-            t = calib.whole_time_s(rows, backend, execution)
+            t = calib.whole_time_s(rows, backend, execution, report.model.name)
         except (KeyError, ValueError) as exc:   # records that do not fit (statistics.StatisticsError is a ValueError)
             failure = f"{type(exc).__name__}: {exc}"
     if t:
-        fit = calib.whole_describe(backend, execution, rows) if hasattr(calib, "whole_describe") else execution
+        fit = calib.whole_describe(backend, execution, rows, report.model.name) if hasattr(calib, "whole_describe") else execution
         return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(rows, t),
                 "calibrated prediction"), None
     if backend != "torch":

@@ -243,6 +243,30 @@ def test_compiled_whole_model_adds_a_fixed_cost_from_batch_series_and_one_effici
     assert "1.00 ms + CARM bound / 0.80" in c.whole_describe(backend, execution)
 
 
+def test_a_model_with_records_of_its_own_is_predicted_from_them_not_from_the_other_models():
+    whole = [
+        # v at two batch sizes: own intercept 0.5 ms (time = 0.5 ms + 1.25 x bound), own e = 0.8
+        _w("v", 32, 1.0, 1.75), _w("v", 64, 2.0, 3.0),
+        # w at two batch sizes: intercept 1.5 ms (time = 1.5 ms + bound); x: one batch size
+        _w("w", 32, 1.0, 2.5), _w("w", 64, 2.0, 3.5),
+        _w("x", 64, 1.0, 3.0),
+    ]
+    c = Calibration([], whole)
+    # every model: t0 = median(0.5, 1.5) = 1 ms; e = bound / (time - 1 ms) per record, median per model:
+    # v: 1/0.75 = 1.333, 2/2 = 1 -> 1.1667; w: 1/1.5 = 0.667, 2/2.5 = 0.8 -> 0.7333; x: 1/2 = 0.5 -> median 0.7333
+    e_all = (1 / 1.5 + 2 / 2.5) / 2     # w's median, the middle of 1.1667, 0.7333, 0.5
+    assert c.whole_fit("jax", "jit").fixed_s == pytest.approx(1e-3)
+    assert c.whole_fit("jax", "jit").bound_efficiency == pytest.approx(e_all)
+    assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit") == pytest.approx(1e-3 + 4e-3 / e_all)
+    assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "unseen") == pytest.approx(1e-3 + 4e-3 / e_all)
+    # v itself: its own t0 0.5 ms and e = bound / (time - 0.5 ms) = 0.8 for both of its records
+    assert c.whole_fit("jax", "jit", model="v").fixed_s == pytest.approx(0.5e-3)
+    assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "v") == pytest.approx(0.5e-3 + 4e-3 / 0.8)
+    assert "v's own measurements" in c.whole_describe("jax", "jit", model="v")
+    # x (no batch series of its own): the other models' t0 (1 ms), its own e = 1 / (3 - 1) = 0.5
+    assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "x") == pytest.approx(1e-3 + 4e-3 / 0.5)
+
+
 def test_a_negative_intercept_is_no_fixed_cost_and_no_compiled_record_is_none():
     c = Calibration([], [_w("v", 32, 1.0, 1.0), _w("v", 64, 2.0, 2.5)])    # intercept -0.5 ms -> 0
     assert c.whole_fit("jax", "jit").fixed_s == 0.0

@@ -77,11 +77,11 @@ class CompiledFit:
     def __init__(self, execution, time_s):
         self.execution, self.time_s, self.calls = execution, time_s, []
 
-    def whole_time_s(self, rows, backend, execution):
+    def whole_time_s(self, rows, backend, execution, model=None):
         self.calls.append((backend, execution))
         return self.time_s if execution == self.execution else None
 
-    def whole_describe(self, backend, execution, rows=None):
+    def whole_describe(self, backend, execution, rows=None, model=None):
         return f"stub {backend} {execution} fit"
 
 
@@ -165,7 +165,7 @@ def test_no_compile_advice_where_the_calibrated_compiled_model_is_predicted_slow
 
 
 class FailingFit(CompiledFit):
-    def whole_time_s(self, rows, backend, execution):
+    def whole_time_s(self, rows, backend, execution, model=None):
         raise ValueError("no median of an empty list")
 
 

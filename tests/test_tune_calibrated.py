@@ -37,10 +37,10 @@ class StubCalibration:
     def whole_fit(self, backend, execution):
         return object() if (backend, execution) in self.FACTOR else None
 
-    def whole_describe(self, backend, execution):
+    def whole_describe(self, backend, execution, rows=None, model=None):
         return f"stub {execution}"
 
-    def whole_time_s(self, rows, backend, execution):
+    def whole_time_s(self, rows, backend, execution, model=None):
         self.whole_calls.append((backend, execution))
         bound = sum(r.predicted_time_s for r in rows if r.known and r.predicted_time_s is not None)
         return self.FACTOR[(backend, execution)] * bound

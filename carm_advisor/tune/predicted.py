@@ -200,7 +200,7 @@ class ConfigPredictor:
         if why:
             return dataclasses.replace(bound, value_source=VALUE_BOUND, detail=why)
         execution, mapping = whole_execution(self.calibration, config.backend, config.compiler)
-        time_s = self.calibration.whole_time_s(bound.rows, config.backend, execution)
+        time_s = self.calibration.whole_time_s(bound.rows, config.backend, execution, self.spec.name)
         if not time_s or time_s <= 0:
             return dataclasses.replace(bound, value_source=VALUE_BOUND,
                                        detail=f"no calibrated whole-model time for {config.backend} {execution}")
@@ -208,7 +208,7 @@ class ConfigPredictor:
         time_s = max(time_s, bound.time_s)
         power_w = bound.power_w
         energy_j = time_s * power_w if power_w else None
-        fit = self.calibration.whole_describe(config.backend, execution)
+        fit = self.calibration.whole_describe(config.backend, execution, bound.rows, self.spec.name)
         return Prediction(time_s, energy_j, bound.flops, bound.batch_size, SOURCE_CALIBRATED, bound.rows,
                           bound.calibrated_time_s, bound.calibrated_energy_j, VALUE_CALIBRATED,
                           f"{mapping} ({fit}); energy: this time x "
