@@ -30,10 +30,14 @@ def test_configs_put_batch_64_first_and_go_round_robin_over_models():
                      (32, "f32", "a"), (32, "f32", "b"), (32, "bf16", "a"), (32, "bf16", "b")]
 
 
+def _record_layers_cmd(tmp_path, model: str, backend: str, *extra: str) -> list[str]:
+    """A dry record_layers.py command: one model at float32, batch 64, on one backend."""
+    return [sys.executable, str(BENCH / "record_layers.py"), "--models", model, "--precisions", "float32",
+            "--batch-sizes", "64", "--backends", backend, *extra, "--out", str(tmp_path), "--dry"]
+
+
 def test_record_layers_dry_records_one_file_per_config_and_resumes(tmp_path):
-    cmd = [sys.executable, str(BENCH / "record_layers.py"), "--models", "vgg16", "--precisions", "float32",
-           "--batch-sizes", "64", "--backends", "torch", "--torch-windows", "", "--budget-s", "120",
-           "--out", str(tmp_path), "--dry"]
+    cmd = _record_layers_cmd(tmp_path, "vgg16", "torch", "--torch-windows", "", "--budget-s", "120")
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     path = tmp_path / "vgg16-torch-float32-channels_first-b64.json"
@@ -42,6 +46,33 @@ def test_record_layers_dry_records_one_file_per_config_and_resumes(tmp_path):
     assert {m.execution for m in run.layers} == {"profiled"} and len(run.layers) >= 20
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert "skip (recorded): vgg16-torch-float32-channels_first-b64.json" in again.stdout
+
+
+def test_record_layers_records_a_model_that_refuses_channels_first_in_channels_last(tmp_path):
+    # Keras' DenseNet raises for channels_first; torch records in channels_first by default
+    proc = subprocess.run(_record_layers_cmd(tmp_path, "densenet121", "torch", "--torch-windows", "", "--budget-s", "120"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "densenet121 refuses channels_first: recorded in channels_last" in proc.stdout
+    run = RunMeasurement.from_json(tmp_path / "densenet121-torch-float32-channels_last-b64.json")
+    assert run.layout == "channels_last" and run.settings["config"]["layout"] == "channels_last"
+    assert not list(tmp_path.glob("_failed-*"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_record_layers_whole_only_records_the_jitted_model_and_no_layer(tmp_path):
+    from carm_advisor.calibration import rows_for_run, whole_from_run
+
+    proc = subprocess.run(_record_layers_cmd(tmp_path, "mobilenet", "jax", "--whole-only", "mobilenet", "--budget-s", "120"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = RunMeasurement.from_json(tmp_path / "mobilenet-jax-float32-channels_last-b64.json")
+    assert run.layers == [] and run.settings["method"] == "whole-model-only"
+    assert run.inference.execution == "jit" and run.inference.time_s > 0
+    # a calibration still takes its whole-model time (against the CARM bounds; no layer sums)
+    model = keras.applications.MobileNet(weights=None, input_shape=(32, 32, 3))
+    (sample,) = whole_from_run(run, rows_for_run(run, model=model), "mobilenet")
+    assert sample.execution == "jit" and not sample.has_layer_sums and sample.matmul_bound_s > 0
 
 
 def _synthetic_run(model, name, efficiency):
@@ -140,9 +171,7 @@ def test_the_launch_floor_comes_from_the_newest_file_of_the_same_gpu(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_record_layers_dry_jax_records_back_to_back_windows_beside_the_dispatched_time(tmp_path):
-    cmd = [sys.executable, str(BENCH / "record_layers.py"), "--models", "vgg16", "--precisions", "float32",
-           "--batch-sizes", "64", "--backends", "jax", "--budget-s", "240", "--jax-back-to-back-calls", "2",
-           "--out", str(tmp_path), "--dry"]
+    cmd = _record_layers_cmd(tmp_path, "vgg16", "jax", "--budget-s", "240", "--jax-back-to-back-calls", "2")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = RunMeasurement.from_json(tmp_path / "vgg16-jax-float32-channels_last-b64.json")
