@@ -16,8 +16,8 @@ the reason is kept in the profile's provenance.
 benchmark row with a >= 0.9 s power window (carm_advisor/carm/power_fit.py: energies per path and
 level, zero/random data factors, voltage curve, fit quality). Without it the output is as before.
 
---duty FILE adds power_model.duty, the duty curve (a layer's power above the constant vs its time per call,
-carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
+--duty FILE adds power_model.duty, the duty curve (a layer's power above the constant vs its time per call or,
+its efficiency form, vs its CARM bound time / time per call: carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
 every scored H200 layer against the power model the profile carries (shipped_power_model.duty_curves.
 in_sample for the per-benchmark model, duty_curves.in_sample with --power-fit sweep), whose leave-one-
 model-out figures the same file reports. predict.py's calibrated energy uses it.
@@ -67,10 +67,11 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     part = validation if sweep else validation.get("shipped_power_model") or {}
     curve = (part.get("duty_curves") or {}).get("in_sample")
     v = part.get("validation") or {}
-    if not isinstance(curve, dict) or "t_full_s" not in curve or "gamma" not in curve:
+    efficiency = isinstance(curve, dict) and curve.get("variable") == "efficiency"
+    if not isinstance(curve, dict) or "gamma" not in curve or not (efficiency or "t_full_s" in curve):
         where = "duty_curves.in_sample" if sweep else "shipped_power_model.duty_curves.in_sample"
-        raise SystemExit(f"{file_name}: expected {where} with t_full_s and gamma (benchmarks/power_model_validation.py "
-                         f"output)")
+        raise SystemExit(f"{file_name}: expected {where} with t_full_s and gamma, or variable efficiency and gamma "
+                         f"(benchmarks/power_model_validation.py output)")
     models = ((v.get("models") or part.get("models") or {}).get("headline") or {})
     figures = []
     if v.get("power_median_abs_err") is not None:
@@ -80,6 +81,8 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
                        f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
     source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
+    if efficiency:   # the efficiency form (carm/power_model.DutyCurve): no t_full_s
+        return {"variable": "efficiency", "gamma": curve["gamma"], "source": source, "form": curve.get("form")}
     return {"t_full_s": curve["t_full_s"], "gamma": curve["gamma"], "source": source, "form": curve.get("form")}
 
 

@@ -154,11 +154,16 @@ class Predictor:
             busy_w = row.predicted_energy_j / row.predicted_time_s
         if busy_w is not None and pm is not None:
             # The power at the layer's CARM operating point (its busy power), scaled above the constant
-            # power by the profile's duty curve at the calibrated time (PowerModel.duty_power_w; the busy
-            # power itself without a curve), over the calibrated time. Validated per layer and whole model
-            # by benchmarks/power_model_validation.py; the power at the work's rates over the calibrated
-            # time (constant x t + dynamic energy) misses real layers by 35-65% (carm/power_model.py).
-            power_w = pm.duty_power_w(busy_w, row.calibrated_time_s)
+            # power by the profile's duty curve (PowerModel.duty_power_w; the busy power itself without a
+            # curve) at the calibrated time and the layer's CARM bound time (bound_s, before the launch
+            # floor: the efficiency form), over the calibrated time. The GPU-paced form for every backend:
+            # a user's jitted or CUDA-graph model leaves no host gap between its layers (the host-paced form
+            # is only the validation's, for jax layers measured jitted alone). Validated per layer and whole
+            # model by benchmarks/power_model_validation.py (whole jit models: the duty at these calibrated
+            # times, as there; at the layers' in-model GPU times it was tried and predicted too high); the
+            # power at the work's rates over the calibrated time misses real layers (carm/power_model.py).
+            bound_s = row.predicted_energy_j / busy_w if row.predicted_energy_j and busy_w > 0 else None
+            power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
 
 

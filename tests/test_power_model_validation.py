@@ -47,17 +47,35 @@ def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_f
 
 
 def test_the_shipped_duty_curve_is_the_one_fitted_against_the_shipped_power_model_and_says_so(tmp_path):
+    from carm_advisor.carm.power_model import DutyCurve
+
     validation = json.loads(POWER_MODEL.read_text())
     curve = validation["shipped_power_model"]["duty_curves"]["in_sample"]
     duty = load_profile().power_model.duty
-    assert (duty.t_full_s, duty.gamma) == (curve["t_full_s"], curve["gamma"])
+    fitted = DutyCurve.from_dict(curve)   # either form (time: t_full_s and gamma; efficiency: gamma)
+    assert (duty.variable, duty.t_full_s, duty.gamma) == (fitted.variable, fitted.t_full_s, fitted.gamma)
     assert duty.source.startswith("fitted on H200 layer records, leave-one-model-out validated")
     assert POWER_MODEL.name in duty.source
     # Without --duty the profile has no curve: predict.py falls back to the CARM-point power.
     assert load_profile(_embed(tmp_path)).power_model.duty is None
     # With the sweep fit, the curve fitted against the sweep fit is taken.
     swept = load_profile(_embed(tmp_path, "--power-fit", "sweep", "--duty", str(POWER_MODEL))).power_model.duty
-    assert swept.t_full_s == validation["duty_curves"]["in_sample"]["t_full_s"]
+    fitted = DutyCurve.from_dict(validation["duty_curves"]["in_sample"])
+    assert (swept.variable, swept.t_full_s, swept.gamma) == (fitted.variable, fitted.t_full_s, fitted.gamma)
+
+
+def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_path):
+    validation = json.loads(POWER_MODEL.read_text())
+    curve = {"variable": "efficiency", "gamma": 0.08, "source": "fitted on every scored layer (in sample)",
+             "form": "P = P_const + (P_busy - P_const) * min(1, t_bound / t) ** gamma"}
+    validation["shipped_power_model"]["duty_curves"]["in_sample"] = curve
+    path = tmp_path / "nvidia-h200-power-model-efficiency.json"
+    path.write_text(json.dumps(validation))
+    duty = load_profile(_embed(tmp_path, "--duty", str(path))).power_model.duty
+    assert (duty.variable, duty.gamma, duty.t_full_s) == ("efficiency", 0.08, None)
+    assert path.name in duty.source
+    # 0.25 of its roof: 0.25 ** 0.08 of the busy power above the constant
+    assert duty.fraction(4e-3, 1e-3) == pytest.approx(0.25 ** 0.08)
 
 
 def test_embed_profile_refuses_a_duty_file_without_a_curve(tmp_path):
@@ -452,6 +470,36 @@ def test_duty_power_scales_the_busy_power_above_the_constant_by_the_call_time():
     assert DutyCurve.from_dict(DutyCurve(1e-4, 0.5).to_dict()) == DutyCurve(1e-4, 0.5)
 
 
+def test_duty_power_in_the_efficiency_form_scales_by_the_share_of_the_roof_reached():
+    from carm_advisor.carm.dvfs import Work, layer_power_w
+    from carm_advisor.carm.power_model import DutyCurve
+
+    pm = dataclasses.replace(_hand_model(), duty=DutyCurve(None, 0.5, variable="efficiency"))
+    # 100 W constant, 700 W busy: a 2 ms call of a 0.5 ms bound reaches 0.25 of its roof, 0.25 ** 0.5 = 0.5
+    # of the 600 W above the constant -> 400 W; at (or faster than) its bound, the busy power
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=5e-4) == pytest.approx(400.0)
+    assert pm.duty_power_w(700.0, 4e-4, bound_time_s=5e-4) == pytest.approx(700.0)
+    assert pm.duty_power_w(700.0, 2e-3) == pytest.approx(700.0)          # bound unknown: busy
+    # the hand work (bound 0.5 ms at 700 W, power-capped, see above) through dvfs.layer_power_w
+    assert layer_power_w(_hand_carm(), pm, Work(2e11, 1e9, "tc_bf16", "hbm"), 2e-3, 2000.0) == pytest.approx(400.0)
+    assert DutyCurve.from_dict(pm.duty.to_dict()) == pm.duty
+    with pytest.raises(ProfileError, match="variable must be one of"):
+        DutyCurve(None, 0.5, variable="clock")
+    with pytest.raises(ProfileError, match="t_full_s > 0"):
+        DutyCurve(None, 0.5)                                              # the time form needs t_full_s
+
+
+def test_fit_duty_curve_efficiency_form_finds_the_generating_exponent():
+    from carm_advisor.carm.power_fit import DutyObservation, fit_duty_curve
+
+    # d = e ** 0.5, e = 1 us / t: 1 us -> 700 W, 4 us -> 400 W, 16 us -> 250 W, 100 us -> 160 W
+    obs = [DutyObservation(t, p, 700.0, 1e-6) for t, p in ((1e-6, 700.0), (4e-6, 400.0), (1.6e-5, 250.0), (1e-4, 160.0))]
+    curve, err = fit_duty_curve(obs, 100.0, variable="efficiency")
+    assert curve.variable == "efficiency" and curve.gamma == pytest.approx(0.5) and err == pytest.approx(0, abs=1e-9)
+    with pytest.raises(ProfileError, match="and a bound time"):
+        fit_duty_curve([DutyObservation(1e-5, 300.0, 700.0)], 100.0, variable="efficiency")
+
+
 def test_host_paced_call_draws_the_busy_power_for_its_gpu_share_of_the_wall_time_only():
     from carm_advisor.carm.power_model import DutyCurve, host_paced_fraction
 
@@ -493,7 +541,7 @@ def test_headline_layer_power_uses_the_duty_curve_of_the_other_models_at_the_cal
         r = _run(f"{model}.json", "layer-windows", 0.5, [layer(f"l{i}", t, p) for i, (t, p) in enumerate(truth.items())])
         r["model"] = model
         runs.append(r)
-    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5)
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, duty_variable="time")
     curves = out["duty_curves"]["leave_one_model_out"]
     assert curves["one"]["source"].endswith("but one") and curves["two"]["source"].endswith("but two")
     v = out["validation"]
@@ -508,6 +556,72 @@ def test_headline_layer_power_uses_the_duty_curve_of_the_other_models_at_the_cal
     assert row["headline_power_w"] == pytest.approx(400.0, rel=1e-6)
     assert row["headline_energy_j_given_time"] == pytest.approx(400.0 * 2.5e-4, rel=1e-6)
     assert v["variants"]["duty_in_sample_measured_time"]["n"] == 12
+
+
+def test_headline_with_the_efficiency_form_takes_the_share_of_the_roof_each_layer_reaches():
+    mod = _load("power_model_validation")
+    # The work of _layer("l", 2e11, 1e9, ...) on the hand CARM: roofs 0.25 ms, but 0.3 J of dynamic energy
+    # under 600 W of headroom: bound 0.5 ms at 700 W. Measured powers on d = (0.5 ms / t) ** 0.5 above 100 W:
+    # 0.5 ms -> 700 W, 1 ms -> 524.3 W, 2 ms -> 400 W, 8 ms -> 250 W.
+    truth = {5e-4: 700.0, 1e-3: 100 + 600 * 0.5 ** 0.5, 2e-3: 400.0, 8e-3: 250.0}
+    runs = []
+    for model in ("one", "two"):
+        layers = [{**_layer(f"l{i}", 2e11, 1e9, t, p), "calibrated_time_s_leave_one_model_out": t}
+                  for i, (t, p) in enumerate(truth.items())]
+        runs.append({**_run(f"{model}.json", "layer-windows", 0.5, layers), "model": model})
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, duty_variable="efficiency")
+    assert out["duty_curves"]["leave_one_model_out"]["one"]["gamma"] == pytest.approx(0.5)
+    v = out["validation"]
+    assert v["n"] == 8 and v["power_median_abs_err"] == pytest.approx(0.0, abs=1e-9)
+    row = next(r for r in out["layers"] if r["run"] == "one.json" and r["layer"] == "l2")
+    assert row["headline_power_w"] == pytest.approx(400.0)
+    # The time form (rising with t) cannot follow powers that fall with t: its variant misses.
+    assert v["variants"]["time_duty_lomo_calibrated_time"]["power_median_abs_err"] > 0.1
+
+
+def _choice_obs(model, source, t, power, bound=5e-4):
+    from carm_advisor.carm.power_fit import DutyObservation
+
+    return (model, source, DutyObservation(t, power, 700.0, bound), t)
+
+
+CHOOSE = "nvidia-h200-records-2026-12-03-w05"
+SECOND = "nvidia-h200-records-2026-12-04-s2-windows"
+
+
+def test_duty_form_choice_picks_on_the_choosing_records_and_only_reports_the_second_session():
+    mod = _load("power_model_validation")
+    assert mod.form_choice_data(CHOOSE) and mod.form_choice_data("nvidia-h200-records-2026-12-04-call3")
+    assert mod.form_choice_data("data") and not mod.form_choice_data(SECOND)
+    assert not mod.form_choice_data("nvidia-h200-records-2026-12-04-s2c2-windows")
+    # Choosing records on d = (0.5 ms / t) ** 0.5 (the efficiency form; powers fall with t) ...
+    eff = {5e-4: 700.0, 1e-3: 100 + 600 * 0.5 ** 0.5, 2e-3: 400.0, 8e-3: 250.0}
+    obs = [_choice_obs(m, CHOOSE, t, p) for m in ("a", "b") for t, p in eff.items()]
+    # ... and second-session records that the efficiency form misses by +75% (400 W predicted, 228.6 W drawn)
+    obs += [_choice_obs("c", SECOND, 2e-3, 400.0 / 1.75)]
+    choice = mod.duty_form_choice(obs, 100.0)
+    assert choice["chosen"] == "efficiency" and choice["choosing_data"] == [CHOOSE]
+    cand = choice["candidates"]
+    assert cand["efficiency"]["choosing_lomo"]["n"] == 8
+    assert cand["efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(0, abs=1e-9)
+    assert cand["efficiency"]["fitted_on_all_choosing_data"]["gamma"] == pytest.approx(0.5)
+    assert cand["time"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] > 0.1
+    # The test records do not choose: reported as they fall.
+    assert cand["efficiency"]["s2_form_test"]["n"] == 1
+    assert cand["efficiency"]["s2_form_test"]["calibrated_time_power_median_abs_err"] == pytest.approx(0.75)
+
+
+def test_duty_form_choice_keeps_the_time_form_unless_another_beats_it():
+    mod = _load("power_model_validation")
+    # d = min(1, (t / 1 ms) ** 0.5) at one bound time: 0.25 ms -> 400 W, 1 ms and 4 ms -> 700 W, 62.5 us -> 250 W
+    timed = {6.25e-5: 250.0, 2.5e-4: 400.0, 1e-3: 700.0, 4e-3: 700.0}
+    obs = [_choice_obs(m, CHOOSE, t, p, bound=1e-5) for m in ("a", "b") for t, p in timed.items()]
+    choice = mod.duty_form_choice(obs, 100.0)
+    # the combination (g2 = 0) ties the time form: the time form stays
+    assert choice["chosen"] == "time"
+    assert choice["candidates"]["time"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(
+        0, abs=1e-9)
+    assert choice["candidates"]["efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] > 0.1
 
 
 def test_jax_mixed_records_traced_before_the_autocast_fix_keep_their_whole_model_but_not_their_layers(tmp_path):
@@ -552,7 +666,7 @@ def test_form_test_scores_only_records_after_the_form_was_fixed_and_a_model_with
              calibrated={"leave_one_model_out": {"whole_time_s": 2.5e-4,
                                                  "layers": [(2e11, 1e9, "tc_bf16", "hbm", 2.5e-4)]}})
     runs.append(c)
-    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, form_fixed_on="2026-12-03")
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, form_fixed_on="2026-12-03", duty_variable="time")
     assert out["duty_curves"]["leave_one_model_out"]["c"]["source"].endswith("(none of them c)")
     ft = out["validation"]["form_test"]
     assert ft["layers"]["n"] == 1 and ft["layers"]["power_median_abs_err"] == pytest.approx(0.2, abs=1e-6)

@@ -107,6 +107,17 @@ def test_calibrated_energy_scales_the_busy_power_above_the_constant_by_the_profi
     assert slow.calibrated_energy_j == pytest.approx(113.0 * 16e-3)
 
 
+def test_the_efficiency_form_of_the_duty_curve_scales_by_the_share_of_its_roof_the_layer_reaches():
+    duty = {"variable": "efficiency", "gamma": 0.5}
+    (row,) = Predictor(profile(duty=duty), TORCH_MODE, calibration=FixedEfficiency(0.25)).rows_for_costs([matmul()])
+    # bound 2 ms, calibrated 8 ms: efficiency 0.25, 0.25 ** 0.5 = 0.5 of the 13 W above the constant:
+    # 106.5 W x 8 ms (the time form would need a t_full_s; its absence is no error for this form)
+    assert row.calibrated_time_s == pytest.approx(8e-3)
+    assert row.calibrated_energy_j == pytest.approx(106.5 * 8e-3)
+    (full,) = Predictor(profile(duty=duty), TORCH_MODE, calibration=FixedEfficiency(1.0)).rows_for_costs([matmul()])
+    assert full.calibrated_energy_j == pytest.approx(113.0 * 2e-3)   # at its roof: the busy power
+
+
 def test_a_malformed_duty_curve_in_a_profile_is_a_one_line_profile_error():
     from carm_advisor.errors import ProfileError
 
@@ -116,6 +127,8 @@ def test_a_malformed_duty_curve_in_a_profile_is_a_one_line_profile_error():
         profile(duty={"t_full_s": -1, "gamma": 0.5})
     with pytest.raises(ProfileError, match="power_model.duty must be an object"):
         profile(duty=[1e-3, 0.5])
+    with pytest.raises(ProfileError, match="duty curve variable must be one of"):
+        profile(duty={"variable": "clock", "gamma": 0.5})
 
 
 def test_a_duty_curve_round_trips_through_a_saved_profile(tmp_path):

@@ -131,10 +131,11 @@ def layer_power_w(carm: CARM, pm: PowerModel, work: Work, time_s: float | None =
     unknown): its busy power, the power model at its CARM operating point at the default clock with
     the power limit as a roof (what real layers draw: the unit that bounds them stays busy through the
     activity their useful FLOPs and bytes do not count), scaled by the power model's duty curve for
-    short calls where it has one (PowerModel.duty_power_w)."""
+    short calls (or, its efficiency form, calls far from the bound time) where it has one
+    (PowerModel.duty_power_w)."""
     f0 = reference_clock_mhz(pm, reference_sm_clock_mhz)
-    busy = predict_at_clock(carm, pm, work, f0, f0).power_w
-    return pm.duty_power_w(busy, time_s)
+    at_roofs = predict_at_clock(carm, pm, work, f0, f0)
+    return pm.duty_power_w(at_roofs.power_w, time_s, bound_time_s=at_roofs.time_s)
 
 
 def predict_model_at_clock(carm: CARM, pm: PowerModel, works: Iterable[Work], sm_clock_mhz: float,

@@ -392,32 +392,45 @@ def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float |
 @dataclass(frozen=True)
 class DutyObservation:
     """A measured layer: its time per call, its measured power and its busy power (the power model at
-    its CARM operating point, cap included)."""
+    its CARM operating point, cap included); its CARM bound time for the efficiency form."""
 
     time_s: float
     measured_w: float
     busy_w: float
+    bound_time_s: float | None = None
 
 
 def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
                    gammas: Iterable[float] | None = None, t_fulls_s: Iterable[float] | None = None,
-                   source: str = "fitted on layer records"):
-    """(t_full_s, gamma) of P = P_const + (busy - P_const) * min(1, (t / t_full_s) ** gamma) that minimise
-    the median absolute relative power error over `observations` (a grid search: robust to the layers no
-    curve describes, and the figure the validation reports). Returns (DutyCurve, that median error).
-    Fitted on LAYER data: validate it on layers of models it was not fitted on."""
+                   source: str = "fitted on layer records", variable: str = "time"):
+    """The duty curve (carm/power_model.DutyCurve) that minimises the median absolute relative power error
+    over `observations` (a grid search: robust to the layers no curve describes, and the figure the
+    validation reports). variable "time": (t_full_s, gamma) of P = P_const + (busy - P_const) *
+    min(1, (t / t_full_s) ** gamma); "efficiency": gamma of P = P_const + (busy - P_const) * min(1,
+    t_bound / t) ** gamma (observations without a bound time are left out). Returns (DutyCurve, that
+    median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
     import numpy as np
 
-    from carm_advisor.carm.power_model import DutyCurve
+    from carm_advisor.carm.power_model import DUTY_VARIABLES, DutyCurve
 
-    obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w]
+    if variable not in DUTY_VARIABLES:
+        raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {variable!r}")
+    obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w
+           and (variable == "time" or (o.bound_time_s or 0) > 0)]
     if not obs:
         raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
-                           "above the constant power")
+                           "above the constant power" + ("" if variable == "time" else ", and a bound time"))
     t = np.array([o.time_s for o in obs])
     m = np.array([o.measured_w for o in obs])
     busy = np.array([o.busy_w for o in obs])
     best = None
+    if variable == "efficiency":
+        e = np.minimum(1.0, np.array([o.bound_time_s for o in obs]) / t)
+        for g in (gammas if gammas is not None else np.linspace(0.0, 1.0, 101)):
+            err = float(np.median(np.abs((constant_w + (busy - constant_w) * e ** g) / m - 1)))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, None, float(g))
+        return DutyCurve(None, best[2], source, "efficiency"), best[0]
     for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
         for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
             p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)

@@ -36,6 +36,14 @@ Xception, EfficientNetB0, InceptionV3 and ConvNeXtTiny new): benchmarks/results/
 2026-12-04.json, validation.form_test. predict.py's calibrated energy is this headline: the profile's duty
 curve (power_model.duty) applied to the CARM-point power at the calibrated time.
 
+The duty's form since 2026-12-04 (helper h16): DutyCurve's efficiency form, P = P_const + (P_busy -
+P_const) * min(1, t_bound / t) ** gamma, t_bound the layer's CARM bound time: what a replayed layer draws
+follows how busy its limiting unit is (the share of its roof it reaches), not its duration (a short
+ReLU streaming HBM near its roof draws near its busy power). Chosen by a protocol on the records the time
+form was chosen on and tested on the second-session ones: benchmarks/power_model_validation.py
+(validation.duty_form_choice), whose notes say what was seen before the choice. The time form stays
+available (variable "time", the default of a profile's power_model.duty).
+
 Host-paced calls (2026-12-04 s2 records): a ResNet50 layer jitted alone and dispatched from Python takes
 40-90 us per call whatever its work and draws 126-580 W: the GPU idles while the host dispatches. Such a
 call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the layer's GPU
@@ -99,40 +107,65 @@ class VoltageCurve:
 
 
 
+# What a duty curve is a function of: the time per call (the form chosen on the 2026-12-03 records) or
+# the layer's efficiency, its CARM bound time / its time per call (the form chosen on the same records
+# in the 2026-12-04 protocol of benchmarks/power_model_validation.py).
+DUTY_VARIABLES = ("time", "efficiency")
+
+
 @dataclass(frozen=True)
 class DutyCurve:
-    """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws:
-    d(t) = min(1, (t / t_full_s) ** gamma). Fitted on measured LAYERS (carm/power_fit.fit_duty_curve),
-    not on the sweep: every sweep benchmark keeps the whole GPU busy for seconds, so the sweep cannot
-    see it. On the H200 (2026-12-03 records) short layer calls draw less: a 6 us call replayed from a
-    CUDA graph leaves the GPU idle between replays, a 50-100 us one (ResNet50's 1x1 convolutions) fills
-    part of the SMs, a >= 0.3 ms one runs at its busy power."""
+    """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws.
+    variable "time": d(t) = min(1, (t / t_full_s) ** gamma). variable "efficiency": d = e ** gamma, e =
+    min(1, bound_time_s / time_s) the share of its roof the layer reaches (how busy its limiting unit
+    is), t_full_s unused (None). Fitted on measured LAYERS (carm/power_fit.fit_duty_curve), not on the
+    sweep: every sweep benchmark keeps the whole GPU busy for seconds, so the sweep cannot see it. On the
+    H200 (2026-12-03 records) short layer calls draw less: a 6 us call replayed from a CUDA graph leaves
+    the GPU idle between replays, a 50-100 us one (ResNet50's 1x1 convolutions) fills part of the SMs, a
+    >= 0.3 ms one runs at its busy power; but a 14 us ReLU streaming HBM near its roof draws ~600 W."""
 
-    t_full_s: float
+    t_full_s: float | None
     gamma: float
     source: str = "fitted on layer records"
+    variable: str = "time"
 
     def __post_init__(self):
-        if not (math.isfinite(self.t_full_s) and self.t_full_s > 0) or not (math.isfinite(self.gamma) and self.gamma >= 0):
+        if self.variable not in DUTY_VARIABLES:
+            raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {self.variable!r}")
+        time_ok = self.variable != "time" or (isinstance(self.t_full_s, (int, float)) and math.isfinite(self.t_full_s)
+                                              and self.t_full_s > 0)
+        if not time_ok or not (math.isfinite(self.gamma) and self.gamma >= 0):
             raise ProfileError(f"duty curve needs t_full_s > 0 and gamma >= 0, received: t_full_s={self.t_full_s!r}, "
                                f"gamma={self.gamma!r}")
 
-    def fraction(self, time_s: float | None) -> float:
-        """d(t) in (0, 1]; 1 where the time is unknown (the busy power stands)."""
+    def fraction(self, time_s: float | None, bound_time_s: float | None = None) -> float:
+        """The duty in (0, 1]; 1 where the time (or, for the efficiency form, the bound time) is unknown
+        (the busy power stands)."""
         if time_s is None or not time_s > 0:
             return 1.0
+        if self.variable == "efficiency":
+            if bound_time_s is None or not bound_time_s > 0:
+                return 1.0
+            return min(1.0, bound_time_s / time_s) ** self.gamma
         return min(1.0, (time_s / self.t_full_s) ** self.gamma)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.variable == "efficiency":
+            return {"variable": "efficiency", "gamma": self.gamma, "source": self.source,
+                    "form": "P = P_const + (P_busy - P_const) * min(1, t_bound / t) ** gamma, t the time per call, "
+                            "t_bound its CARM bound time"}
         return {"t_full_s": self.t_full_s, "gamma": self.gamma, "source": self.source,
                 "form": "P = P_const + (P_busy - P_const) * min(1, (t / t_full_s) ** gamma), t the time per call"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DutyCurve":
         try:
-            return cls(float(d["t_full_s"]), float(d["gamma"]), str(d.get("source", "fitted on layer records")))
+            variable = str(d.get("variable", "time"))
+            t_full = float(d["t_full_s"]) if variable == "time" else None
+            return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileError(f"power_model.duty must hold numbers t_full_s, gamma, received: {d!r}") from exc
+            raise ProfileError(f"power_model.duty must hold numbers t_full_s (variable time), gamma, received: "
+                               f"{d!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -197,10 +230,12 @@ class PowerModel:
         power_time_s = self.dynamic_energy_j(flops, bytes_, path, level) / (self.power_limit_w - self.constant_w)
         return max(roof_time_s, power_time_s)
 
-    def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None) -> float:
+    def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None,
+                     bound_time_s: float | None = None) -> float:
         """A layer's power from its busy power (the power model at its CARM operating point) and its time
         per call. GPU-paced calls (a CUDA graph replay, a layer inside a compiled model; wall_time_s None):
-        P_const + (busy - P_const) * duty(time_s), the busy power without a duty curve. Host-paced calls
+        P_const + (busy - P_const) * duty, the duty curve at time_s (and, for its efficiency form, at the
+        layer's CARM bound time `bound_time_s`), the busy power without a duty curve. Host-paced calls
         (a layer jitted alone and dispatched from Python, `wall_time_s` its wall time per call, `time_s`
         its GPU time): P_const + (busy - P_const) * host_paced_fraction(time_s, wall_time_s), no duty
         curve: the idle share of each call is the gap the host leaves, which the duty curve (fitted on
@@ -209,7 +244,7 @@ class PowerModel:
             return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
         if self.duty is None:
             return busy_w
-        return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s)
+        return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s, bound_time_s)
 
     def energy_j(self, time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:
         return self.constant_w * time_s + self.dynamic_energy_j(flops, bytes_, path, level)
