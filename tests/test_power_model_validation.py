@@ -38,7 +38,7 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04.json"
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s2.json"   # the shipped profile's duty source
 
 
 def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
