@@ -380,8 +380,9 @@ class Calibration:
         model: the median over the models of each model's median bound / (whole - t0), so that a model measured
         many times (the tuning trials are VGG16's) counts as one (of this compute dtype if JIT_PER_DTYPE and
         there are any, else of every dtype).
-        A measurement outranks a model: for a `model` that has records of its own here, e is the median of its
-        own, and t0 its own batch series' intercept where it has one (the other models' median otherwise)."""
+        A measurement outranks a model: for a `model` that has records of its own here (of this dtype where
+        it has any), e is the median of its own, and t0 its own batch series' intercept where it has one (the
+        other models' median otherwise); where every own record lies at or below that t0, the other models' fit."""
         usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
         if not usable:
             return None
@@ -397,14 +398,17 @@ class Calibration:
             return None
         e = statistics.median(statistics.median(v) for v in by_model.values())
         over = f"median over {len(by_model)} models of"
-        if model and model in by_model:
-            own_records = [w for w in chosen if w.model == model]
+        own_records = [w for w in chosen if model and w.model == model]
+        own_dtype = [w for w in own_records if dtype and w.dtype == dtype]
+        if own_records:   # of this compute dtype where it has any (tensor cores or not: e differs by dtype)
+            own_records = own_dtype or own_records
             own_t0, own_series = self._fixed_cost(own_records, k)
-            t0, series = (own_t0, own_series) if own_series else (t0, series)
-            own = [self._bound_of(w) / (w.time_s - t0 - w.kernel_calls * k) for w in own_records
-                   if w.time_s - t0 - w.kernel_calls * k > 0]
-            if own:
-                e, chosen, over = statistics.median(own), own_records, f"{model}'s own measurements: median of"
+            own_t0, own_series = (own_t0, own_series) if own_series else (t0, series)
+            own = [self._bound_of(w) / (w.time_s - own_t0 - w.kernel_calls * k) for w in own_records
+                   if w.time_s - own_t0 - w.kernel_calls * k > 0]
+            if own:   # else (every own record at or below t0) the other models' fit, its t0 with its e
+                e, t0, series, chosen = statistics.median(own), own_t0, own_series, own_records
+                over = f"{model}'s own {dtype + ' ' if own_dtype else ''}measurements: median of"
         which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
             f" of every dtype (none in {dtype})" if JIT_PER_DTYPE and dtype else "")
         studies = sum(1 for w in chosen if w.source.startswith("study"))
