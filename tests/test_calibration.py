@@ -281,6 +281,20 @@ def test_a_model_with_own_records_of_two_dtypes_is_predicted_from_those_of_its_o
     assert c.whole_fit("jax", "jit", "float16", "v").bound_efficiency == pytest.approx(0.5)
 
 
+def test_a_model_of_another_architecture_under_the_same_name_does_not_take_its_records():
+    # "functional" measured with 40 kernels at e = 0.5; another "functional" of 4 kernels is not that model
+    def w(model, bound_ms, time_ms, kernels):
+        return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, kernels, model, kernels, None, "bfloat16",
+                           bound_ms * 1e-3, 0.0, 64, "channels_last", "", kernels)
+    c = Calibration([], [w("functional", 1.0, 2.0, 40), w("x", 1.0, 1.0, 4), w("y", 1.0, 1.25, 4)])
+    rows = [SimpleNamespace(type="Conv2D", predicted_time_s=1e-3, dtype="bfloat16")] * 4   # 4 kernels
+    every = c.whole_fit("jax", "jit", "bfloat16")
+    assert c.whole_time_s(rows, "jax", "jit", "functional") == pytest.approx(c.whole_time_s(rows, "jax", "jit"))
+    assert "own" not in c.whole_describe("jax", "jit", rows, "functional") and every.bound_efficiency == pytest.approx(0.8)
+    # the same name and kernel count: its own records
+    assert c.whole_time_s(rows * 10, "jax", "jit", "functional") == pytest.approx(40e-3 / 0.5)
+
+
 def test_own_records_all_at_or_below_their_own_intercept_keep_the_other_models_fit_whole():
     # v's own series falls with the batch (noise): intercept 3.5 ms above both its records -> no own e;
     # the fit is then the other models' (t0 and e together), not their e with v's t0
