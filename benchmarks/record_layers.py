@@ -43,6 +43,14 @@ def config_key(cfg: dict) -> str:
     return f"{cfg['model']}-{cfg['backend']}-{cfg['precision']}-{cfg['layout']}-b{cfg['batch_size']}"
 
 
+def recorded_path(out: Path, cfg: dict) -> Path | None:
+    """The configuration's record in `out`, or None: under its own name, or, for channels_first, under its
+    channels_last name (a model that refuses channels_first is recorded in channels_last: _load_in_layout)."""
+    names = [config_key(cfg)] + ([config_key({**cfg, "layout": "channels_last"})]
+                                 if cfg["layout"] == "channels_first" else [])
+    return next((out / (n + ".json") for n in names if (out / (n + ".json")).exists()), None)
+
+
 def ordered_configs(models: list[str], precisions: list[str], batch_sizes: list[int], backend: str) -> list[dict]:
     """Batch 64 first (what the targets are judged at), then the rest; models round-robin inside."""
     batches = sorted(batch_sizes, key=lambda b: (b != 64, batch_sizes.index(b)))
@@ -100,9 +108,9 @@ def main(argv=None) -> int:
         rest = len(args.backends) - i
         share = args.torch_share if backend == "torch" and rest > 1 else 1.0 / rest
         configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
-        if all((out / (config_key(c) + ".json")).exists() for c in configs):
+        if all(recorded_path(out, c) for c in configs):
             for c in configs:  # nothing left for this backend: no child, no import
-                print(f"skip (recorded): {config_key(c)}.json", flush=True)
+                print(f"skip (recorded): {recorded_path(out, c).name}", flush=True)
             summary[backend] = "all recorded"
             continue
         deadline = min(end, time.time() + (end - time.time()) * share)
@@ -144,8 +152,8 @@ def child(args: argparse.Namespace) -> int:
     configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
     for cfg in configs:
         path = out / (config_key(cfg) + ".json")
-        if path.exists():
-            print(f"skip (recorded): {path.name}", flush=True)
+        if recorded_path(out, cfg):
+            print(f"skip (recorded): {recorded_path(out, cfg).name}", flush=True)
             continue
         left_s = args.deadline - time.time()
         if left_s < (0.5 if args.dry else MIN_START_S.get(backend, 10.0)):

@@ -374,14 +374,18 @@ class Calibration:
         return (max(statistics.median(intercepts), 0.0), len(intercepts)) if intercepts else (0.0, 0)
 
     def _bound_fit(self, found: list[WholeSample], dtype: str | None, execution: str,
-                   model: str | None = None) -> WholeFit | None:
+                   model: str | None = None, kernels: int | None = None) -> WholeFit | None:
         """Compiled execution (jit, torch.compile): whole = t0 + (matmul bound + JIT_OTHER_SHARE x other bound)
         / e. t0 is the fixed cost per call (_fixed_cost, from batch series); e is one efficiency shared by every
         model: the median over the models of each model's median bound / (whole - t0), so that a model measured
         many times (the tuning trials are VGG16's) counts as one (of this compute dtype if JIT_PER_DTYPE and
         there are any, else of every dtype).
-        A measurement outranks a model: for a `model` that has records of its own here, e is the median of its
-        own, and t0 its own batch series' intercept where it has one (the other models' median otherwise)."""
+        A measurement outranks a model: for a `model` that has records of its own here (of this dtype where
+        it has any), e is the median of its own, and t0 its own batch series' intercept where it has one (the
+        other models' median otherwise); where every own record lies at or below that t0, the other models' fit.
+        Own records are those of this name and, where both are known, of `kernels` kernels (kernel_calls): a
+        name is no identity ("functional", "model" from model.keras), and a model of another architecture
+        under it must not take its t0 and e."""
         usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
         if not usable:
             return None
@@ -397,14 +401,18 @@ class Calibration:
             return None
         e = statistics.median(statistics.median(v) for v in by_model.values())
         over = f"median over {len(by_model)} models of"
-        if model and model in by_model:
-            own_records = [w for w in chosen if w.model == model]
+        own_records = [w for w in chosen if model and w.model == model
+                       and (not kernels or not w.kernel_calls or w.kernel_calls == kernels)]
+        own_dtype = [w for w in own_records if dtype and w.dtype == dtype]
+        if own_records:   # of this compute dtype where it has any (tensor cores or not: e differs by dtype)
+            own_records = own_dtype or own_records
             own_t0, own_series = self._fixed_cost(own_records, k)
-            t0, series = (own_t0, own_series) if own_series else (t0, series)
-            own = [self._bound_of(w) / (w.time_s - t0 - w.kernel_calls * k) for w in own_records
-                   if w.time_s - t0 - w.kernel_calls * k > 0]
-            if own:
-                e, chosen, over = statistics.median(own), own_records, f"{model}'s own measurements: median of"
+            own_t0, own_series = (own_t0, own_series) if own_series else (t0, series)
+            own = [self._bound_of(w) / (w.time_s - own_t0 - w.kernel_calls * k) for w in own_records
+                   if w.time_s - own_t0 - w.kernel_calls * k > 0]
+            if own:   # else (every own record at or below t0) the other models' fit, its t0 with its e
+                e, t0, series, chosen = statistics.median(own), own_t0, own_series, own_records
+                over = f"{model}'s own {dtype + ' ' if own_dtype else ''}measurements: median of"
         which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
             f" of every dtype (none in {dtype})" if JIT_PER_DTYPE and dtype else "")
         studies = sum(1 for w in chosen if w.source.startswith("study"))
@@ -417,7 +425,8 @@ class Calibration:
                         f"{execution}: {fixed}{bound} / {e:.2f}{kernels} ({over} "
                         f"{which}{t0_src})", e, t0, k)
 
-    def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None) -> WholeFit | None:
+    def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
+                  kernels: int | None = None) -> WholeFit | None:
         """How the whole model relates to its layers on this backend and execution, from the records:
         cuda_graph: a * matmul + b * other (the layers' GPU times, sequenced by the graph);
         jit, torch.compile: t0 + CARM bound / e (_bound_fit), not from the layers jitted alone: each of those
@@ -425,14 +434,15 @@ class Calibration:
         eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
           where there is one; the host time per call is the FASTEST whole / calls over the records
           where the host set the pace (eager > 1.3x the same record's CUDA-graph time, else its layer sum).
-        `model`: the model predicted; a compiled fit prefers its own records (_bound_fit)."""
+        `model` (its name) and `kernels` (its kernel_calls): the model predicted; a compiled fit prefers its
+        own records (_bound_fit)."""
         found = [w for w in self.whole if w.backend == backend and w.execution == execution and w.time_s > 0]
         if execution not in BOUND_EXECUTIONS:   # the layer-based fits need the layers measured too
             found = [w for w in found if w.has_layer_sums]
         if not found:
             return None
         if execution in BOUND_EXECUTIONS:
-            return self._bound_fit(found, dtype, execution, model)
+            return self._bound_fit(found, dtype, execution, model, kernels)
         floor = 0.0
         if execution != "eager":
             a, b = self._gpu_fit(found, floor)
@@ -458,7 +468,7 @@ class Calibration:
     def whole_time_s(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float | None:
         """The calibrated whole-model time from the rows' calibrated times (jit: their CARM bounds), or None
         without a fit; `model` names the model the rows are of (its own records first, whole_fit)."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows), model)
+        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernel_calls(rows))
         if fit is not None and fit.bound_efficiency is not None:
             mm, other = bound_sums(rows)
             kernels = fit.kernel_floor_s * kernel_calls(rows)
@@ -492,7 +502,8 @@ class Calibration:
     def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None, model: str | None = None) -> str:
         """How the whole-model calibrated prediction is made ("none": no record of this backend and execution);
         `rows` (the model's) pick the compute dtype where the fit depends on it (jit)."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows) if rows else None, model)
+        fit = self.whole_fit(backend, execution, rows_dtype(rows) if rows else None, model,
+                             kernel_calls(rows) if rows else None)
         return fit.source if fit else "none"
 
     # ---- combining and saving --------------------------------------------------------------

@@ -267,6 +267,45 @@ def test_a_model_with_records_of_its_own_is_predicted_from_them_not_from_the_oth
     assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "x") == pytest.approx(1e-3 + 4e-3 / 0.5)
 
 
+def test_a_model_with_own_records_of_two_dtypes_is_predicted_from_those_of_its_own_dtype():
+    def w(batch, bound_ms, time_ms, dtype, model="v"):
+        return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, 10, model, 4, None, dtype,
+                           bound_ms * 1e-3, 0.0, batch, "channels_last", "")
+    # v in bfloat16 at e = 0.5 (three records), in float32 at e = 1.0 (one); no batch series: t0 = 0
+    c = Calibration([], [w(32, 1.0, 2.0, "bfloat16"), w(64, 2.0, 4.0, "bfloat16"), w(128, 4.0, 8.0, "bfloat16"),
+                         w(64, 2.0, 2.0, "float32"), w(64, 1.0, 3.0, "float32", "x")])
+    assert c.whole_fit("jax", "jit", "float32", "v").bound_efficiency == pytest.approx(1.0)
+    assert c.whole_fit("jax", "jit", "bfloat16", "v").bound_efficiency == pytest.approx(0.5)
+    assert "v's own float32 measurements: median of 1 jit records" in c.whole_fit("jax", "jit", "float32", "v").source
+    # no own record of this dtype: every own record (a measurement of the model still outranks the others)
+    assert c.whole_fit("jax", "jit", "float16", "v").bound_efficiency == pytest.approx(0.5)
+
+
+def test_a_model_of_another_architecture_under_the_same_name_does_not_take_its_records():
+    # "functional" measured with 40 kernels at e = 0.5; another "functional" of 4 kernels is not that model
+    def w(model, bound_ms, time_ms, kernels):
+        return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, kernels, model, kernels, None, "bfloat16",
+                           bound_ms * 1e-3, 0.0, 64, "channels_last", "", kernels)
+    c = Calibration([], [w("functional", 1.0, 2.0, 40), w("x", 1.0, 1.0, 4), w("y", 1.0, 1.25, 4)])
+    rows = [SimpleNamespace(type="Conv2D", predicted_time_s=1e-3, dtype="bfloat16")] * 4   # 4 kernels
+    every = c.whole_fit("jax", "jit", "bfloat16")
+    assert c.whole_time_s(rows, "jax", "jit", "functional") == pytest.approx(c.whole_time_s(rows, "jax", "jit"))
+    assert "own" not in c.whole_describe("jax", "jit", rows, "functional") and every.bound_efficiency == pytest.approx(0.8)
+    # the same name and kernel count: its own records
+    assert c.whole_time_s(rows * 10, "jax", "jit", "functional") == pytest.approx(40e-3 / 0.5)
+
+
+def test_own_records_all_at_or_below_their_own_intercept_keep_the_other_models_fit_whole():
+    # v's own series falls with the batch (noise): intercept 3.5 ms above both its records -> no own e;
+    # the fit is then the other models' (t0 and e together), not their e with v's t0
+    whole = [_w("v", 32, 1.0, 3.0), _w("v", 64, 2.0, 2.5), _w("w", 32, 1.0, 2.0), _w("w", 64, 2.0, 3.0)]
+    c = Calibration([], whole)
+    every, own = c.whole_fit("jax", "jit"), c.whole_fit("jax", "jit", model="v")
+    assert own.fixed_s == pytest.approx(every.fixed_s)
+    assert own.bound_efficiency == pytest.approx(every.bound_efficiency)
+    assert own.source == every.source
+
+
 def test_a_negative_intercept_is_no_fixed_cost_and_no_compiled_record_is_none():
     c = Calibration([], [_w("v", 32, 1.0, 1.0), _w("v", 64, 2.0, 2.5)])    # intercept -0.5 ms -> 0
     assert c.whole_fit("jax", "jit").fixed_s == 0.0

@@ -57,6 +57,12 @@ def test_record_layers_records_a_model_that_refuses_channels_first_in_channels_l
     run = RunMeasurement.from_json(tmp_path / "densenet121-torch-float32-channels_last-b64.json")
     assert run.layout == "channels_last" and run.settings["config"]["layout"] == "channels_last"
     assert not list(tmp_path.glob("_failed-*"))
+    # a re-run finds it under the layout it ran in: nothing re-recorded
+    again = subprocess.run(_record_layers_cmd(tmp_path, "densenet121", "torch", "--torch-windows", "", "--budget-s", "120"),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "skip (recorded): densenet121-torch-float32-channels_last-b64.json" in again.stdout
+    assert "refuses channels_first" not in again.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")

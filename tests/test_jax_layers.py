@@ -89,3 +89,33 @@ def test_back_to_back_program_runs_the_layer_k_times_in_one_dispatch_on_the_same
     assert (execution, k, n_outs, same) == ("jit", "3", "3", "True")   # 3 outputs, each the single call's
     assert dots == "3", f"XLA merged or dropped calls: {dots} dot ops"  # neither merged (CSE) nor hoisted
     assert (recorded_k, timed, power, time_kept) == ("3", "True", "None", "True")   # CPU: no power reading
+
+
+BACK_TO_BACK_FAILS = textwrap.dedent("""
+    import warnings
+    import keras
+    from carm_advisor.mapping.walker import iter_layer_calls
+    from carm_advisor.measure import layers
+
+    def fails(*args, **kwargs):
+        raise MemoryError("RESOURCE_EXHAUSTED: out of memory (3 outputs kept alive)")
+
+    layers.jax_back_to_back_fn = fails
+    x = keras.Input((16,))
+    model = keras.Model(x, keras.layers.Dense(8, name="dense")(x))
+    call = [c for c in iter_layer_calls(model, 4) if c.path == "dense"][0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner = layers.layer_runner(call, backend="jax", back_to_back_calls=3)
+    print(runner.execution, runner.back_to_back is None, runner.calls_per_dispatch,
+          any("no back-to-back windows" in str(w.message) for w in caught))
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_a_back_to_back_program_that_fails_leaves_the_layer_jitted_not_eager():
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", BACK_TO_BACK_FAILS], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-4:] == ["jit", "True", "1", "True"]

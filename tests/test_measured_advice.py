@@ -258,3 +258,26 @@ def test_another_backends_calibrated_energy_is_its_time_at_its_own_predicted_pow
     # jax calibrated 20 ms at the rows' 620 W: 12.4 J (the former stretched energy: 5.6 + 100 x 0.020 = 7.6 J)
     report = _powered_report({})
     assert _whole(report, report.layers, CompiledFit("jit", 0.020), "jax", "jit") == pytest.approx((0.020, 12.4, False))
+
+
+def test_the_advice_asks_the_calibration_for_the_model_by_its_name():
+    # a compiled model with records of its own is predicted from them (Calibration._bound_fit): the advice
+    # must name the model, or every model gets the other models' fit
+    from carm_advisor.measured_advice import _whole
+
+    seen = []
+
+    class Named(CompiledFit):
+        def whole_time_s(self, rows, backend, execution, model=None):
+            seen.append(("time", execution, model))
+            return super().whole_time_s(rows, backend, execution, model)
+
+        def whole_describe(self, backend, execution, rows=None, model=None):
+            seen.append(("describe", execution, model))
+            return super().whole_describe(backend, execution, rows, model)
+
+    report = _report(EAGER_AND_GRAPH)
+    compilation_switch(report, report.layers, _predict(Named("torch.compile", 0.029)))
+    _whole(_report({}), report.layers, Named("jit", 0.020), "jax", "jit")
+    assert ("time", "torch.compile", "m") in seen and ("describe", "torch.compile", "m") in seen
+    assert ("time", "jit", "m") in seen

@@ -62,6 +62,19 @@ def test_hidden_modules_raise_on_import_only_while_hidden(tmp_path, monkeypatch)
     assert "jax" not in unused_at_import("jax") and "jax" in unused_at_import("torch")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs Keras' jax backend")
+def test_a_lean_import_that_hid_what_the_backend_needs_imports_keras_whole_not_a_false_missing_package():
+    # the backend as we read it (torch: jax hidden) is not the one Keras loads (jax): not "pip install jax"
+    code = ("from carm_advisor import keras_import\n"
+            "keras_import.configured_backend = lambda: 'torch'\n"
+            "keras = keras_import.import_keras(lean=True)\n"
+            "print(keras.backend.backend(), float(keras.ops.add(1, 2)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "jax 3.0"
+
+
 @pytest.fixture
 def no_compiler(monkeypatch):
     monkeypatch.setattr(build, "find_nvcc", lambda: Path("/usr/bin/nvcc-stub"))

@@ -198,3 +198,22 @@ def test_cli_no_calibration_reaches_tune(monkeypatch, tmp_path):
         with pytest.raises(Stop):
             main(["tune", "vgg16", "--trials", "1", "--storage", str(tmp_path / "s.db"), *extra])
     assert seen == ["auto", False]
+
+
+def test_the_tuner_asks_the_calibration_for_its_model_by_name():
+    # the tuner's whole-model time and its description name the model (its own records first)
+    seen = []
+
+    class Named(StubCalibration):
+        def whole_time_s(self, rows, backend, execution, model=None):
+            seen.append(("time", model))
+            return super().whole_time_s(rows, backend, execution, model)
+
+        def whole_describe(self, backend, execution, rows=None, model=None):
+            seen.append(("describe", model, bool(rows)))
+            return super().whole_describe(backend, execution, rows, model)
+
+    p = _predictor(Named())
+    p.value_prediction(TrialConfig("jax", "mixed_bfloat16", 32, "channels_last", "xla"))
+    name = p.spec.name
+    assert name and ("time", name) in seen and ("describe", name, True) in seen

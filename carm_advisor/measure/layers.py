@@ -276,12 +276,6 @@ def layer_runner(
         jitted = _jax_layer_fn(layer, arguments, is_layer)
         try:
             _backend.sync(jitted(tensors), "jax")  # compile now, outside any timing
-            runner = LayerRunner(lambda: jitted(tensors), "jit", tensors)
-            if back_to_back_calls > 0:
-                looped = jax_back_to_back_fn(layer, arguments, is_layer, back_to_back_calls)
-                _backend.sync(looped(tensors), "jax")
-                runner.back_to_back, runner.calls_per_dispatch = (lambda: looped(tensors)), back_to_back_calls
-            return runner
         except Exception as exc:  # a layer jax cannot trace statelessly (seeded RNG state...): run it eagerly
             warnings.warn(
                 f"carm_advisor: layer '{call.path}' ({type(layer).__name__}) could not be jit-compiled "
@@ -289,6 +283,21 @@ def layer_runner(
                 RuntimeWarning,
                 stacklevel=2,
             )
+        else:
+            runner = LayerRunner(lambda: jitted(tensors), "jit", tensors)
+            if back_to_back_calls > 0:
+                try:   # its own failure (K outputs kept alive: out of memory) leaves the jitted layer as it is
+                    looped = jax_back_to_back_fn(layer, arguments, is_layer, back_to_back_calls)
+                    _backend.sync(looped(tensors), "jax")
+                    runner.back_to_back, runner.calls_per_dispatch = (lambda: looped(tensors)), back_to_back_calls
+                except Exception as exc:
+                    warnings.warn(
+                        f"carm_advisor: layer '{call.path}' ({type(layer).__name__}): no back-to-back windows "
+                        f"({back_to_back_calls} calls per dispatch: {type(exc).__name__}: {str(exc)[:200]})",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+            return runner
     return LayerRunner(eager, "eager", tensors)
 
 
