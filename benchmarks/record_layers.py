@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--torch-windows", type=_csv, default=_csv("vgg16"),
                         help="models whose torch layers are also replayed alone (real per-layer power)")
     parser.add_argument("--whole-only", type=_csv, default=[],
-                        help="models whose jax record holds the whole model only (no layer jitted alone)")
+                        help="models whose jax record holds the whole model only (no layer jitted alone); torch records are one profiled pass either way and ignore it")
     parser.add_argument("--layer-window-s", type=float, default=0.05,
                         help="energy window per distinct layer replayed alone (>= 0.5 s for a per-layer power that "
                              "NVML's ~100 ms counter steps do not blur; 0.05 s times layers but its power is noise)")

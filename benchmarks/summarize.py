@@ -142,7 +142,10 @@ def cli_table(session: str) -> str:
     """`carm-advise analyze` timed on the GPU: the CLI's own phase timings, and layers vs graph time."""
     rows = ["| call / model | keras import | model build | analysis | since start-up | whole process | "
             "sum of layers / CUDA graph |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(RESULTS.glob(f"*-cli-{session[:10]}/*/*.json")):
+    date, tag = session[:10], session[11:]   # "2026-12-04-s2": the day's folder, its "s2-*" calls only
+    for path in sorted(RESULTS.glob(f"*-cli-{date}/*/*.json")):
+        if (not path.parent.name.startswith(tag + "-")) if tag else re.match(r"s\d+-", path.parent.name):
+            continue   # another session of the same day
         if "timings_s" not in (d := json.loads(path.read_text())):
             continue   # call.json
         t = d.get("timings_s") or {}

@@ -44,8 +44,9 @@ form was chosen on and tested on the second-session ones: benchmarks/power_model
 (validation.duty_form_choice), whose notes say what was seen before the choice. The time form stays
 available (variable "time", the default of a profile's power_model.duty).
 
-Host-paced calls (2026-12-04 s2 records): a ResNet50 layer jitted alone and dispatched from Python takes
-40-90 us per call whatever its work and draws 126-580 W: the GPU idles while the host dispatches. Such a
+Host-paced calls (benchmarks/results/nvidia-h200-records-2026-12-04-s2-windows/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
+tens of microseconds per call whatever its work, and small layers draw far below their busy power: the GPU
+idles while the host dispatches. Such a
 call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the layer's GPU
 time; the duty curve (GPU-paced replays) is not applied on top (benchmarks/power_model_validation.py).
 """
@@ -252,8 +253,8 @@ class PowerModel:
 
 def host_paced_fraction(gpu_time_s: float | None, wall_time_s: float | None) -> float:
     """The share of each call's wall time the GPU is busy: gpu / wall, capped at 1 (1 where either is
-    unknown). A call dispatched from the host (jax: a layer jitted alone, 40-90 us of Python and XLA
-    dispatch per call on the H200, 2026-12-04 records) keeps the GPU busy only for the layer's GPU time:
+    unknown). A call dispatched from the host (jax: a layer jitted alone, tens of microseconds of Python and
+    XLA dispatch per call on the H200, see the module docstring) keeps the GPU busy only for the layer's GPU time:
     the rest of each call the GPU idles at the constant power."""
     if gpu_time_s is None or wall_time_s is None or not gpu_time_s > 0 or not wall_time_s > 0:
         return 1.0
