@@ -279,6 +279,9 @@ EXCLUSIONS = {
     "window_unknown": "the record does not say how long its layer energy windows were",
     "window_short": "layer energy windows shorter than --min-layer-window-s: NVML's ~100 ms energy steps dominate",
     "no_power_reading": "no power, or 0 W, measured for the layer",
+    "host_paced_without_gpu_time": "a layer timed one host-dispatched call at a time (DISPATCHED_EXECUTIONS) for "
+                                   "which the calibration has no in-model GPU time (no jit whole-model fit): its "
+                                   "GPU share of the call, which sets its power, is unknown",
 }
 
 
@@ -296,6 +299,8 @@ def exclusion(run: dict, layer: dict, min_layer_window_s: float) -> str | None:
             return "window_short"
     if not (layer.get("power_w") or 0) > 0:
         return "no_power_reading"
+    if layer.get("execution") in DISPATCHED_EXECUTIONS and not layer.get("gpu_time_s_leave_one_model_out"):
+        return "host_paced_without_gpu_time"
     return None
 
 

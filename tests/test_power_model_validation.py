@@ -357,7 +357,7 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, min_layer_window_s=0.5)
     v = out["validation"]
     assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 1,
-                                       "window_short": 1, "no_power_reading": 1}
+                                       "window_short": 1, "no_power_reading": 1, "host_paced_without_gpu_time": 0}
     assert v["filters"]["evaluated"] == 6 and v["filters"]["scored"] == 2
     a = next(r for r in out["layers"] if r["run"] == "long.json" and r["layer"] == "a")
     assert a["scored"] and a["predicted_power_w"] == pytest.approx(400.0) and a["power_err"] == pytest.approx(-0.2)
@@ -375,6 +375,16 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     # A lower threshold lets the short window in (1200 W measured against 400 W: -2/3); 0 lets the old one in.
     assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.05)["validation"]["filters"]["scored"] == 3
     assert mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.0)["validation"]["filters"]["scored"] == 4
+
+
+def test_a_host_paced_layer_without_an_in_model_gpu_time_is_not_scored_as_a_gpu_paced_one():
+    mod = _load("power_model_validation")
+    jitted = {**_layer("a", 2e11, 1e9, 1e-3, 500.0), "execution": "jit"}           # no jit fit: no GPU time
+    known = {**_layer("b", 2e11, 1e9, 1e-3, 500.0), "execution": "jit", "gpu_time_s_leave_one_model_out": 5e-4}
+    out = mod.validate([_run("jax.json", "layer-windows", 0.5, [jitted, known])], _hand_carm(), _hand_model(), 2000.0, 0.5)
+    v = out["validation"]
+    assert v["filters"]["removed"]["host_paced_without_gpu_time"] == 1 and v["filters"]["scored"] == 1
+    assert [r["layer"] for r in out["layers"] if r["scored"]] == ["b"]
 
 
 def test_noise_floor_is_that_of_the_scored_layers_only():
@@ -444,7 +454,7 @@ def test_records_from_several_folders_carry_their_method_window_and_whole_model_
     assert mod.main(args) == 0
     v = json.loads(next(out.glob("*.json")).read_text())["validation"]
     assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 0,
-                                       "window_short": 1, "no_power_reading": 0}
+                                       "window_short": 1, "no_power_reading": 0, "host_paced_without_gpu_time": 0}
     assert v["filters"]["scored"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
 
 
