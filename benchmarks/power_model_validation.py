@@ -150,11 +150,12 @@ def _layer_rows_from_report(doc: dict) -> list[dict]:
             for l in doc["layers"] if l.get("known", True)]
 
 
-def _calibrated(rows, calibration, backend: str, execution: str | None) -> dict | None:
-    """The calibrated layer times of rows already calibrated, and the calibrated whole-model time."""
+def _calibrated(rows, calibration, backend: str, execution: str | None, model: str | None = None) -> dict | None:
+    """The calibrated layer times of rows already calibrated, and the calibrated whole-model time as the
+    product predicts it for `model` (its own compiled records first where the calibration has any)."""
     if calibration is None or execution is None:
         return None
-    whole_s = calibration.whole_time_s(rows, backend, execution)
+    whole_s = calibration.whole_time_s(rows, backend, execution, model)
     # Compiled (jit): still the layers' calibrated times, each jitted alone (dispatch included). Weighting by
     # their in-model GPU times (Calibration.in_model_time_s) was tried on the 2026-12-04 records and put the
     # jax whole-model power at 14.2% (from 7.7%): the duty curve at the short in-model times is too low.
@@ -192,7 +193,7 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
                     "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
                     "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
                     "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
-    calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution)}
+    calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution, model_name)}
     if calibration is not None:
         if model_name not in lomo_cache:
             lomo_cache[model_name] = calibration.without_model(model_name)
