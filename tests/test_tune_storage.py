@@ -98,3 +98,28 @@ def test_kill_9_then_the_same_command_loses_and_remeasures_nothing(tmp_path):
     assert all("error" not in t.user_attrs for t in stale)   # failed by the heartbeat, not by a measurement
     measured_keys = [t.user_attrs["config_key"] for t in after.values() if "repeat_of" not in t.user_attrs]
     assert len(measured_keys) == len(set(measured_keys))      # no configuration measured twice
+
+
+def test_a_trial_whose_process_died_before_its_first_heartbeat_is_failed_on_resume(tmp_path):
+    # Optuna's fail_stale_trials only sees trials with a heartbeat: a process SIGKILLed between creating a
+    # trial and its first heartbeat left it RUNNING for good (seen in CI). The recorded process finds it.
+    import socket
+
+    from carm_advisor.tune.study import _fail_stale
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study = optuna.create_study(study_name="s", storage=open_storage(str(tmp_path / "s.db"), "s", heartbeat_s=1.0))
+    orphan, live, elsewhere, unmarked = study.ask(), study.ask(), study.ask(), study.ask()
+    orphan.set_user_attr("process", {"host": socket.gethostname(), "pid": dead.pid})
+    live.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
+    elsewhere.set_user_attr("process", {"host": "another-machine", "pid": dead.pid})
+    _fail_stale(study)   # `unmarked` (killed before writing anything) is younger than the grace period: kept
+    running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states == {orphan.number: failed, live.number: running, elsewhere.number: running, unmarked.number: running}
+    time.sleep(3.2)      # past the grace period (3 x the 1 s heartbeat): no process recorded means it died first
+    live.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
+    _fail_stale(study)
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[unmarked.number] == failed and states[live.number] == running and states[elsewhere.number] == running

@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import shlex
+import socket
 import sys
 import tempfile
 import time
@@ -366,6 +367,8 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
             state.trial_s.append(time.perf_counter() - started)
 
     def _evaluate(trial: optuna.Trial):
+        # first: a process killed before the trial's first heartbeat is still found dead (_fail_stale)
+        trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
         for k, v in (trial_attrs or {}).items():
             trial.set_user_attr(k, v)
         config = space.suggest(trial)
@@ -584,8 +587,37 @@ def _finished_count(study) -> int:
 
 
 def _fail_stale(study) -> None:
+    """Trials left RUNNING by a killed process -> FAIL: by their stale heartbeat (RDB storages), and, for a
+    trial whose process died before its first heartbeat (Optuna fails only trials that have one; seen in CI
+    after a SIGKILL right after a trial was created), by its recorded process: this host and a pid no longer
+    alive, or no "process" user attr at all after the heartbeat grace period (a live trial writes it first,
+    within milliseconds of its creation)."""
+    import datetime as dt
+
     with contextlib.suppress(Exception):  # a storage without heartbeats has nothing to fail
         optuna.storages.fail_stale_trials(study)
+    host = socket.gethostname()
+    storage = getattr(study, "_storage", None)
+    storage = getattr(storage, "_backend", storage)   # Optuna wraps an RDB storage in a cache
+    grace_s = getattr(storage, "grace_period", None) or 3 * HEARTBEAT_S
+    now = dt.datetime.now()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        proc = t.user_attrs.get("process")
+        dead = (not proc and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > grace_s) or \
+            (proc and proc.get("host") == host and proc.get("pid") and not _alive(int(proc["pid"])))
+        if dead:
+            with contextlib.suppress(Exception):   # another process failed it first
+                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    return True
 
 
 def _log_callback(log, state: _StudyState):
