@@ -347,6 +347,12 @@ class Calibration:
     def _bound_of(w: WholeSample) -> float:
         return w.matmul_bound_s + JIT_OTHER_SHARE * w.other_bound_s
 
+    @classmethod
+    def _efficiencies(cls, records: list[WholeSample], t0: float, kernel_s: float) -> list[float]:
+        """bound / (whole - t0 - kernels x kernel_s) of each record whose time exceeds its fixed costs."""
+        spans = [(w, w.time_s - t0 - w.kernel_calls * kernel_s) for w in records]
+        return [cls._bound_of(w) / span for w, span in spans if span > 0]
+
     def kernel_floor(self, execution: str) -> float:
         """The GPU-side launch floor per kernel (seconds) a compiled execution pays (KERNEL_FLOOR_EXECUTIONS),
         from provenance["kernel_floor"]["value_s"] (fit_calibration.py: the measured launch floor); else 0."""
@@ -395,8 +401,8 @@ class Calibration:
         t0, series = self._fixed_cost(chosen, k)
         by_model: dict[str, list[float]] = {}
         for w in chosen:
-            if w.time_s - t0 - w.kernel_calls * k > 0:
-                by_model.setdefault(w.model, []).append(self._bound_of(w) / (w.time_s - t0 - w.kernel_calls * k))
+            by_model.setdefault(w.model, []).extend(self._efficiencies([w], t0, k))
+        by_model = {m: v for m, v in by_model.items() if v}
         if not by_model:
             return None
         e = statistics.median(statistics.median(v) for v in by_model.values())
@@ -408,8 +414,7 @@ class Calibration:
             own_records = own_dtype or own_records
             own_t0, own_series = self._fixed_cost(own_records, k)
             own_t0, own_series = (own_t0, own_series) if own_series else (t0, series)
-            own = [self._bound_of(w) / (w.time_s - own_t0 - w.kernel_calls * k) for w in own_records
-                   if w.time_s - own_t0 - w.kernel_calls * k > 0]
+            own = self._efficiencies(own_records, own_t0, k)
             if own:   # else (every own record at or below t0) the other models' fit, its t0 with its e
                 e, t0, series, chosen = statistics.median(own), own_t0, own_series, own_records
                 over = f"{model}'s own {dtype + ' ' if own_dtype else ''}measurements: median of"
@@ -468,11 +473,12 @@ class Calibration:
     def whole_time_s(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float | None:
         """The calibrated whole-model time from the rows' calibrated times (jit: their CARM bounds), or None
         without a fit; `model` names the model the rows are of (its own records first, whole_fit)."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernel_calls(rows))
+        kernels = kernel_calls(rows)
+        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
         if fit is not None and fit.bound_efficiency is not None:
             mm, other = bound_sums(rows)
-            kernels = fit.kernel_floor_s * kernel_calls(rows)
-            return fit.fixed_s + fit.matmul_factor * mm + fit.other_factor * other + kernels if mm + other > 0 else None
+            return (fit.fixed_s + fit.matmul_factor * mm + fit.other_factor * other + fit.kernel_floor_s * kernels
+                    if mm + other > 0 else None)
         times = [(r.type, r.calibrated_time_s) for r in rows if getattr(r, "calibrated_time_s", None)]
         if fit is None or not times:
             return None
@@ -612,16 +618,21 @@ def rows_dtype(rows: Sequence) -> str:
     return max(set(kinds), key=kinds.count) if kinds else ""
 
 
+def bounded_rows(rows: Sequence) -> list:
+    """The known rows that have a CARM bound (predicted_time_s)."""
+    return [r for r in rows if getattr(r, "known", True) and getattr(r, "predicted_time_s", None)]
+
+
 def bound_sums(rows: Sequence) -> tuple[float, float]:
     """CARM bounds summed over the known rows: matmul-class, the rest."""
-    known = [r for r in rows if getattr(r, "known", True) and getattr(r, "predicted_time_s", None)]
+    known = bounded_rows(rows)
     return (sum(r.predicted_time_s for r in known if r.type in MATMUL_CLASSES),
             sum(r.predicted_time_s for r in known if r.type not in MATMUL_CLASSES))
 
 
 def kernel_calls(rows: Sequence) -> int:
     """How many known rows run as kernels of their own when compiled (is_kernel)."""
-    return sum(1 for r in rows if getattr(r, "known", True) and getattr(r, "predicted_time_s", None) and is_kernel(r.type))
+    return sum(1 for r in bounded_rows(rows) if is_kernel(r.type))
 
 
 def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
@@ -633,7 +644,7 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         mm = sum(r.time_s for r in measured if r.type in MATMUL_CLASSES)
         other = sum(r.time_s for r in measured if r.type not in MATMUL_CLASSES)
     else:
-        measured = [r for r in rows if getattr(r, "known", True) and getattr(r, "predicted_time_s", None)]
+        measured = bounded_rows(rows)
         mm = other = 0.0
     n_mm = sum(1 for r in measured if r.type in MATMUL_CLASSES)
     graph = run.inference_graph.time_s if run.inference_graph is not None and run.inference_graph.time_s else None
