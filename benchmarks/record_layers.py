@@ -108,9 +108,10 @@ def main(argv=None) -> int:
         rest = len(args.backends) - i
         share = args.torch_share if backend == "torch" and rest > 1 else 1.0 / rest
         configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
-        if all(recorded_path(out, c) for c in configs):
-            for c in configs:  # nothing left for this backend: no child, no import
-                print(f"skip (recorded): {recorded_path(out, c).name}", flush=True)
+        recorded = [recorded_path(out, c) for c in configs]
+        if all(recorded):
+            for path in recorded:  # nothing left for this backend: no child, no import
+                print(f"skip (recorded): {path.name}", flush=True)
             summary[backend] = "all recorded"
             continue
         deadline = min(end, time.time() + (end - time.time()) * share)
@@ -152,8 +153,8 @@ def child(args: argparse.Namespace) -> int:
     configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
     for cfg in configs:
         path = out / (config_key(cfg) + ".json")
-        if recorded_path(out, cfg):
-            print(f"skip (recorded): {recorded_path(out, cfg).name}", flush=True)
+        if (recorded := recorded_path(out, cfg)) is not None:
+            print(f"skip (recorded): {recorded.name}", flush=True)
             continue
         left_s = args.deadline - time.time()
         if left_s < (0.5 if args.dry else MIN_START_S.get(backend, 10.0)):
@@ -208,11 +209,11 @@ def _load_in_layout(load_model, cfg: dict, out: Path, *, dry: bool):
 
 
 def _windows(args: argparse.Namespace) -> dict:
+    windows = {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats,
+               "model_window_s": args.model_window_s, "back_to_back_calls": args.jax_back_to_back_calls}
     if args.dry:
-        return {"layer_window_s": 0.01, "layer_repeats": 1, "model_window_s": 0.02,
-                "back_to_back_calls": args.jax_back_to_back_calls}
-    return {"layer_window_s": args.layer_window_s, "layer_repeats": args.layer_repeats, "model_window_s": args.model_window_s,
-            "back_to_back_calls": args.jax_back_to_back_calls}
+        windows.update(layer_window_s=0.01, layer_repeats=1, model_window_s=0.02)
+    return windows
 
 
 def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict, layers: bool = True):

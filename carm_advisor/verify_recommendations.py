@@ -150,16 +150,13 @@ def _verify(report, pending, runner: Runner, model_spec: str | None, model) -> l
                 "error": None if new.get("ok") else (new.get("error") or base.get("error")),
                 "baseline": b_cfg, "compile_s": new.get("compile_s") if new.get("ok") else None,
             }
-            if "time" in flagged_on:
-                report.warnings.append(
-                    f"verify: '{rec.title}' predicted {predicted:.2f}x, measured {speedup:.2f}x "
-                    + (f"(both against {against}) " if against else "")
-                    + f"({off:.0%} off, more than {VERIFY_TOLERANCE:.0%})")
-            if "energy" in flagged_on:
-                report.warnings.append(
-                    f"verify: '{rec.title}' predicted {predicted_e:.2f}x less energy, measured {energy:.2f}x "
-                    + (f"(both against {against}) " if against else "")
-                    + f"({off_e:.0%} off, more than {VERIFY_TOLERANCE:.0%})")
+            for what, p, m, o in (("time", f"{predicted or 0:.2f}x", speedup, off),
+                                  ("energy", f"{predicted_e or 0:.2f}x less energy", energy, off_e)):
+                if what in flagged_on:
+                    report.warnings.append(
+                        f"verify: '{rec.title}' predicted {p}, measured {m:.2f}x "
+                        + (f"(both against {against}) " if against else "")
+                        + f"({o:.0%} off, more than {VERIFY_TOLERANCE:.0%})")
             out.append(rec.verified)
     return out
 
