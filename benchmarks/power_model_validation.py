@@ -377,7 +377,7 @@ VARIANTS = {
 
 # The duty curve's variable (carm/power_model.DutyCurve), chosen by the protocol of duty_form_choice on the
 # records the time form was chosen on (FORM_CHOICE_DATA), then tested on the second-session records.
-DUTY_VARIABLE = "efficiency"
+DUTY_VARIABLE = "size_efficiency"
 # Candidate forms of the GPU-paced duty (d, scaling the busy power above the constant), t the time per call,
 # e = min(1, t_bound / t) the share of its roof the layer reaches; parameters fitted leave one model out.
 DUTY_CANDIDATES = {
@@ -385,14 +385,28 @@ DUTY_CANDIDATES = {
     "efficiency": "e ** gamma (1 parameter)",
     "time_x_efficiency": "min(1, (t / t_full) ** g1) * e ** g2 (3 parameters: above the <= 2 asked; chosen only if it "
                          "beats the best <= 2-parameter form on the choosing data)",
+    # Added in the third session of 2026-12-04, before any candidate was scored on its test records (-s3*).
+    "size": "min(1, (t_bound / t_size) ** g): the layer's size, its CARM bound time (2 parameters)",
+    "size_efficiency": "min(1, (t_bound / t_size) ** g1) * e ** g2 (3 parameters; chosen only if it beats the best "
+                       "<= 2-parameter form on the choosing data)",
 }
+CANDIDATE_PARAMETERS = {"time": 2, "efficiency": 1, "time_x_efficiency": 3, "size": 2, "size_efficiency": 3}
+
+# The form choices made so far, each on the records before its test folders (substring of the folder name),
+# the incumbent form staying unless another beats it there; the last one is the protocol this file runs.
+FORM_CHOICES = (
+    {"session": "2026-12-04, second session", "test": "-s2", "incumbent": "time", "chose": "efficiency"},
+    {"session": "2026-12-04, third session", "test": "-s3", "incumbent": "efficiency"},
+)
 
 
-def form_choice_data(source: str | None) -> bool:
-    """The records the time form was chosen on (2026-12-03 and the first session of 2026-12-04: folders
-    nvidia-h200-records-2026-12-03*, -2026-12-04, -2026-12-04-call3, tests/data): every folder but the
-    second session's (*-s2*), which is the chosen form's out-of-sample test."""
-    return "-s2" not in (source or "")
+def form_choice_data(source: str | None, test: str = FORM_CHOICES[-1]["test"]) -> bool:
+    """The records a form choice is made on: every folder before its test folders (`test`, a substring of
+    their names: the third session's choice, the default, is made on everything but *-s3*; the second
+    session's was made on everything but *-s2*, before any -s3 record existed)."""
+    source = source or ""
+    later = [c["test"] for c in FORM_CHOICES[[c["test"] for c in FORM_CHOICES].index(test):]]
+    return not any(t in source for t in later)
 
 
 def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VARIABLE) -> tuple[dict, object | None]:
@@ -460,17 +474,22 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
     chosen form's out-of-sample form test."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
-    choose = [c for c in cand_obs if form_choice_data(c[1])]
-    test = [c for c in cand_obs if not form_choice_data(c[1])]
+    choice = FORM_CHOICES[-1]
+    choose = [c for c in cand_obs if form_choice_data(c[1], choice["test"])]
+    test = [c for c in cand_obs if choice["test"] in (c[1] or "")]
 
     def fit(form, rows):
         obs = [c[2] for c in rows]
         if form == "time_x_efficiency":
             return _combination_fit(obs, constant_w)
+        if form == "size":
+            return fit_duty_curve(obs, constant_w, variable="size_efficiency", gammas=[0.0])[0]
         return fit_duty_curve(obs, constant_w, variable=form)[0]
 
     def params_of(form, p):
-        return list(p) if form == "time_x_efficiency" else {"t_full_s": p.t_full_s, "gamma": p.gamma}
+        if form == "time_x_efficiency":
+            return list(p)
+        return {k: v for k, v in p.to_dict().items() if k not in ("source", "form", "variable")}
 
     def score(form, p, rows):
         out = {}
@@ -506,25 +525,27 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
                               **{f"{k}_power_median_abs_err": _median_abs(v) for k, v in lomo.items()},
                               "by_held_out_model": by_model},
             "fitted_on_all_choosing_data": params_of(form, p_all),
-            "s2_form_test": {"n": len(test_errs["calibrated_time"]),
+            "form_test": {"n": len(test_errs["calibrated_time"]),
                              **{f"{k}_power_median_abs_err": _median_abs(v) for k, v in test_errs.items()},
                              "by_model": {m: {k: _median_abs(v) for k, v in
                                               score(form, p_all, [c for c in test if c[0] == m]).items()}
                                           for m in test_models}}}
-    # The time form stays unless another beats it (by more than float noise); the 3-parameter combination
-    # only if it beats the best form of <= 2 parameters.
+    # The incumbent stays unless another beats it (by more than float noise); a 3-parameter form only if
+    # it beats the best form of <= 2 parameters.
     err = {f: t["choosing_lomo"]["calibrated_time_power_median_abs_err"] for f, t in table.items()}
 
     def beats(f, g):
         return err[f] is not None and (err[g] is None or err[f] < err[g] - 1e-9)
 
-    best = "time"
-    for form in (f for f in DUTY_CANDIDATES if f not in ("time", "time_x_efficiency")):
+    best = choice["incumbent"]
+    for form in (f for f in DUTY_CANDIDATES if f != best and CANDIDATE_PARAMETERS[f] <= 2):
         if beats(form, best):
             best = form
-    if beats("time_x_efficiency", best):
-        best = "time_x_efficiency"
+    for form in (f for f in DUTY_CANDIDATES if CANDIDATE_PARAMETERS[f] > 2):
+        if beats(form, best):
+            best = form
     return {"protocol": duty_form_choice.__doc__.split("\n\n")[0].replace("\n   ", ""),
+            "session": choice["session"], "incumbent": choice["incumbent"], "history": list(FORM_CHOICES[:-1]),
             "choosing_data": sorted({c[1] for c in choose}, key=str), "test_data": sorted({c[1] for c in test}, key=str),
             "chosen": best, "in_use": DUTY_VARIABLE, "candidates": table}
 

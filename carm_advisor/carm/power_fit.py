@@ -402,12 +402,15 @@ class DutyObservation:
 
 def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
                    gammas: Iterable[float] | None = None, t_fulls_s: Iterable[float] | None = None,
-                   source: str = "fitted on layer records", variable: str = "time"):
+                   source: str = "fitted on layer records", variable: str = "time",
+                   t_sizes_s: Iterable[float] | None = None, gammas_size: Iterable[float] | None = None):
     """The duty curve (carm/power_model.DutyCurve) that minimises the median absolute relative power error
     over `observations` (a grid search: robust to the layers no curve describes, and the figure the
     validation reports). variable "time": (t_full_s, gamma) of P = P_const + (busy - P_const) *
     min(1, (t / t_full_s) ** gamma); "efficiency": gamma of P = P_const + (busy - P_const) * min(1,
-    t_bound / t) ** gamma (observations without a bound time are left out). Returns (DutyCurve, that
+    t_bound / t) ** gamma (observations without a bound time are left out); "size_efficiency": (t_size_s,
+    gamma_size, gamma) of the efficiency form times min(1, (t_bound / t_size_s) ** gamma_size) (gamma_size
+    0 on its grid is the efficiency form itself). Returns (DutyCurve, that
     median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
     import numpy as np
 
@@ -431,6 +434,19 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
+    if variable == "size_efficiency":
+        tb = np.array([o.bound_time_s for o in obs])
+        e = np.minimum(1.0, tb / t)
+        g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
+        ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
+        for t_size in (t_sizes_s if t_sizes_s is not None else np.logspace(-7, -3, 41)):
+            for gs in (gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)):
+                d = np.minimum(1.0, (tb / t_size) ** gs)[None, :] * ge
+                errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
+                i = int(np.argmin(errs))
+                if best is None or errs[i] < best[0] - 1e-12:
+                    best = (float(errs[i]), (float(t_size), float(gs)), float(g_grid[i]))
+        return DutyCurve(None, best[2], source, "size_efficiency", best[1][0], best[1][1]), best[0]
     for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
         for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
             p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)

@@ -108,10 +108,12 @@ class VoltageCurve:
 
 
 
-# What a duty curve is a function of: the time per call (the form chosen on the 2026-12-03 records) or
-# the layer's efficiency, its CARM bound time / its time per call (the form chosen on the same records
-# in the 2026-12-04 protocol of benchmarks/power_model_validation.py).
-DUTY_VARIABLES = ("time", "efficiency")
+# What a duty curve is a function of: the time per call (the form chosen on the 2026-12-03 records), the
+# layer's efficiency, its CARM bound time / its time per call (the form chosen on the same records in the
+# 2026-12-04 protocol of benchmarks/power_model_validation.py), or the efficiency times the layer's size,
+# its CARM bound time against a fitted size t_size_s (the third session's protocol: a layer whose work is
+# too small to fill the GPU draws little whatever share of its roof it reaches).
+DUTY_VARIABLES = ("time", "efficiency", "size_efficiency")
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,18 @@ class DutyCurve:
     sweep: every sweep benchmark keeps the whole GPU busy for seconds, so the sweep cannot see it. On the
     H200 (2026-12-03 records) short layer calls draw less: a 6 us call replayed from a CUDA graph leaves
     the GPU idle between replays, a 50-100 us one (ResNet50's 1x1 convolutions) fills part of the SMs, a
-    >= 0.3 ms one runs at its busy power; but a 14 us ReLU streaming HBM near its roof draws ~600 W."""
+    >= 0.3 ms one runs at its busy power; but a 14 us ReLU streaming HBM near its roof draws ~600 W.
+    variable "size_efficiency": d = min(1, (bound_time_s / t_size_s) ** gamma_size) * e ** gamma: the
+    efficiency form times the layer's size (its CARM bound time, the work at the roofs' rates) against
+    t_size_s: on the H200, MobileNetV2 and ResNet50 layers whose work takes < ~2 us at the roofs (an Add at
+    batch 64, a 1x1 convolution on 14x14 maps) draw 150-300 W replayed alone, whatever their efficiency."""
 
     t_full_s: float | None
     gamma: float
     source: str = "fitted on layer records"
     variable: str = "time"
+    t_size_s: float | None = None       # size_efficiency: the bound time from which a layer fills the GPU
+    gamma_size: float = 0.0             # size_efficiency: the exponent of its size term
 
     def __post_init__(self):
         if self.variable not in DUTY_VARIABLES:
@@ -138,19 +146,33 @@ class DutyCurve:
         if not time_ok or not (math.isfinite(self.gamma) and self.gamma >= 0):
             raise ProfileError(f"duty curve needs t_full_s > 0 and gamma >= 0, received: t_full_s={self.t_full_s!r}, "
                                f"gamma={self.gamma!r}")
+        size_ok = self.variable != "size_efficiency" or (
+            isinstance(self.t_size_s, (int, float)) and math.isfinite(self.t_size_s) and self.t_size_s > 0
+            and math.isfinite(self.gamma_size) and self.gamma_size >= 0)
+        if not size_ok:
+            raise ProfileError(f"the size_efficiency duty curve needs t_size_s > 0 and gamma_size >= 0, received: "
+                               f"t_size_s={self.t_size_s!r}, gamma_size={self.gamma_size!r}")
 
     def fraction(self, time_s: float | None, bound_time_s: float | None = None) -> float:
         """The duty in (0, 1]; 1 where the time (or, for the efficiency form, the bound time) is unknown
         (the busy power stands)."""
         if time_s is None or not time_s > 0:
             return 1.0
-        if self.variable == "efficiency":
+        if self.variable in ("efficiency", "size_efficiency"):
             if bound_time_s is None or not bound_time_s > 0:
                 return 1.0
-            return min(1.0, bound_time_s / time_s) ** self.gamma
+            d = min(1.0, bound_time_s / time_s) ** self.gamma
+            if self.variable == "size_efficiency":
+                d *= min(1.0, (bound_time_s / self.t_size_s) ** self.gamma_size)
+            return d
         return min(1.0, (time_s / self.t_full_s) ** self.gamma)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.variable == "size_efficiency":
+            return {"variable": "size_efficiency", "gamma": self.gamma, "t_size_s": self.t_size_s,
+                    "gamma_size": self.gamma_size, "source": self.source,
+                    "form": "P = P_const + (P_busy - P_const) * min(1, (t_bound / t_size_s) ** gamma_size) * "
+                            "min(1, t_bound / t) ** gamma, t the time per call, t_bound its CARM bound time"}
         if self.variable == "efficiency":
             return {"variable": "efficiency", "gamma": self.gamma, "source": self.source,
                     "form": "P = P_const + (P_busy - P_const) * min(1, t_bound / t) ** gamma, t the time per call, "
@@ -163,9 +185,11 @@ class DutyCurve:
         try:
             variable = str(d.get("variable", "time"))
             t_full = float(d["t_full_s"]) if variable == "time" else None
-            return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable)
+            size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable == "size_efficiency" else (None, 0.0))
+            return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable, *size)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileError(f"power_model.duty must hold numbers t_full_s (variable time), gamma, received: "
+            raise ProfileError(f"power_model.duty must hold numbers t_full_s (variable time), gamma, t_size_s and "
+                               f"gamma_size (variable size_efficiency), received: "
                                f"{d!r}") from exc
 
 
