@@ -64,26 +64,36 @@ def launch_floor_of(measured: dict, file_name: str) -> dict:
 
 def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     """The profile's power_model.duty from a power_model_validation.py result, saying where it came from."""
+    import dataclasses
+
+    from carm_advisor.carm.power_model import DutyCurve
+    from carm_advisor.errors import ProfileError
+
     part = validation if sweep else validation.get("shipped_power_model") or {}
     curve = (part.get("duty_curves") or {}).get("in_sample")
     v = part.get("validation") or {}
-    efficiency = isinstance(curve, dict) and curve.get("variable") == "efficiency"
-    if not isinstance(curve, dict) or "gamma" not in curve or not (efficiency or "t_full_s" in curve):
+    try:
+        duty = DutyCurve.from_dict(curve) if isinstance(curve, dict) else None
+    except ProfileError as exc:
+        duty, why = None, f": {exc}"
+    else:
+        why = ""
+    if duty is None:
         where = "duty_curves.in_sample" if sweep else "shipped_power_model.duty_curves.in_sample"
-        raise SystemExit(f"{file_name}: expected {where} with t_full_s and gamma, or variable efficiency and gamma "
-                         f"(benchmarks/power_model_validation.py output)")
+        raise SystemExit(f"{file_name}: expected {where}, a duty curve of carm/power_model.DutyCurve "
+                         f"(benchmarks/power_model_validation.py output){why}")
     models = ((v.get("models") or part.get("models") or {}).get("headline") or {})
     figures = []
     if v.get("power_median_abs_err") is not None:
         figures.append(f"per-layer power median abs error {v['power_median_abs_err']:.1%} over n={v['n']} layers")
+    if models.get("power_median_abs_err") is not None:
+        figures.append(f"whole-model power {models['power_median_abs_err']:.1%} over n={models['n']}")
     if models.get("energy_per_sample_median_abs_err_calibrated_time") is not None:
         figures.append(f"whole-model energy per sample with the calibrated time "
                        f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
     source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
-    if efficiency:   # the efficiency form (carm/power_model.DutyCurve): no t_full_s
-        return {"variable": "efficiency", "gamma": curve["gamma"], "source": source, "form": curve.get("form")}
-    return {"t_full_s": curve["t_full_s"], "gamma": curve["gamma"], "source": source, "form": curve.get("form")}
+    return dataclasses.replace(duty, source=source).to_dict()
 
 
 def sweep_power_model(measured: dict, drop: dict) -> dict:

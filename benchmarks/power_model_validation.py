@@ -62,6 +62,18 @@ back streams HBM near its roof and draws near its busy power, resnet50 s2-window
 keep their form (the duty curve is not applied to them). Whole models: the layers' duty at their
 calibrated times for every execution (at the in-model GPU times for jit it was tried, see _calibrated).
 
+Form choice of the third session of 2026-12-04 (FORM_CHOICES[-1]; validation.duty_form_choice). Before it, the
+session recorded new per-layer windows (-s3c1-windows, -s3c2-windows: ResNet50 and MobileNetV2 torch at
+fp16 b64, bf16 b32/b128, fp32 b64; jax fp16 b64 and VGG16 bf16 b32/b128), the test set. Seen before the
+candidates were written: on the pre-s3 records, an exploration of the size forms (size, size x efficiency)
+in a scratch script, with the figures the protocol reproduces; on the -s3 records, only the efficiency
+form's headline by configuration (18% per layer, too high on small layers: MobileNetV2 at batch 32 +51%,
+ResNet50 at batch 32 +18%). The rule is the second session's: the incumbent (efficiency) stays unless a
+candidate beats it on the choosing data (every folder but -s3), a 3-parameter form only if it beats the
+best form of <= 2. Candidates added: size, min(1, (t_bound / t_size) ** g), and size_efficiency, size x
+efficiency (3 parameters). size_efficiency won on the choosing data and is the headline (DUTY_VARIABLE);
+the form test on -s3 reports every candidate fitted on the choosing data, whatever it says.
+
 Only per-layer power measurements are scored. Left out, each with its count: jax mixed-precision
 records traced before the autocast fix (RunMeasurement.jit_layers_in_policy_dtype False: their layers ran
 in float32; their whole-model figures are kept, the ones built from their layer times are not), records of torch's
@@ -167,7 +179,14 @@ def _calibrated(rows, calibration, backend: str, execution: str | None, model: s
     # Eager: the host may set the pace (whole = max(GPU time, calls x host time per call)); the GPU's share
     # of the wall time is what the same layers take replayed from a CUDA graph.
     gpu_s = calibration.whole_time_s(rows, backend, "cuda_graph") if execution in HOST_PACED_WHOLE else None
-    return {"whole_time_s": whole_s, "layers": layers, "gpu_time_s": gpu_s} if whole_s and layers else None
+    # Compiled: the same layers at their in-model GPU times (Calibration.in_model_time_s), the other choice of
+    # whole_model_jit_choice.
+    in_model = [(r.flops, r.bytes, r.path, r.level, calibration.in_model_time_s(r.type, r.predicted_time_s, backend,
+                                                                               execution, r.dtype))
+                for r in rows if r.known and (r.flops or r.bytes) and execution in DISPATCHED_EXECUTIONS]
+    in_model = [x for x in in_model if x[4]] or None
+    return ({"whole_time_s": whole_s, "layers": layers, "gpu_time_s": gpu_s, "layers_in_model": in_model}
+            if whole_s and layers else None)
 
 
 def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | None, lomo_cache: dict):
@@ -375,8 +394,41 @@ VARIANTS = {
                                       "gamma) (the headline form until the 2026-12-04 form choice), leave one model out",
 }
 
-# The duty curve's variable (carm/power_model.DutyCurve), chosen by the protocol of duty_form_choice on the
-# records the time form was chosen on (FORM_CHOICE_DATA), then tested on the second-session records.
+# Compiled (jit) whole models: the layers' duty power time-weighted at their "in_model" GPU times
+# (Calibration.in_model_time_s) or at their "dispatch" times (each jitted alone, dispatch included: the
+# choice until the third session of 2026-12-04). Chosen by whole_model_jit_choice.
+JIT_WHOLE_TIMES = "in_model"
+
+
+def whole_model_jit_choice(models: list[dict]) -> dict:
+    """The protocol that chose JIT_WHOLE_TIMES (third session of 2026-12-04, after the duty's form became
+    size_efficiency): the whole-model power of compiled (jit) whole models, leave one model out, with the
+    layers at their dispatch times (the incumbent) and at their in-model GPU times; chosen on the records
+    before FORM_CHOICES[-1]["test"] (the incumbent stays unless beaten), reported on those records. Seen
+    before the rule: the headline's whole-model power by execution (jit -8% median, too low); the in-model
+    weighting had been tried with the efficiency form in the second session and was worse then."""
+    test = FORM_CHOICES[-1]["test"]
+    rows = [(r, (r.get("calibrated_leave_one_model_out") or {})) for r in models]
+    rows = [(r, c) for r, c in rows if c.get("duty_lomo_in_model_power_err") is not None
+            and c.get("duty_lomo_dispatch_times_power_err") is not None]
+
+    def figures(part):
+        return {"n": len(part),
+                **{f"{k}_power_median_abs_err": _median_abs(c[f"duty_lomo_{k}_power_err"] for _, c in part)
+                   for k in ("dispatch_times", "in_model")},
+                **{f"{k}_power_median_err": _median_signed(c[f"duty_lomo_{k}_power_err"] for _, c in part)
+                   for k in ("dispatch_times", "in_model")}}
+
+    choose = figures([x for x in rows if form_choice_data(x[0].get("source"), test)])
+    held = figures([x for x in rows if test in (x[0].get("source") or "")])
+    a, b = choose["dispatch_times_power_median_abs_err"], choose["in_model_power_median_abs_err"]
+    chosen = "in_model" if a is not None and b is not None and b < a - 1e-9 else "dispatch"
+    return {"protocol": whole_model_jit_choice.__doc__.split("\n\n")[0].replace("\n   ", ""),
+            "choosing": choose, "test": held, "chosen": chosen, "in_use": JIT_WHOLE_TIMES}
+
+
+# The duty curve's variable (carm/power_model.DutyCurve), chosen by the protocol of duty_form_choice
+# (FORM_CHOICES[-1]: on every record before the third session's, tested on its -s3 records).
 DUTY_VARIABLE = "size_efficiency"
 # Candidate forms of the GPU-paced duty (d, scaling the busy power above the constant), t the time per call,
 # e = min(1, t_bound / t) the share of its roof the layer reaches; parameters fitted leave one model out.
@@ -470,8 +522,8 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
     records the time form was chosen on), at the measured time, and scored on the held-out model's layers
     at their calibrated time (the headline) and their measured time; the pooled median |error| at the
     calibrated time picks the form (the time form stays unless another beats it). Then, without further
-    tuning, each candidate fitted on all the choosing data is scored on the second-session records: the
-    chosen form's out-of-sample form test."""
+    tuning, each candidate fitted on all the choosing data is scored on the choice's test records
+    (FORM_CHOICES[-1]["test"]): the chosen form's out-of-sample form test."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
     choice = FORM_CHOICES[-1]
@@ -685,6 +737,15 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
             cal_w, roofs_w, duty_w, above_j = _time_weighted_power(parts, carm, pm, f0_mhz,
                                                                    lomo_curves.get(run["model"]))
+            in_model_w = None
+            if cal.get("layers_in_model") and lomo_curves.get(run["model"]) is not None:
+                in_model_w = _time_weighted_power(
+                    [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers_in_model"]
+                     if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)],
+                    carm, pm, f0_mhz, lomo_curves.get(run["model"]))[2]
+            dispatch_w = duty_w
+            if JIT_WHOLE_TIMES == "in_model" and in_model_w is not None:
+                duty_w = in_model_w
             whole_s = cal["whole_time_s"]
             # Host-paced whole model (eager slower than its GPU time): the GPU idles the rest of each call.
             u = host_paced_fraction(cal.get("gpu_time_s"), whole_s)
@@ -704,6 +765,9 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 "carm_point_energy_per_sample_err": _err(energy["carm_point"], measured_e),
                 "host_paced_fraction": u,
                 "duty_lomo_predicted_power_w": duty_w, "duty_lomo_power_err": _err(duty_w, ref["power_w"]),
+                # compiled (jit) whole models: the layers at their dispatch (jitted-alone) and in-model times
+                "duty_lomo_dispatch_times_power_err": _err(dispatch_w, ref["power_w"]) if in_model_w else None,
+                "duty_lomo_in_model_power_err": _err(in_model_w, ref["power_w"]),
                 "duty_lomo_predicted_energy_per_sample_j": energy["duty_lomo"] / batch
                 if energy["duty_lomo"] is not None else None,
                 "duty_lomo_energy_per_sample_err": _err(energy["duty_lomo"], measured_e),
@@ -716,6 +780,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
               "n_by_model": {m: len(o) for m, o in obs_by_model.items()}}
     validation = summary(layers, models, min_layer_window_s, form_fixed_on)
     validation["duty_form_choice"] = duty_form_choice(cand_obs, pm.constant_w) if cand_obs else None
+    validation["whole_model_jit_choice"] = whole_model_jit_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 
@@ -812,6 +877,11 @@ def voltage_from_clocks(runs: list[dict], records, idle_w, f0_mhz, power_limit_w
             "n_held_out": len(held_out),
             "note": "fitted to the clocks of scored layers under the cap (natural throttling), each at its CARM "
                     "operating point; the power validation above uses the sweep fit alone"}
+
+
+def _median_signed(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def _median_abs(values) -> float | None:

@@ -20,7 +20,7 @@ def embed_args(out, *extra):
     for name, why in dropped.items():
         args += ["--drop", f"{name}={why}"]
     # the shipped profile carries the duty curve of the power model validation (embed_profile.py --duty)
-    args += ["--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-04-s2.json")]
+    args += ["--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-04-s3.json")]
     return args + list(extra)
 
 

@@ -38,7 +38,7 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s2.json"   # the shipped profile's duty source
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s3.json"   # the shipped profile's duty source
 
 
 def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
@@ -597,41 +597,105 @@ def _choice_obs(model, source, t, power, bound=5e-4):
 
 CHOOSE = "nvidia-h200-records-2026-12-03-w05"
 SECOND = "nvidia-h200-records-2026-12-04-s2-windows"
+THIRD = "nvidia-h200-records-2026-12-04-s3c1-windows"
 
 
-def test_duty_form_choice_picks_on_the_choosing_records_and_only_reports_the_second_session():
+def test_form_choice_data_is_every_record_before_the_choice_test_folders():
     mod = _load("power_model_validation")
+    # the third session's choice (the protocol run now) chooses on everything but -s3 ...
     assert mod.form_choice_data(CHOOSE) and mod.form_choice_data("nvidia-h200-records-2026-12-04-call3")
-    assert mod.form_choice_data("data") and not mod.form_choice_data(SECOND)
-    assert not mod.form_choice_data("nvidia-h200-records-2026-12-04-s2c2-windows")
-    # Choosing records on d = (0.5 ms / t) ** 0.5 (the efficiency form; powers fall with t) ...
+    assert mod.form_choice_data("data") and mod.form_choice_data(SECOND)
+    assert not mod.form_choice_data(THIRD) and not mod.form_choice_data("nvidia-h200-records-2026-12-04-s3c2-windows")
+    # ... the second session's chose on everything before -s2 (and so before -s3)
+    assert mod.form_choice_data(CHOOSE, "-s2") and not mod.form_choice_data(SECOND, "-s2")
+    assert not mod.form_choice_data(THIRD, "-s2")
+
+
+def test_duty_form_choice_picks_on_the_choosing_records_and_only_reports_the_test_records():
+    mod = _load("power_model_validation")
+    # Choosing records on d = (0.5 ms / t) ** 0.5 (the efficiency form, the incumbent; powers fall with t) ...
     eff = {5e-4: 700.0, 1e-3: 100 + 600 * 0.5 ** 0.5, 2e-3: 400.0, 8e-3: 250.0}
-    obs = [_choice_obs(m, CHOOSE, t, p) for m in ("a", "b") for t, p in eff.items()]
-    # ... and second-session records that the efficiency form misses by +75% (400 W predicted, 228.6 W drawn)
-    obs += [_choice_obs("c", SECOND, 2e-3, 400.0 / 1.75)]
+    obs = [_choice_obs(m, src, t, p) for m, src in (("a", CHOOSE), ("b", SECOND)) for t, p in eff.items()]
+    # ... and third-session records that the efficiency form misses by +75% (400 W predicted, 228.6 W drawn)
+    obs += [_choice_obs("c", THIRD, 2e-3, 400.0 / 1.75)]
     choice = mod.duty_form_choice(obs, 100.0)
-    assert choice["chosen"] == "efficiency" and choice["choosing_data"] == [CHOOSE]
+    assert choice["incumbent"] == "efficiency" and choice["chosen"] == "efficiency"
+    assert choice["choosing_data"] == [CHOOSE, SECOND] and choice["test_data"] == [THIRD]
     cand = choice["candidates"]
     assert cand["efficiency"]["choosing_lomo"]["n"] == 8
     assert cand["efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(0, abs=1e-9)
     assert cand["efficiency"]["fitted_on_all_choosing_data"]["gamma"] == pytest.approx(0.5)
     assert cand["time"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] > 0.1
+    # size_efficiency reaches the same zero (its size term at 1): a tie does not replace the incumbent
+    assert cand["size_efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(0, abs=1e-9)
     # The test records do not choose: reported as they fall.
-    assert cand["efficiency"]["s2_form_test"]["n"] == 1
-    assert cand["efficiency"]["s2_form_test"]["calibrated_time_power_median_abs_err"] == pytest.approx(0.75)
+    assert cand["efficiency"]["form_test"]["n"] == 1
+    assert cand["efficiency"]["form_test"]["calibrated_time_power_median_abs_err"] == pytest.approx(0.75)
 
 
-def test_duty_form_choice_keeps_the_time_form_unless_another_beats_it():
+def test_duty_form_choice_replaces_the_incumbent_only_with_a_form_that_beats_it():
     mod = _load("power_model_validation")
     # d = min(1, (t / 1 ms) ** 0.5) at one bound time: 0.25 ms -> 400 W, 1 ms and 4 ms -> 700 W, 62.5 us -> 250 W
     timed = {6.25e-5: 250.0, 2.5e-4: 400.0, 1e-3: 700.0, 4e-3: 700.0}
     obs = [_choice_obs(m, CHOOSE, t, p, bound=1e-5) for m in ("a", "b") for t, p in timed.items()]
     choice = mod.duty_form_choice(obs, 100.0)
-    # the combination (g2 = 0) ties the time form: the time form stays
+    # the time form beats the incumbent (efficiency); the combination (g2 = 0) only ties it: time
     assert choice["chosen"] == "time"
     assert choice["candidates"]["time"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(
         0, abs=1e-9)
     assert choice["candidates"]["efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] > 0.1
+
+
+def _size_efficiency_w(t, bound, t_size=1e-5, gs=0.5, g=0.5):
+    """By hand: 100 W constant, 700 W busy, d = min(1, (bound / t_size) ** gs) * min(1, bound / t) ** g."""
+    return 100.0 + 600.0 * min(1.0, (bound / t_size) ** gs) * min(1.0, bound / t) ** g
+
+
+def test_duty_form_choice_takes_a_three_parameter_form_when_it_beats_every_smaller_one():
+    mod = _load("power_model_validation")
+    # Layers of four sizes (bound 1, 2.5, 4 and 40 us; t_size 10 us) at three efficiencies each (1, 1/4,
+    # 1/16): the small ones draw less at the same efficiency, which neither the efficiency nor the size form
+    # alone can follow.
+    cases = [(b, b * k) for b in (1e-6, 2.5e-6, 4e-6, 4e-5) for k in (1.0, 4.0, 16.0)]
+    obs = [(m, CHOOSE, __import__("carm_advisor.carm.power_fit", fromlist=["DutyObservation"]).DutyObservation(
+        t, _size_efficiency_w(t, b), 700.0, b), t) for m in ("a", "b") for b, t in cases]
+    choice = mod.duty_form_choice(obs, 100.0)
+    cand = choice["candidates"]
+    assert choice["chosen"] == "size_efficiency"
+    assert cand["size_efficiency"]["choosing_lomo"]["calibrated_time_power_median_abs_err"] == pytest.approx(0, abs=1e-9)
+    fitted = cand["size_efficiency"]["fitted_on_all_choosing_data"]
+    assert fitted["t_size_s"] == pytest.approx(1e-5) and fitted["gamma_size"] == pytest.approx(0.5)
+    assert fitted["gamma"] == pytest.approx(0.5)
+    for smaller in ("efficiency", "size", "time"):
+        assert cand[smaller]["choosing_lomo"]["calibrated_time_power_median_abs_err"] > 0.05
+
+
+def test_duty_power_in_the_size_efficiency_form():
+    from carm_advisor.carm.power_model import DutyCurve
+
+    pm = dataclasses.replace(_hand_model(), duty=DutyCurve(None, 0.5, variable="size_efficiency", t_size_s=1e-3,
+                                                           gamma_size=1.0))
+    # 2 ms call of a 0.5 ms bound: efficiency 0.25 ** 0.5 = 0.5, size (0.5 / 1) ** 1 = 0.5 -> 100 + 600 * 0.25 = 250 W
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=5e-4) == pytest.approx(250.0)
+    assert _size_efficiency_w(2e-3, 5e-4, t_size=1e-3, gs=1.0) == pytest.approx(250.0)
+    # a layer of 2 ms bound at its roof: both terms 1
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=2e-3) == pytest.approx(700.0)
+    assert pm.duty_power_w(700.0, 2e-3) == pytest.approx(700.0)          # bound unknown: busy
+    assert DutyCurve.from_dict(pm.duty.to_dict()) == pm.duty
+    with pytest.raises(ProfileError, match="t_size_s > 0"):
+        DutyCurve(None, 0.5, variable="size_efficiency")
+    with pytest.raises(ProfileError, match="gamma_size"):
+        DutyCurve.from_dict({"variable": "size_efficiency", "gamma": 0.5})
+
+
+def test_fit_duty_curve_size_efficiency_form_finds_the_generating_parameters():
+    from carm_advisor.carm.power_fit import DutyObservation, fit_duty_curve
+
+    cases = [(b, b * k) for b in (1e-6, 2.5e-6, 4e-6, 4e-5) for k in (1.0, 4.0, 16.0)]
+    obs = [DutyObservation(t, _size_efficiency_w(t, b), 700.0, b) for b, t in cases]
+    curve, err = fit_duty_curve(obs, 100.0, variable="size_efficiency")
+    assert curve.variable == "size_efficiency" and err == pytest.approx(0, abs=1e-9)
+    assert (curve.t_size_s, curve.gamma_size, curve.gamma) == pytest.approx((1e-5, 0.5, 0.5))
 
 
 def test_jax_mixed_records_traced_before_the_autocast_fix_keep_their_whole_model_but_not_their_layers(tmp_path):
@@ -700,3 +764,25 @@ def test_the_result_file_keeps_one_line_per_layer_and_reads_back(tmp_path):
     row = dict(zip(doc["layers"]["columns"], doc["layers"]["rows"][0]))
     assert row["measured_time_s"] == 0.33333 and row["power_w:carm_point"] == 400.0 and row["excluded"] is None
     assert doc["layers"]["runs"] == [["r.json", "s", "m", "torch", "float32", 8, "layer-windows", 0.5]]
+
+
+def _jit_row(source, dispatch_err, in_model_err):
+    return {"source": source, "calibrated_leave_one_model_out": {"duty_lomo_dispatch_times_power_err": dispatch_err,
+                                                                 "duty_lomo_in_model_power_err": in_model_err}}
+
+
+def test_whole_model_jit_choice_decides_on_the_choosing_records_and_reports_the_test_ones():
+    mod = _load("power_model_validation")
+    rows = [_jit_row(CHOOSE, -0.10, 0.04), _jit_row(SECOND, -0.08, -0.02), _jit_row(CHOOSE, 0.02, 0.06),
+            _jit_row(THIRD, -0.30, 0.50), {"source": CHOOSE, "calibrated_leave_one_model_out": None}]
+    choice = mod.whole_model_jit_choice(rows)
+    # choosing: |dispatch| 0.10, 0.08, 0.02 -> median 0.08; |in model| 0.04, 0.02, 0.06 -> 0.04: in model wins
+    assert choice["choosing"]["n"] == 3 and choice["chosen"] == "in_model"
+    assert choice["choosing"]["dispatch_times_power_median_abs_err"] == pytest.approx(0.08)
+    assert choice["choosing"]["in_model_power_median_abs_err"] == pytest.approx(0.04)
+    assert choice["choosing"]["dispatch_times_power_median_err"] == pytest.approx(-0.08)
+    # the test record, however bad for the chosen weighting, only reports
+    assert choice["test"]["n"] == 1 and choice["test"]["in_model_power_median_abs_err"] == pytest.approx(0.5)
+    # a tie keeps the incumbent (dispatch times)
+    tie = mod.whole_model_jit_choice([_jit_row(CHOOSE, 0.05, -0.05)])
+    assert tie["chosen"] == "dispatch"

@@ -44,6 +44,13 @@ form was chosen on and tested on the second-session ones: benchmarks/power_model
 (validation.duty_form_choice), whose notes say what was seen before the choice. The time form stays
 available (variable "time", the default of a profile's power_model.duty).
 
+The duty's form since the third session of 2026-12-04: DutyCurve's size_efficiency form, the efficiency
+form times min(1, (t_bound / t_size) ** gamma_size): a layer whose work is too small to fill the GPU (an Add
+or a 1x1 convolution on 14x14 maps at batch 64, bound times of 0.5-2 us) draws 150-300 W replayed alone
+whatever share of its roof it reaches. Chosen by the same protocol on every record before that session and
+tested on its records (-s3*: ResNet50 and MobileNetV2 at three precisions and batch 32/64/128):
+benchmarks/results/nvidia-h200-power-model-2026-12-04-s3.json, validation.duty_form_choice.
+
 Host-paced calls (benchmarks/results/nvidia-h200-records-2026-12-04-s2-windows/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
 tens of microseconds per call whatever its work, and small layers draw far below their busy power: the GPU
 idles while the host dispatches. Such a
