@@ -124,7 +124,7 @@ from _common import result_path, write  # noqa: E402
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS  # noqa: E402
 
 # Whole-model executions the host can pace (a Python dispatch per layer call): torch eager.
-HOST_PACED_WHOLE = ("eager",)
+from carm_advisor.predict import HOST_PACED_WHOLE  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
@@ -163,29 +163,24 @@ def _layer_rows_from_report(doc: dict) -> list[dict]:
 
 
 def _calibrated(rows, calibration, backend: str, execution: str | None, model: str | None = None) -> dict | None:
-    """The calibrated layer times of rows already calibrated, and the calibrated whole-model time as the
-    product predicts it for `model` (its own compiled records first where the calibration has any)."""
+    """The calibrated layer times of rows already calibrated, as the product's whole-model power takes them
+    (predict.whole_model_layer_times: compiled jit models at the layers' in-model GPU times, else their
+    calibrated times; a host-paced execution's GPU share), and the calibrated whole-model time as the
+    product predicts it for `model` (its own compiled records first where the calibration has any).
+    `layers_dispatch`: a jit model's layers at their calibrated (jitted-alone, dispatch included) times,
+    whole_model_jit_choice's other candidate."""
+    from carm_advisor.predict import whole_model_layer_times
+
     if calibration is None or execution is None:
         return None
     whole_s = calibration.whole_time_s(rows, backend, execution, model)
-    # Compiled (jit): still the layers' calibrated times, each jitted alone (dispatch included). Weighting by
-    # their in-model GPU times (Calibration.in_model_time_s) was tried on the 2026-12-04 records and put the
-    # jax whole-model power at 14.2% (from 7.7%): the duty curve at the short in-model times is too low.
-    # Taking the duty curve (efficiency form) at the jit layers' in-model GPU times instead was tried on the
-    # 2026-12-04 records (h16): the jax whole-model power came out too high and its error grew, so the
-    # calibrated times stay (predict.py takes the same).
-    layers = [(r.flops, r.bytes, r.path, r.level, r.calibrated_time_s) for r in rows
-              if r.known and (r.flops or r.bytes) and r.calibrated_time_s]
-    # Eager: the host may set the pace (whole = max(GPU time, calls x host time per call)); the GPU's share
-    # of the wall time is what the same layers take replayed from a CUDA graph.
-    gpu_s = calibration.whole_time_s(rows, backend, "cuda_graph") if execution in HOST_PACED_WHOLE else None
-    # Compiled: the same layers at their in-model GPU times (Calibration.in_model_time_s), the other choice of
-    # whole_model_jit_choice.
-    in_model = [(r.flops, r.bytes, r.path, r.level, calibration.in_model_time_s(r.type, r.predicted_time_s, backend,
-                                                                               execution, r.dtype))
-                for r in rows if r.known and (r.flops or r.bytes) and execution in DISPATCHED_EXECUTIONS]
-    in_model = [x for x in in_model if x[4]] or None
-    return ({"whole_time_s": whole_s, "layers": layers, "gpu_time_s": gpu_s, "layers_in_model": in_model}
+    times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
+    layers = [(r.flops, r.bytes, r.path, r.level, t) for r, t in times]
+    dispatch = None
+    if execution in DISPATCHED_EXECUTIONS:
+        dispatch = [(r.flops, r.bytes, r.path, r.level, r.calibrated_time_s) for r in rows
+                    if r.known and (r.flops or r.bytes) and r.calibrated_time_s]
+    return ({"whole_time_s": whole_s, "layers": layers, "gpu_share": share, "layers_dispatch": dispatch}
             if whole_s and layers else None)
 
 
@@ -352,7 +347,7 @@ def bound_time_s(carm, pm, work) -> float:
     return predicted_time_energy(carm, pm, work.flops, work.bytes, work.path, work.level)[0]
 
 
-def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None) -> tuple:
+def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: float = 1.0) -> tuple:
     """(work, time_s) pairs -> the power at each one's time, at each one's CARM operating point, and the
     latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times; and
     the energy above the constant power of the duty-scaled layers (sum of (P - P_const) * t; None
@@ -370,7 +365,7 @@ def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None) -> tuple:
     with_duty = above = None
     if duty is not None:
         pmd = dataclasses.replace(pm, duty=duty)
-        with_duty = sum(pmd.duty_power_w(p, t, bound_time_s=b) * t for p, t, b in busy) / total
+        with_duty = pmd.mean_duty_power_w([(p, b, t) for p, t, b in busy], gpu_share)   # the product's sum
         above = sum((pmd.duty_power_w(p, t, bound_time_s=b) - pm.constant_w) * t for p, t, b in busy)
     return at_time, at_roofs, with_duty, above
 
@@ -394,9 +389,10 @@ VARIANTS = {
                                       "gamma) (the headline form until the 2026-12-04 form choice), leave one model out",
 }
 
-# Compiled (jit) whole models: the layers' duty power time-weighted at their "in_model" GPU times
-# (Calibration.in_model_time_s) or at their "dispatch" times (each jitted alone, dispatch included: the
-# choice until the third session of 2026-12-04). Chosen by whole_model_jit_choice.
+# Compiled (jit) whole models: the layers' duty power time-weighted at their in-model GPU times
+# (Calibration.in_model_time_s), the product's choice (predict.whole_model_layer_times), or at their
+# dispatch times (each jitted alone, dispatch included: the choice until the third session of 2026-12-04).
+# Chosen by whole_model_jit_choice.
 JIT_WHOLE_TIMES = "in_model"
 
 
@@ -735,22 +731,19 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 continue
             parts = [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
+            # Host-paced whole model (eager slower than its GPU time): the GPU idles the rest of each call.
+            u = cal.get("gpu_share", 1.0)
             cal_w, roofs_w, duty_w, above_j = _time_weighted_power(parts, carm, pm, f0_mhz,
-                                                                   lomo_curves.get(run["model"]))
-            in_model_w = None
-            if cal.get("layers_in_model") and lomo_curves.get(run["model"]) is not None:
-                in_model_w = _time_weighted_power(
-                    [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers_in_model"]
+                                                                   lomo_curves.get(run["model"]), u)
+            # compiled (jit): the product's weighting (in-model times) and the other one (dispatch times)
+            in_model_w = dispatch_w = None
+            if cal.get("layers_dispatch") and lomo_curves.get(run["model"]) is not None:
+                in_model_w = duty_w
+                dispatch_w = _time_weighted_power(
+                    [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers_dispatch"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)],
                     carm, pm, f0_mhz, lomo_curves.get(run["model"]))[2]
-            dispatch_w = duty_w
-            if JIT_WHOLE_TIMES == "in_model" and in_model_w is not None:
-                duty_w = in_model_w
             whole_s = cal["whole_time_s"]
-            # Host-paced whole model (eager slower than its GPU time): the GPU idles the rest of each call.
-            u = host_paced_fraction(cal.get("gpu_time_s"), whole_s)
-            if duty_w is not None:
-                duty_w = pm.constant_w + (duty_w - pm.constant_w) * u
             gaps_const = above_j + pm.constant_w * whole_s if above_j is not None else None
             energy = {k: (w * whole_s if w is not None else None) for k, w in
                       (("calibrated_point", cal_w), ("carm_point", roofs_w), ("duty_lomo", duty_w))}

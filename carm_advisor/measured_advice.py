@@ -14,7 +14,9 @@ recommend.recommend computes each recommendation from predictions; this module t
   gain is never above the gap between the current whole-model time and the CARM bound.
 
 Energy of a predicted (not measured) whole-model time, current or switched-to configuration: that time x
-the configuration's predicted power at its CARM operating point (bound energy / bound time of its known
+the configuration's predicted whole-model power (predict.whole_model_power_w: the layers' busy powers
+scaled by the profile's duty curve, time-weighted, as benchmarks/power_model_validation.py validates it;
+without a calibration, the power at the CARM operating point, bound energy / bound time of its known
 layers, `bound_power_w`), as the tuner's calibrated value (tune/predicted.py). The alternative, the same
 work's dynamic energy spread over the longer time, drew far too little power against the measured H200
 trials (benchmarks/results/nvidia-h200-tuning-prediction-check-2026-12-04.json,
@@ -204,7 +206,7 @@ def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, fl
     t = calib.whole_time_s(rows, backend, execution, report.model.name)
     if t is None:
         return None
-    return t, _energy_at(rows, t), False
+    return t, _energy_at(rows, t, report, calib, backend, execution), False
 
 
 # The compiled execution a backend's user can switch to: (calibration execution name, how to, change value).
@@ -234,7 +236,7 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     if inference.get("execution") not in (None, "eager"):
         return None        # already compiled or graphed
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
-    now = _now_time(report, inference)
+    now = _now_time(report, inference, calib, rows)
     compiled, failure = _compiled_time(report, rows, calib, backend, compiled_exec, m)
     bound = report.predicted_time_s
     name = "torch.compile" if backend == "torch" else "XLA (jit_compile=True)"
@@ -292,14 +294,16 @@ def current_time(report) -> tuple[float, str, float | None] | None:
     return _now_time(report, _measurement(report).get("inference") or {})
 
 
-def _now_time(report, inference: dict) -> tuple[float, str, float | None] | None:
-    """(time_s, source, energy_j) of the model as the user runs it now: measured, else calibrated."""
+def _now_time(report, inference: dict, calib=None, rows=None) -> tuple[float, str, float | None] | None:
+    """(time_s, source, energy_j) of the model as the user runs it now: measured, else calibrated (its
+    energy from `calib` and `rows` where given, as _energy_at says)."""
     if inference.get("time_s"):
         return inference["time_s"], "measured", inference.get("energy_j")
     c = getattr(report, "calibration", None) or {}
     if c.get("whole_time_s") and c.get("execution") == "eager":
         t = c["whole_time_s"]
-        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(report.layers, t)
+        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(
+            rows if rows is not None else report.layers, t, report, calib, report.model.backend, "eager")
     return None
 
 
@@ -315,7 +319,7 @@ def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
             failure = f"{type(exc).__name__}: {exc}"
     if t:
         fit = calib.whole_describe(backend, execution, rows, report.model.name) if hasattr(calib, "whole_describe") else execution
-        return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(rows, t),
+        return (t, f"calibrated from measured {execution} runs: {fit}", _energy_at(rows, t, report, calib, backend, execution),
                 "calibrated prediction"), None
     if backend != "torch":
         return None, failure
@@ -326,12 +330,14 @@ def _compiled_time(report, rows, calib, backend: str, execution: str, m: dict):
                 graph.get("energy_j"), f"assumed: compiled = the measured CUDA-graph time{failed}"), failure
     t = (getattr(report, "calibration", None) or {}).get("graph_time_s")
     if t:
-        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time{failed}", _energy_at(rows, t),
+        return (t, f"{ASSUMED_COMPILED}: the calibrated CUDA-graph time{failed}",
+                _energy_at(rows, t, report, calib, backend, "cuda_graph"),
                 f"assumed: compiled = the calibrated CUDA-graph time{failed}"), failure
     return None, failure
 
 
-POWER_BASIS = "energy: predicted time x the power at the CARM operating point"
+POWER_BASIS = ("energy: predicted time x the predicted whole-model power (the layers' duty powers; the CARM "
+               "operating point's without a calibration)")
 
 
 def bound_power_w(rows) -> float | None:
@@ -345,7 +351,16 @@ def bound_power_w(rows) -> float | None:
     return sum(energies) / time_s
 
 
-def _energy_at(rows, time_s: float) -> float | None:
-    """Energy of a predicted whole-model `time_s`: that time x bound_power_w(rows), or None."""
-    power_w = bound_power_w(rows)
+def _energy_at(rows, time_s: float, report=None, calib=None, backend: str | None = None,
+               execution: str | None = None) -> float | None:
+    """Energy of a predicted whole-model `time_s`: that time x the predicted whole-model power
+    (predict.whole_model_power_w, what benchmarks/power_model_validation.py validates) where the report's
+    profile has a power model and the calibration a fit, else x bound_power_w(rows); None without either."""
+    power_w = None
+    pm = getattr(getattr(report, "profile", None), "power_model", None)
+    if pm is not None and calib is not None and backend and execution and hasattr(pm, "mean_duty_power_w"):
+        from carm_advisor.predict import whole_model_power_w
+
+        power_w = whole_model_power_w(rows, pm, calib, backend, execution, report.model.name)
+    power_w = power_w or bound_power_w(rows)
     return power_w * time_s if power_w else None

@@ -167,6 +167,48 @@ class Predictor:
             row.calibrated_energy_j = power_w * row.calibrated_time_s
 
 
+def whole_model_layer_times(rows, calibration, backend: str, execution: str, model: str | None = None):
+    """Which time each layer of a whole model runs for, as the validated whole-model power takes it
+    (benchmarks/power_model_validation.py): ([(row, time_s)], gpu_share). Compiled jit models (calibration.
+    DISPATCHED_EXECUTIONS): the layers' in-model GPU times (Calibration.in_model_time_s; their calibrated
+    times, each jitted alone, where it has none); else their calibrated times. Host-paced executions (torch
+    eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction),
+    else 1. Rows with no work or no calibrated time are left out."""
+    from carm_advisor.calibration import DISPATCHED_EXECUTIONS
+    from carm_advisor.carm.power_model import host_paced_fraction
+
+    working = [r for r in rows if r.known and (r.flops or r.bytes) and getattr(r, "calibrated_time_s", None)]
+    times = [(r, r.calibrated_time_s) for r in working]
+    in_model_time_s = getattr(calibration, "in_model_time_s", None)   # a calibration without in-model times
+    if execution in DISPATCHED_EXECUTIONS and in_model_time_s is not None:
+        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, r.dtype)) for r in working]
+        in_model = [(r, t) for r, t in in_model if t]
+        times = in_model or times
+    share = 1.0
+    if execution in HOST_PACED_WHOLE:
+        share = host_paced_fraction(calibration.whole_time_s(rows, backend, "cuda_graph"),
+                                    calibration.whole_time_s(rows, backend, execution, model))
+    return times, share
+
+
+# Whole-model executions the host can pace (a Python dispatch per layer call): torch eager.
+HOST_PACED_WHOLE = ("eager",)
+
+
+def whole_model_power_w(rows, power_model, calibration, backend: str, execution: str,
+                        model: str | None = None) -> float | None:
+    """The whole model's predicted board power (the validated headline of benchmarks/power_model_validation.py):
+    the layers' busy powers scaled by the power model's duty curve at the times whole_model_layer_times gives,
+    time-weighted, the GPU's share of a host-paced call applied. None without a power model, a calibration
+    or layers with a busy power."""
+    if power_model is None or calibration is None:
+        return None
+    times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
+    layers = [(r.predicted_power_w, r.predicted_energy_j / r.predicted_power_w, t) for r, t in times
+              if getattr(r, "predicted_power_w", None) and r.predicted_energy_j]
+    return power_model.mean_duty_power_w(layers, share) if layers else None
+
+
 class ModelPredictor:
     """A Predictor held to one model at one batch size and dtype; `rows` re-predicts with one of them changed."""
 

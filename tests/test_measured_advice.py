@@ -225,8 +225,10 @@ def test_a_calibrated_compiled_energy_is_its_time_at_the_carm_operating_point_po
     rec = compilation_switch(report, report.layers, _predict(CompiledFit("torch.compile", 0.029)))
     assert rec.speedup == pytest.approx(2.0)
     assert rec.energy_ratio == pytest.approx(20 / 17.98)
+    # the report's power model has no duty curve method (a bare constant): the CARM operating point's power
     assert rec.expected_gain == ("2.00x faster, 1.11x less energy (calibrated prediction; energy: predicted time x "
-                                 "the power at the CARM operating point)")
+                                 "the predicted whole-model power (the layers' duty powers; the CARM operating "
+                                 "point's without a calibration))")
     assert "17.98 J at 620 W, predicted" in rec.detail
 
 

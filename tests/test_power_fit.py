@@ -102,7 +102,12 @@ def test_sweep_fit_recovers_the_synthetic_gpu_parameters_voltage_curve_and_zero_
         assert fit.joules_per_byte[level] == pytest.approx(e, rel=1e-6)
     assert fit.data_factor["tc_bf16"]["zero"] == pytest.approx(0.25, rel=1e-6)
     assert fit.voltage.source == "fitted"
-    assert (fit.voltage.f_knee_mhz, fit.voltage.v_knee) == pytest.approx((KNEE, V_KNEE), rel=1e-9)
+    # The clocks seen (1200-2000 MHz) pin the curve there, not below its lowest clock: a knee at 1000 MHz
+    # and 0.50 draws the same line over 1200-2000 MHz as the true one (1200 MHz, 0.60), and which of such
+    # exact ties the grid keeps depends on float rounding (numpy 2.4 keeps the 1000 MHz one).
+    for f in np.linspace(1200.0, 2000.0, 9):
+        assert fit.voltage.relative_voltage(f) == pytest.approx(v_of(f), rel=1e-9)
+    assert fit.voltage.f_knee_mhz <= KNEE
     assert fit.quality["r2"] == pytest.approx(1.0, abs=1e-9)
     assert fit.quality["max_abs_rel_err"] < 1e-6
 

@@ -64,8 +64,18 @@ def test_compiler_picks_the_calibrations_whole_model_execution():
         value = p.value_prediction(config)
         assert value.value_source == VALUE_CALIBRATED and "calibrated" in value.source
         assert value.time_s == pytest.approx(factor * bound.time_s)
-        # energy = calibrated time x the configuration's predicted power (bound energy / bound time)
-        assert value.energy_j == pytest.approx(factor * bound.time_s * (bound.energy_j / bound.time_s))
+        # energy = calibrated time x the predicted whole-model power (predict.whole_model_power_w, checked by
+        # hand in tests/test_whole_model_power.py): above the constant power, at most the busiest layer's,
+        # and not the CARM operating point's power (the former basis: the duty curve lowers it)
+        from carm_advisor.predict import whole_model_power_w
+
+        pm = p.profile.power_model
+        power_w = value.energy_j / value.time_s
+        assert power_w == pytest.approx(whole_model_power_w(bound.rows, pm, calib, backend,
+                                                            WHOLE_EXECUTION[(backend, compiler)], p.spec.name))
+        busiest = max(r.predicted_power_w for r in bound.rows if r.known and r.predicted_power_w)
+        assert pm.constant_w < power_w <= busiest
+        assert power_w < bound.energy_j / bound.time_s
         assert value.flops == bound.flops
     assert ("torch", "cuda_graph") in calib.whole_calls
     # torch.compile's mapping is an assumption and says so

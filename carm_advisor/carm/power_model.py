@@ -278,6 +278,18 @@ class PowerModel:
             return busy_w
         return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s, bound_time_s)
 
+    def mean_duty_power_w(self, layers, gpu_share: float = 1.0) -> float | None:
+        """A whole model's power from its layers, (busy_w, bound_time_s, time_s) each: their duty powers
+        (duty_power_w, GPU-paced) time-weighted over their times, then scaled above the constant power by
+        `gpu_share` (host_paced_fraction of a host-paced whole-model call, 1 otherwise). None without layers.
+        What benchmarks/power_model_validation.py validates as the whole-model headline."""
+        layers = [(b, bt, t) for b, bt, t in layers if t and t > 0]
+        total = sum(t for _, _, t in layers)
+        if not total:
+            return None
+        mean = sum(self.duty_power_w(b, t, bound_time_s=bt) * t for b, bt, t in layers) / total
+        return self.constant_w + (mean - self.constant_w) * gpu_share
+
     def energy_j(self, time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:
         return self.constant_w * time_s + self.dynamic_energy_j(flops, bytes_, path, level)
 

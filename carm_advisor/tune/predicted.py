@@ -206,13 +206,20 @@ class ConfigPredictor:
                                        detail=f"no calibrated whole-model time for {config.backend} {execution}")
         # The bound is the fastest the roofs allow: a calibrated time is never below it.
         time_s = max(time_s, bound.time_s)
-        power_w = bound.power_w
+        from carm_advisor.predict import whole_model_power_w
+
+        # The whole model's power as benchmarks/power_model_validation.py validates it (the layers' duty
+        # powers, predict.whole_model_power_w); the CARM operating point's where that cannot be formed.
+        power_w = whole_model_power_w(bound.rows, self.profile.power_model, self.calibration, config.backend,
+                                      execution, self.spec.name)
+        basis = "the predicted whole-model power (layers' duty powers)"
+        if power_w is None:
+            power_w, basis = bound.power_w, "the power at the CARM operating point"
         energy_j = time_s * power_w if power_w else None
         fit = self.calibration.whole_describe(config.backend, execution, bound.rows, self.spec.name)
         return Prediction(time_s, energy_j, bound.flops, bound.batch_size, SOURCE_CALIBRATED, bound.rows,
                           bound.calibrated_time_s, bound.calibrated_energy_j, VALUE_CALIBRATED,
-                          f"{mapping} ({fit}); energy: this time x "
-                          f"the power model's power for the configuration ({power_w or 0:.0f} W)")
+                          f"{mapping} ({fit}); energy: this time x {basis} ({power_w or 0:.0f} W)")
 
     def stretched_energy_j(self, config: TrialConfig, time_s: float) -> float | None:
         """The alternative energy of `config` run in `time_s`: P_const * time_s + the dynamic energy of its

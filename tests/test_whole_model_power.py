@@ -1,0 +1,57 @@
+"""predict.whole_model_power_w: the whole-model power the tuner and the advice use, the one
+benchmarks/power_model_validation.py validates (figures by hand)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from carm_advisor.carm.power_model import DutyCurve, PowerModel
+from carm_advisor.predict import whole_model_layer_times, whole_model_power_w
+
+PM = PowerModel(constant_w=100.0, duty=DutyCurve(None, 0.5, variable="efficiency"))
+
+
+def _row(name, busy_w, bound_s, calibrated_s, known=True):
+    return SimpleNamespace(name=name, type="Conv2D", dtype="bfloat16", known=known, flops=1.0, bytes=1.0,
+                           predicted_power_w=busy_w, predicted_energy_j=busy_w * bound_s,
+                           predicted_time_s=bound_s, calibrated_time_s=calibrated_s)
+
+
+class FakeCalibration:
+    """Whole times: CUDA graph 6 ms, eager 12 ms; in-model (jit) times: 1 ms and 2 ms."""
+
+    def whole_time_s(self, rows, backend, execution, model=None):
+        return {"cuda_graph": 6e-3, "eager": 12e-3, "jit": 3e-3}[execution]
+
+    def in_model_time_s(self, layer_type, bound_s, backend, execution, dtype=None):
+        return {1e-3: 1e-3, 2e-3: 2e-3}[bound_s]
+
+
+# conv: busy 700 W, bound 1 ms, calibrated 4 ms -> efficiency 0.25, duty 0.5 -> 400 W;
+# dense: busy 500 W, bound 2 ms, calibrated 2 ms -> at its roof -> 500 W; an unknown layer is left out.
+ROWS = [_row("conv", 700.0, 1e-3, 4e-3), _row("dense", 500.0, 2e-3, 2e-3), _row("x", 900.0, 1e-3, 1e-3, known=False)]
+
+
+def test_gpu_paced_whole_model_power_is_the_time_weighted_duty_power():
+    # (400 x 4 + 500 x 2) / 6 = 433.33 W
+    assert whole_model_power_w(ROWS, PM, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
+
+
+def test_eager_whole_model_power_keeps_the_gpu_share_above_the_constant():
+    # GPU share 6 / 12 = 0.5: 100 + (433.33 - 100) x 0.5 = 266.67 W
+    times, share = whole_model_layer_times(ROWS, FakeCalibration(), "torch", "eager")
+    assert share == pytest.approx(0.5) and [r.name for r, _ in times] == ["conv", "dense"]
+    assert whole_model_power_w(ROWS, PM, FakeCalibration(), "torch", "eager") == pytest.approx(100 + 1000 / 6)
+
+
+def test_jit_whole_model_power_weights_the_layers_at_their_in_model_times():
+    # in-model 1 ms and 2 ms: both at their roofs -> (700 x 1 + 500 x 2) / 3 = 566.67 W
+    times, share = whole_model_layer_times(ROWS, FakeCalibration(), "jax", "jit")
+    assert [t for _, t in times] == [1e-3, 2e-3] and share == 1.0
+    assert whole_model_power_w(ROWS, PM, FakeCalibration(), "jax", "jit") == pytest.approx(1700 / 3)
+
+
+def test_no_power_model_or_calibration_no_whole_model_power():
+    assert whole_model_power_w(ROWS, None, FakeCalibration(), "torch", "cuda_graph") is None
+    assert whole_model_power_w(ROWS, PM, None, "torch", "cuda_graph") is None
+    assert PM.mean_duty_power_w([]) is None
