@@ -189,6 +189,26 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     )]
 
 
+def whole_model_now_and_changed(report, rows, changed_rows, predict) -> tuple | None:
+    """((time_s, energy_j, measured?) now, (time_s, energy_j) changed) of the whole model as its user runs it
+    (analysis.whole_model_execution of its backend: torch eager, where the host may set the pace; jax jit):
+    now measured where measured, else calibrated; `changed_rows` (the same model changed, e.g. at another
+    batch size) calibrated, its energy at the validated whole-model power. None without a calibration with a
+    whole-model fit for the backend."""
+    from carm_advisor.analysis import whole_model_execution
+
+    calib = getattr(getattr(predict, "predictor", None), "calibration", None)
+    backend = report.model.backend
+    if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):
+        return None
+    execution = whole_model_execution(backend)
+    now = _whole(report, rows, calib, backend, execution)
+    t = calib.whole_time_s(changed_rows, backend, execution, report.model.name)
+    if now is None or not t:
+        return None
+    return now, (t, _energy_at(changed_rows, t, report, calib, backend, execution))
+
+
 def at_least_bound(whole: tuple, bound_s: float) -> tuple[tuple, bool]:
     """(time_s, energy_j, measured?) raised to the CARM bound when below it (energy scaled with the time),
     and whether it was: no configuration runs faster than its roofs allow."""

@@ -283,3 +283,37 @@ def test_the_advice_asks_the_calibration_for_the_model_by_its_name():
     _whole(_report({}), report.layers, Named("jit", 0.020), "jax", "jit")
     assert ("time", "torch.compile", "m") in seen and ("describe", "torch.compile", "m") in seen
     assert ("time", "jit", "m") in seen
+
+
+# ---- a larger batch, judged on the whole model as its user runs it -----------------------------------------
+
+class EagerFit:
+    """A calibration whose eager whole-model time is host-bound: 50 ms at batch 64, 80 ms for `changed` rows."""
+
+    def __init__(self, changed):
+        self.changed = changed
+
+    def whole_time_s(self, rows, backend, execution, model=None):
+        assert execution == "eager"
+        return 0.080 if rows is self.changed else 0.050
+
+
+def test_a_larger_batch_on_a_host_paced_eager_model_is_judged_on_the_whole_model():
+    import dataclasses
+
+    from carm_advisor.recommend import _larger_batch
+
+    report = _report({"inference": {"time_s": 0.058, "energy_j": 20.0, "execution": "eager"}})
+    # at batch 256 every layer takes 4x as long: per sample the layers' sum gains nothing (the former basis)
+    alt = [dataclasses.replace(r, predicted_time_s=r.predicted_time_s * 4, predicted_energy_j=e)
+           for r, e in zip(report.layers, (2.4, 1.6))]
+    calib = EagerFit(alt)
+    predict = SimpleNamespace(predictor=SimpleNamespace(calibration=calib), rows=lambda batch_size: alt)
+    rec = _larger_batch(report, report.layers, predict)
+    # measured now 58 ms / 64 = 0.906 ms per sample; calibrated eager at 256: 80 ms / 256 = 0.3125 ms: 2.90x.
+    # Energy: measured 20 J / 64; 80 ms at the bound power of the changed rows, (2.4 + 1.6) J / (24 + 16) ms =
+    # 100 W (no profile power model here): 8 J / 256 -> 10x less per sample.
+    assert rec.change == {"batch_size": 256}
+    assert rec.speedup == pytest.approx(0.058 / 64 / (0.080 / 256))
+    assert rec.energy_ratio == pytest.approx((20 / 64) / (8 / 256))
+    assert rec.expected_gain == "2.90x faster, 10.00x less energy (measured now vs calibrated, whole model) per sample"
