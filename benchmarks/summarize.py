@@ -198,7 +198,43 @@ def power_table(session: str) -> str:
         f"<= {t['model_energy_per_sample_calibrated_time']:.0%}: {ok('model_energy_per_sample_calibrated_time')} |",
         f"| the same with the in-sample calibrated time | {h['energy_per_sample_median_abs_err_in_sample_calibrated_time']:.1%} "
         f"| {h['n']} | - |",
+        *_measured_time_row(v),
+        *_form_choice_rows(v),
     ])
+
+
+def _measured_time_row(v: dict) -> list[str]:
+    """Per-layer power with the MEASURED time per call (the power model without the time prediction)."""
+    m = (v.get("variants") or {}).get("duty_lomo_measured_time")
+    if not m or m.get("power_median_abs_err") is None:
+        return []
+    return [f"| per-layer power, measured time per call (not the headline) | {m['power_median_abs_err']:.1%} | "
+            f"{m['n']} | - |"]
+
+
+def _form_choice_rows(v: dict) -> list[str]:
+    """The duty form's choice (validation.duty_form_choice) and the jit whole-model weighting's
+    (validation.whole_model_jit_choice): each candidate on its choosing and its test records."""
+    c, j = v.get("duty_form_choice"), v.get("whole_model_jit_choice")
+    rows = []
+    if c and "form_test" in next(iter(c["candidates"].values())):
+        rows += ["", f"Duty form choice ({c.get('session', '')}): chosen {c['chosen']} (incumbent "
+                 f"{c.get('incumbent', '-')}, in use {c['in_use']}); per-layer power of GPU-paced layers at the "
+                 "calibrated time, fitted leave one model out on the choosing records, then fitted on all of them "
+                 "and scored on the test records:", "",
+                 "| form | choosing (leave one model out) | test |", "| --- | --- | --- |"]
+        for form, t in c["candidates"].items():
+            ch, te = t["choosing_lomo"], t["form_test"]
+            rows.append(f"| {form} | {ch['calibrated_time_power_median_abs_err']:.1%} (n={ch['n']}) | "
+                        f"{te['calibrated_time_power_median_abs_err']:.1%} (n={te['n']}) |")
+    if j:
+        rows += ["", f"Compiled (jit) whole models, layers weighted at dispatch vs in-model times: chosen "
+                 f"{j['chosen']}; whole-model power on the choosing records "
+                 f"{j['choosing']['dispatch_times_power_median_abs_err']:.1%} vs "
+                 f"{j['choosing']['in_model_power_median_abs_err']:.1%} (n={j['choosing']['n']}), on the test records "
+                 f"{j['test']['dispatch_times_power_median_abs_err']:.1%} vs "
+                 f"{j['test']['in_model_power_median_abs_err']:.1%} (n={j['test']['n']})."]
+    return rows
 
 
 def main() -> None:
