@@ -159,9 +159,9 @@ class Predictor:
             # floor: the efficiency form), over the calibrated time. The GPU-paced form for every backend:
             # a user's jitted or CUDA-graph model leaves no host gap between its layers (the host-paced form
             # is only the validation's, for jax layers measured jitted alone). Validated per layer and whole
-            # model by benchmarks/power_model_validation.py (whole jit models: the duty at these calibrated
-            # times, as there; at the layers' in-model GPU times it was tried and predicted too high); the
-            # power at the work's rates over the calibrated time misses real layers (carm/power_model.py).
+            # model by benchmarks/power_model_validation.py (whole models: whole_model_power_w below, jit ones
+            # at the layers' in-model GPU times since the third session of 2026-12-04); the power at the
+            # work's rates over the calibrated time misses real layers (carm/power_model.py).
             bound_s = row.predicted_energy_j / busy_w if row.predicted_energy_j and busy_w > 0 else None
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
