@@ -13,9 +13,11 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
   (COMPILED_EXECUTION: fitted on measured torch.compile runs), else "cuda_graph" (WHOLE_EXECUTION: an
   ASSUMPTION: a compiled graph takes about the GPU time of the layers, as a CUDA-graph replay does),
   jax xla -> "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
-  prediction: calibrated time x the power the profile's power model predicts for this configuration
-  (bound energy / bound time: its layers at their CARM operating points, capped at the power limit).
-  The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
+  prediction: calibrated time x the whole-model power of this configuration as benchmarks/power_model_validation.py
+  validates it (predict.whole_model_power_w: its layers' busy powers, at their CARM operating points capped
+  at the power limit, scaled by the profile's duty curve and time-weighted; since the third session of
+  2026-12-04, when it replaced the busy power itself, 17.7% off against 7.2% on 91 H200 whole-model records;
+  the busy power where no calibrated layer time exists). The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
   FLOPs + e_byte * bytes, `stretched_energy_j`), draws less power the slower a layer runs; measured
   H200 trials drew near the limit even where layers ran far below their roofs (642 W for float32
   eager VGG16 at 13% of the bound), so the tuner uses the former; benchmarks/tuning_prediction_check.py
