@@ -59,8 +59,9 @@ efficiency form loses on EACH of the two held-out models while winning pooled) a
 overall; better on ResNet50, much worse on MobileNetV2, too high there): the choice rests on the pooled
 median of two held-out models, a weak basis. The motivating observation (a 14 us ReLU replayed back to
 back streams HBM near its roof and draws near its busy power, resnet50 s2-windows) is in the test data. Host-paced layers
-keep their form (the duty curve is not applied to them). Whole models: the layers' duty at their
-calibrated times for every execution (at the in-model GPU times for jit it was tried, see _calibrated).
+keep their form (the duty curve is not applied to them). Whole models (second session): the layers' duty at
+their calibrated times for every execution; since the third session, jit whole models at the layers'
+in-model GPU times (whole_model_jit_choice).
 
 Form choice of the third session of 2026-12-04 (FORM_CHOICES[-1]; validation.duty_form_choice). Before it, the
 session recorded new per-layer windows (-s3c1-windows, -s3c2-windows: ResNet50 and MobileNetV2 torch at
@@ -83,8 +84,9 @@ layers whose energy windows (settings.layer_window_s) are shorter than --min-lay
 unknown (the vgg16_layers.py reports), and readings of no power. The measurement noise floor (each
 layer's spread over the runs that measured the same configuration) is that of the scored layers.
 
-Whole models, headline: the layers' headline powers time-weighted at their calibrated times (leave one
-model out) times the calibrated whole-model time, per sample (calibrated_leave_one_model_out.duty_lomo_*);
+Whole models, headline: the layers' headline powers time-weighted at their calibrated times (jit: their
+in-model GPU times; predict.whole_model_layer_times, the product's own function; leave one model out) times
+the calibrated whole-model time, per sample (calibrated_leave_one_model_out.duty_lomo_*);
 validation.models.measurement_noise_floor is the spread of the whole-model power of the same
 configuration over records. Also (every record with a whole-model measurement, profiled ones included): the layers' power
 at their measured times, time-weighted, against the measured whole-model power: the CUDA graph replay
@@ -351,7 +353,8 @@ def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: f
     """(work, time_s) pairs -> the power at each one's time, at each one's CARM operating point, and the
     latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times; and
     the energy above the constant power of the duty-scaled layers (sum of (P - P_const) * t; None
-    without a curve), what carm_advisor/measured_advice.py adds the constant power x whole time to."""
+    without a curve), to which the constant power x whole time is added for the gaps_at_constant figure.
+    The duty-scaled figure is PowerModel.mean_duty_power_w, the product's (predict.whole_model_power_w)."""
     import dataclasses
 
     from carm_advisor.carm.dvfs import predict_at_time
@@ -402,7 +405,9 @@ def whole_model_jit_choice(models: list[dict]) -> dict:
     layers at their dispatch times (the incumbent) and at their in-model GPU times; chosen on the records
     before FORM_CHOICES[-1]["test"] (the incumbent stays unless beaten), reported on those records. Seen
     before the rule: the headline's whole-model power by execution (jit -8% median, too low); the in-model
-    weighting had been tried with the efficiency form in the second session and was worse then."""
+    weighting had been tried with the efficiency form in the second session and was worse then. Both
+    weightings use the leave-one-model-out duty curves of validate(), fitted on every scored layer of the
+    other models, -s3 ones included: the test figures are held out in the whole models, not in the curves."""
     test = FORM_CHOICES[-1]["test"]
     rows = [(r, (r.get("calibrated_leave_one_model_out") or {})) for r in models]
     rows = [(r, c) for r, c in rows if c.get("duty_lomo_in_model_power_err") is not None
@@ -515,9 +520,10 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
     """The protocol that chose DUTY_VARIABLE. `cand_obs`: (model, source, DutyObservation at the measured
     time, calibrated time (leave one model out) or None) of every scored GPU-paced layer. Each candidate
     of DUTY_CANDIDATES is fitted leave one model out on the choosing data only (form_choice_data: the
-    records the time form was chosen on), at the measured time, and scored on the held-out model's layers
-    at their calibrated time (the headline) and their measured time; the pooled median |error| at the
-    calibrated time picks the form (the time form stays unless another beats it). Then, without further
+    records before the choice's test folders), at the measured time, and scored on the held-out model's
+    layers at their calibrated time (the headline) and their measured time; the pooled median |error| at the
+    calibrated time picks the form (the choice's incumbent, FORM_CHOICES[-1], stays unless another beats it;
+    a 3-parameter form only if it beats every form of <= 2). Then, without further
     tuning, each candidate fitted on all the choosing data is scored on the choice's test records
     (FORM_CHOICES[-1]["test"]): the chosen form's out-of-sample form test."""
     from carm_advisor.carm.power_fit import fit_duty_curve
@@ -1115,12 +1121,13 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
                      "batch_sizes": sorted({r["batch_size"] for r in scored})},
         "notes": "measured: layer and whole-model power, energy, time (NVML windows). Headline (" + HEADLINE + "): "
                  + VARIANTS[HEADLINE] + ". Energy per layer given time: headline power x measured time. Whole "
-                 "models, headline: the layers' headline powers time-weighted at their calibrated times (leave one "
+                 "models, headline: the layers' headline powers time-weighted at their calibrated times (jit: in-model "
+                 "GPU times; leave one "
                  "model out) x the calibrated whole-model time, against inference_graph (torch CUDA graph) where "
                  "recorded, else inference (jax jit / torch eager). variants: every per-layer variant with its "
                  "breakdowns; targets.sweep_only_carm_point: the same targets for the sweep fit alone. The duty curve's "
                  "form (" + DUTY_VARIABLE + ") was chosen by the protocol in duty_form_choice (choosing records, "
-                 "leave one model out; the second-session records its form test). Host-paced "
+                 "leave one model out; its test records scored once: FORM_CHOICES). Host-paced "
                  "layers (jax jitted alone) and whole models (torch eager): the busy power above the constant "
                  "scaled by GPU time / wall time, no duty curve for the layers (form chosen after seeing the "
                  "2026-12-04 s2 records; see the module docstring).",

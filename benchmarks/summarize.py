@@ -212,6 +212,10 @@ def _measured_time_row(v: dict) -> list[str]:
             f"{m['n']} | - |"]
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def _form_choice_rows(v: dict) -> list[str]:
     """The duty form's choice (validation.duty_form_choice) and the jit whole-model weighting's
     (validation.whole_model_jit_choice): each candidate on its choosing and its test records."""
@@ -225,15 +229,15 @@ def _form_choice_rows(v: dict) -> list[str]:
                  "| form | choosing (leave one model out) | test |", "| --- | --- | --- |"]
         for form, t in c["candidates"].items():
             ch, te = t["choosing_lomo"], t["form_test"]
-            rows.append(f"| {form} | {ch['calibrated_time_power_median_abs_err']:.1%} (n={ch['n']}) | "
-                        f"{te['calibrated_time_power_median_abs_err']:.1%} (n={te['n']}) |")
+            rows.append(f"| {form} | {_pct(ch['calibrated_time_power_median_abs_err'])} (n={ch['n']}) | "
+                        f"{_pct(te['calibrated_time_power_median_abs_err'])} (n={te['n']}) |")
     if j:
         rows += ["", f"Compiled (jit) whole models, layers weighted at dispatch vs in-model times: chosen "
                  f"{j['chosen']}; whole-model power on the choosing records "
-                 f"{j['choosing']['dispatch_times_power_median_abs_err']:.1%} vs "
-                 f"{j['choosing']['in_model_power_median_abs_err']:.1%} (n={j['choosing']['n']}), on the test records "
-                 f"{j['test']['dispatch_times_power_median_abs_err']:.1%} vs "
-                 f"{j['test']['in_model_power_median_abs_err']:.1%} (n={j['test']['n']})."]
+                 f"{_pct(j['choosing']['dispatch_times_power_median_abs_err'])} vs "
+                 f"{_pct(j['choosing']['in_model_power_median_abs_err'])} (n={j['choosing']['n']}), on the test records "
+                 f"{_pct(j['test']['dispatch_times_power_median_abs_err'])} vs "
+                 f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']})."]
     return rows
 
 

@@ -190,7 +190,7 @@ def analyze(
         model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
         recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
     )
-    report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name)
+    report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model)
     if run is not None and measured_now and run.layers:
         _learn_from(run, rows, model_info.name)
     report.clocks = energy_optimal_clocks(rows, profile)
@@ -223,12 +223,19 @@ def whole_model_execution(backend: str) -> str:
     return {"torch": "eager", "jax": "jit", "tensorflow": "eager"}.get(backend, "eager")
 
 
-def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_name: str | None = None) -> dict[str, Any]:
+def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_name: str | None = None,
+                             power_model=None) -> dict[str, Any]:
+    """The whole model as its user runs it (whole_model_execution), calibrated: its time, where the time comes
+    from, and its power (predict.whole_model_power_w, None without a power model): the one current-energy
+    figure the advice (measured_advice) and its verification (verify_recommendations) both use."""
     if calib is None:
         return {"source": "none: figures are CARM bounds"}
+    from carm_advisor.predict import whole_model_power_w
+
     execution = whole_model_execution(backend)
     out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution, model_name),
            "whole_source": calib.whole_describe(backend, execution, rows, model_name) if hasattr(calib, "whole_describe") else "",
+           "whole_power_w": whole_model_power_w(rows, power_model, calib, backend, execution, model_name),
            "samples": len(calib.samples), "records": len(calib.provenance.get("records", []))}
     if backend == "torch":  # the GPU's time without dispatch, for the user who compiles or graphs
         out["graph_time_s"] = calib.whole_time_s(rows, backend, "cuda_graph")

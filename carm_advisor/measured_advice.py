@@ -322,8 +322,10 @@ def _now_time(report, inference: dict, calib=None, rows=None) -> tuple[float, st
     c = getattr(report, "calibration", None) or {}
     if c.get("whole_time_s") and c.get("execution") == "eager":
         t = c["whole_time_s"]
-        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", _energy_at(
-            rows if rows is not None else report.layers, t, report, calib, report.model.backend, "eager")
+        # the analysis' whole-model power where it has one (the same figure for the advice and its --verify)
+        energy = (t * c["whole_power_w"] if c.get("whole_power_w") else
+                  _energy_at(rows if rows is not None else report.layers, t, report, calib, report.model.backend, "eager"))
+        return t, f"calibrated eager: {c.get('whole_source') or 'whole-model fit'}", energy
     return None
 
 

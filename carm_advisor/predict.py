@@ -170,8 +170,9 @@ class Predictor:
 def whole_model_layer_times(rows, calibration, backend: str, execution: str, model: str | None = None):
     """Which time each layer of a whole model runs for, as the validated whole-model power takes it
     (benchmarks/power_model_validation.py): ([(row, time_s)], gpu_share). Compiled jit models (calibration.
-    DISPATCHED_EXECUTIONS): the layers' in-model GPU times (Calibration.in_model_time_s; their calibrated
-    times, each jitted alone, where it has none); else their calibrated times. Host-paced executions (torch
+    DISPATCHED_EXECUTIONS): the layers' in-model GPU times (Calibration.in_model_time_s; every layer at its
+    calibrated time, each jitted alone, where the calibration has none, and a layer without one left out);
+    else their calibrated times. Host-paced executions (torch
     eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction),
     else 1. Rows with no work or no calibrated time are left out."""
     from carm_advisor.calibration import DISPATCHED_EXECUTIONS

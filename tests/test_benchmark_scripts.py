@@ -58,3 +58,13 @@ def test_summarize_counter_detail_handles_rows_without_ratios_and_splits_over_fr
     text = mod._counter_detail(worst)
     assert "2 see 1.08-1.20x" in text and "1 see less than declared" in text and ": c" in text
     assert "1 not profiled: d" in text
+
+
+def test_summarize_form_choice_rows_print_a_dash_where_a_side_has_no_records():
+    mod = _load("summarize")
+    pmv = _load("power_model_validation")
+    row = {"source": "nvidia-h200-records-2026-12-03-w05", "calibrated_leave_one_model_out": {
+        "duty_lomo_dispatch_times_power_err": -0.10, "duty_lomo_in_model_power_err": 0.04}}
+    rows = mod._form_choice_rows({"whole_model_jit_choice": pmv.whole_model_jit_choice([row])})
+    # choosing: one row, 10.0% vs 4.0%; no test record: dashes (it raised a TypeError on None)
+    assert rows[-1].endswith("10.0% vs 4.0% (n=1), on the test records - vs - (n=0).")

@@ -317,3 +317,45 @@ def test_a_larger_batch_on_a_host_paced_eager_model_is_judged_on_the_whole_model
     assert rec.speedup == pytest.approx(0.058 / 64 / (0.080 / 256))
     assert rec.energy_ratio == pytest.approx((20 / 64) / (8 / 256))
     assert rec.expected_gain == "2.90x faster, 10.00x less energy (measured now vs calibrated, whole model) per sample"
+
+
+def test_verify_compares_a_compile_advice_on_the_power_basis_the_advice_used():
+    # A real power model with a duty curve: 100 W constant, d = min(1, t_bound / t) ** 0.5. Unmeasured report:
+    # conv busy 700 W, bound 6 ms, calibrated 9 ms; bn busy 500 W, bound 4 ms, calibrated 5 ms.
+    # eager (host-paced, 30 ms; its GPU share = cuda_graph 15 ms / 30 ms = 0.5) and torch.compile (12 ms).
+    #   conv: 100 + 600 * (6/9) ** 0.5 = 589.90 W; bn: 100 + 400 * (4/5) ** 0.5 = 457.77 W
+    #   time-weighted over 9 + 5 ms: (589.90 * 9 + 457.77 * 5) / 14 = 542.71 W
+    #   eager: 100 + 442.71 * 0.5 = 321.35 W; compiled: 542.71 W
+    from carm_advisor.analysis import _whole_model_calibration
+    from carm_advisor.carm.power_model import DutyCurve, PowerModel
+    from carm_advisor.verify_recommendations import on_worker_baseline
+
+    class Fit:
+        samples, provenance = [], {}
+
+        def whole_time_s(self, rows, backend, execution, model=None):
+            return {"eager": 0.030, "cuda_graph": 0.015, "torch.compile": 0.012}[execution]
+
+        def whole_describe(self, *args, **kwargs):
+            return "fit"
+
+    report = _report({})
+    report.measurement = None
+    conv, bn = report.layers
+    conv.predicted_energy_j, bn.predicted_energy_j = 4.2, 2.0
+    conv.predicted_power_w, bn.predicted_power_w = 700.0, 500.0
+    conv.calibrated_time_s, bn.calibrated_time_s = 0.009, 0.005
+    pm = PowerModel(constant_w=100.0, duty=DutyCurve(None, 0.5, variable="efficiency"))
+    report.profile = SimpleNamespace(power_model=pm)
+    calib = Fit()
+    report.calibration = _whole_model_calibration(report.layers, calib, "torch", "m", pm)
+    busy = (100 + 600 * (6 / 9) ** 0.5) * 9 / 14 + (100 + 400 * (4 / 5) ** 0.5) * 5 / 14
+    eager_w, compiled_w = 100 + (busy - 100) * 0.5, busy
+    assert report.calibration["whole_power_w"] == pytest.approx(eager_w)
+    rec = compilation_switch(report, report.layers, _predict(calib))
+    assert rec.energy_ratio == pytest.approx(0.030 * eager_w / (0.012 * compiled_w))
+    # the worker measured 25 ms and 10 J uncompiled: against it, the compiled run is predicted at 12 ms x the
+    # compiled power (before the fix: the eager energy at the CARM operating point's power, another basis)
+    _, energy_ratio, _ = on_worker_baseline(report, rec, {"ok": True, "time_s": 0.025, "energy_j": 10.0},
+                                            {"compile": "eager"})
+    assert energy_ratio == pytest.approx(10.0 / (0.012 * compiled_w))

@@ -16,8 +16,9 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
   prediction: calibrated time x the whole-model power of this configuration as benchmarks/power_model_validation.py
   validates it (predict.whole_model_power_w: its layers' busy powers, at their CARM operating points capped
   at the power limit, scaled by the profile's duty curve and time-weighted; since the third session of
-  2026-12-04, when it replaced the busy power itself, 17.7% off against 7.2% on 91 H200 whole-model records;
-  the busy power where no calibrated layer time exists). The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
+  2026-12-04, when it replaced the busy power itself: on 91 H200 whole-model records the busy power is 17.7%
+  off, this power 7.2% with the validation's sweep fit and 8.1% with the shipped profile's power model; the
+  busy power where no calibrated layer time exists). The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
   FLOPs + e_byte * bytes, `stretched_energy_j`), draws less power the slower a layer runs; measured
   H200 trials drew near the limit even where layers ran far below their roofs (642 W for float32
   eager VGG16 at 13% of the bound), so the tuner uses the former; benchmarks/tuning_prediction_check.py
