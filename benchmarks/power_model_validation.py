@@ -125,9 +125,6 @@ from _common import result_path, write  # noqa: E402
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS  # noqa: E402
 
-# Whole-model executions the host can pace (a Python dispatch per layer call): torch eager.
-from carm_advisor.predict import HOST_PACED_WHOLE  # noqa: E402
-
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
 
@@ -610,7 +607,6 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
     from carm_advisor.carm.power_fit import DutyObservation
-    from carm_advisor.carm.power_model import host_paced_fraction
 
     layers, models, per_run = [], [], []
     obs_by_model: dict[str, list] = {}

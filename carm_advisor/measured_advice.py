@@ -380,7 +380,7 @@ def _energy_at(rows, time_s: float, report=None, calib=None, backend: str | None
     profile has a power model and the calibration a fit, else x bound_power_w(rows); None without either."""
     power_w = None
     pm = getattr(getattr(report, "profile", None), "power_model", None)
-    if pm is not None and calib is not None and backend and execution and hasattr(pm, "mean_duty_power_w"):
+    if backend and execution and hasattr(pm, "mean_duty_power_w"):   # a real PowerModel (not a bare constant)
         from carm_advisor.predict import whole_model_power_w
 
         power_w = whole_model_power_w(rows, pm, calib, backend, execution, report.model.name)

@@ -149,9 +149,7 @@ class Predictor:
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         pm = self.profile.power_model
-        busy_w = getattr(row, "predicted_power_w", None)
-        if busy_w is None and row.predicted_energy_j is not None and row.predicted_time_s:
-            busy_w = row.predicted_energy_j / row.predicted_time_s
+        busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:
             # The power at the layer's CARM operating point (its busy power), scaled above the constant
             # power by the profile's duty curve (PowerModel.duty_power_w; the busy power itself without a
@@ -162,9 +160,19 @@ class Predictor:
             # model by benchmarks/power_model_validation.py (whole models: whole_model_power_w below, jit ones
             # at the layers' in-model GPU times since the third session of 2026-12-04); the power at the
             # work's rates over the calibrated time misses real layers (carm/power_model.py).
-            bound_s = row.predicted_energy_j / busy_w if row.predicted_energy_j and busy_w > 0 else None
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
+
+
+def busy_and_bound(row) -> tuple[float | None, float | None]:
+    """A row's busy power, the power at its CARM operating point (predicted_power_w, else its predicted
+    energy / predicted time), and its CARM bound time before the launch floor (predicted energy / busy
+    power, what the duty curve's efficiency form divides by); None for what the row cannot give."""
+    busy_w = getattr(row, "predicted_power_w", None)
+    if busy_w is None and row.predicted_energy_j is not None and row.predicted_time_s:
+        busy_w = row.predicted_energy_j / row.predicted_time_s
+    bound_s = row.predicted_energy_j / busy_w if busy_w and busy_w > 0 and row.predicted_energy_j else None
+    return busy_w, bound_s
 
 
 def whole_model_layer_times(rows, calibration, backend: str, execution: str, model: str | None = None):
@@ -205,8 +213,7 @@ def whole_model_power_w(rows, power_model, calibration, backend: str, execution:
     if power_model is None or calibration is None:
         return None
     times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
-    layers = [(r.predicted_power_w, r.predicted_energy_j / r.predicted_power_w, t) for r, t in times
-              if getattr(r, "predicted_power_w", None) and r.predicted_energy_j]
+    layers = [(busy_w, bound_s, t) for r, t in times for busy_w, bound_s in [busy_and_bound(r)] if bound_s]
     return power_model.mean_duty_power_w(layers, share) if layers else None
 
 

@@ -33,13 +33,13 @@ def _energy(rows: list[LayerRow]) -> float:
                for r in rows if r.known)
 
 
-def _gain_text(speedup: float | None, energy_ratio: float | None) -> str:
+def _gain_text(speedup: float | None, energy_ratio: float | None, source: str = "CARM prediction") -> str:
     parts = []
     if speedup:
         parts.append(f"{speedup:.2f}x faster")
     if energy_ratio:
         parts.append(f"{energy_ratio:.2f}x less energy")
-    return (", ".join(parts) or "not quantified") + " (CARM prediction)"
+    return (", ".join(parts) or "not quantified") + f" ({source})"
 
 
 def _share(rows: list[LayerRow], pick) -> float:
@@ -105,7 +105,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     alt = predict.rows(batch_size=new_batch)
     per_sample_now, per_sample_new = _time(rows) / batch, _time(alt) / new_batch
     e_now, e_new = _energy(rows) / batch, (_energy(alt) / new_batch if _energy(alt) else 0)
-    gain = _gain_text
+    source = "CARM prediction"
     # The whole model as its user runs it, where a calibration can say (torch eager: a host that sets the
     # pace of each call is paid per call, so a larger batch divides it; the layers' sum cannot see that).
     from carm_advisor.measured_advice import whole_model_now_and_changed
@@ -117,9 +117,6 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
         e_now = energy_now / batch if energy_now else None
         e_new = energy_new / new_batch if energy_now and energy_new else 0
         source = "measured now vs calibrated, whole model" if measured else "calibrated prediction, whole model"
-
-        def gain(speedup, energy_ratio):
-            return _gain_text(speedup, energy_ratio).replace("(CARM prediction)", f"({source})")
     speedup = per_sample_now / per_sample_new
     energy_ratio = e_now / e_new if e_new else None
     if max(speedup, energy_ratio or 0) < MIN_GAIN:
@@ -133,7 +130,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     )
     return Recommendation(
         title=f"Raise the batch size from {batch} to {new_batch}",
-        detail=detail, expected_gain=gain(speedup, energy_ratio) + " per sample", speedup=speedup,
+        detail=detail, expected_gain=_gain_text(speedup, energy_ratio, source) + " per sample", speedup=speedup,
         energy_ratio=energy_ratio, layers=[r.name for r in memory_bound], change={"batch_size": new_batch},
     )
 
