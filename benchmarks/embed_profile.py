@@ -14,7 +14,9 @@ the reason is kept in the profile's provenance.
 
 --power-fit sweep replaces the per-benchmark power model by the least-squares fit over every recorded
 benchmark row with a >= 0.9 s power window (carm_advisor/carm/power_fit.py: energies per path and
-level, zero/random data factors, voltage curve, fit quality). Without it the output is as before.
+level, zero/random data factors, voltage curve, fit quality: carm/power_fit.fit_power_runs, the fit
+benchmarks/power_model_validation.py validates); --power-sweep FILE (repeatable) adds further runs' rows
+to that fit (the power sweep of benchmarks/power_sweep.py). Without it the output is as before.
 
 --duty FILE adds power_model.duty, the duty curve (a layer's power above the constant vs its time per call or,
 its efficiency form, vs its CARM bound time / time per call: carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
@@ -96,14 +98,14 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     return dataclasses.replace(duty, source=source).to_dict()
 
 
-def sweep_power_model(measured: dict, drop: dict) -> dict:
-    """The power_model section fitted over the whole recorded sweep (rows in `drop` left out)."""
+def sweep_power_model(measured: dict, drop: dict, sweeps: list[tuple[str, dict]] = (), measured_name: str = "") -> dict:
+    """The power_model section fitted over the whole recorded sweep (the measured run's benchmark rows and
+    those of every extra power sweep in `sweeps`, (file name, run); rows in `drop` left out)."""
     from carm_advisor.carm.power_fit import power_model_section
 
-    device = measured["device"]
     date = ((measured.get("power_model") or {}).get("provenance") or {}).get("date")
-    return power_model_section(measured.get("benchmarks") or [], device.get("idle_power_w"),
-                               device.get("sm_clock_max_mhz"), device.get("power_limit_w"), date, drop)
+    return power_model_section([measured, *(doc for _, doc in sweeps)], date, drop,
+                               [f"benchmarks/results/{n}" for n in (measured_name, *(n for n, _ in sweeps))])
 
 
 DROPPED = {"fitness_with_power_roof", "missed_with_power_roof", "sweep_fitness_with_power_roof",
@@ -126,6 +128,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--power-fit", choices=("benchmark", "sweep"), default="benchmark",
                     help="benchmark: e = (P - idle) / rate of each roof's own run (as before); sweep: one "
                          "least-squares fit over every trustworthy row")
+    ap.add_argument("--power-sweep", type=Path, action="append", default=[], metavar="FILE",
+                    help="with --power-fit sweep: a further run whose benchmark rows join the fit (a power sweep "
+                         "of benchmarks/power_sweep.py, a ceilings run of the same GPU); repeatable")
     ap.add_argument("--duty", type=Path, metavar="FILE",
                     help="JSON written by benchmarks/power_model_validation.py: adds its fitted duty curve")
     args = ap.parse_args(argv)
@@ -144,7 +149,10 @@ def main(argv: list[str]) -> int:
     if args.launch_floor:
         doc["launch_floor"] = launch_floor_of(json.loads(args.launch_floor.read_text()), args.launch_floor.name)
     if args.power_fit == "sweep":
-        doc["power_model"] = sweep_power_model(measured, drop)
+        doc["power_model"] = sweep_power_model(measured, drop, [(p.name, json.loads(p.read_text()))
+                                                                for p in args.power_sweep], args.measured.name)
+    elif args.power_sweep:
+        ap.error("--power-sweep joins the sweep fit: it needs --power-fit sweep")
     if args.duty:
         doc["power_model"] = {**doc["power_model"],
                               "duty": duty_of(json.loads(args.duty.read_text()), args.duty.name,

@@ -128,24 +128,6 @@ from carm_advisor.calibration import DISPATCHED_EXECUTIONS  # noqa: E402
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
 
-def fit_from_runs(docs: list[dict], drop: set[str]):
-    """One fit over every ceilings run given (their benchmark rows), with the runs' idle power and limit."""
-    from carm_advisor.carm.power_fit import fit_power_sweep, records_from_benchmarks
-
-    records, idle, limit, f0 = [], [], [], []
-    for doc in docs:
-        records += [r for r in records_from_benchmarks(doc.get("benchmarks") or []) if r.name not in drop]
-        device = doc.get("device") or {}
-        pm = doc.get("power_model") or {}
-        idle.append(device.get("idle_power_w") or pm.get("constant_w"))
-        limit.append(device.get("power_limit_w") or pm.get("power_limit_w"))
-        f0.append(device.get("sm_clock_max_mhz") or device.get("max_sm_clock_mhz"))
-    known = [x for x in idle if x]
-    limits = [x for x in limit if x]
-    return fit_power_sweep(records, statistics.median(known) if known else None, max(x for x in f0 if x),
-                           min(limits) if limits else None), (min(limits) if limits else None)
-
-
 def power_model_of(fit, power_limit_w):
     from carm_advisor.carm.power_model import PowerModel
 
@@ -1132,6 +1114,7 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
 
 def main(argv: list[str] | None = None) -> int:
     from carm_advisor.calibration import Calibration, shipped_calibration
+    from carm_advisor.carm.power_fit import fit_power_runs
     from carm_advisor.errors import CarmError
     from carm_advisor.profiles.profile import load_profile
 
@@ -1173,7 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = [json.loads(p.read_text()) for p in args.ceilings]
     drop = {n.strip() for n in args.drop.split(",") if n.strip()}
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
-    fit, limit = fit_from_runs(docs, drop)
+    fit, limit = fit_power_runs(docs, drop)
     pm = power_model_of(fit, limit)
     cache_key = json.dumps([sorted(str(f) for p in args.records for f in (p.rglob("*.json") if p.is_dir() else [p])),
                             profile.name, calibration.provenance], sort_keys=True, default=str)

@@ -67,6 +67,12 @@ JIT_PER_DTYPE = False
 # max(bound_i / e, floor) per kernel 14.1%. Held out afterwards (xception, efficientnetb0, inceptionv3,
 # convnexttiny, batch 64): median 35.2% -> 26.0%, max 54.9% -> 53.8% (ConvNeXtTiny: still predicted too fast).
 KERNEL_FLOOR_EXECUTIONS = ("jit",)
+# A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
+# larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
+# gpu the layer's in-model time (in_model_time_s), host its class's floor (floor_s). CANDIDATE (fourth session
+# of 2026-12-04): chosen among p = 1, 2, inf and the cell efficiencies (the form before) on the records
+# before -s4, tested on -s4 (see benchmarks/power_model_validation.py).
+DISPATCH_OVERLAP_NORM = 2.0
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
 
@@ -320,14 +326,38 @@ class Calibration:
 
     def efficiency(self, row, backend: str | None) -> float | None:
         """The predictor's seam (predict.Calibration): a LayerRow-like row (type, dtype, bound time in
-        predicted_time_s) -> efficiency (the floor included), or None where nothing calibrates it."""
+        predicted_time_s) -> efficiency (the floor included), or None where nothing calibrates it. A layer
+        the backend times one dispatched call at a time: its bound / dispatched_time_s where that is known."""
         found = self._estimate_row(row, backend)
-        return found.effective_efficiency(row.predicted_time_s) if found and found.efficiency > 0 else None
+        if not (found and found.efficiency > 0):
+            return None
+        wall = self.dispatched_time_s(row.type, row.predicted_time_s, backend or "", row.dtype, found.floor_s)
+        return row.predicted_time_s / wall if wall else found.effective_efficiency(row.predicted_time_s)
+
+    def dispatched_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, dtype: str | None,
+                          host_s: float | None) -> float | None:
+        """The wall time per call of a layer dispatched alone from the host (DISPATCHED_EXECUTIONS: jax, each
+        layer jitted alone): the GPU's time as the compiled model runs it (in_model_time_s) and the host's
+        time per call (`host_s`: the class's floor, floor_s), which overlap (asynchronous dispatch):
+        (gpu ** p + host ** p) ** (1 / p), p = DISPATCH_OVERLAP_NORM. None where either is unknown (the
+        layer's cell efficiency then stands)."""
+        if not host_s or not bound_time_s:
+            return None
+        gpu = self.in_model_time_s(layer_type, bound_time_s, backend, DISPATCHED_EXECUTIONS[0], dtype)
+        if not gpu:
+            return None
+        p = DISPATCH_OVERLAP_NORM
+        return max(gpu, host_s) if math.isinf(p) else (gpu ** p + host_s ** p) ** (1 / p)
 
     def describe(self, row, backend: str | None) -> str:
         """Which key, how many samples and which fallback calibrate this row ("none": the bound stands alone)."""
         found = self._estimate_row(row, backend)
-        return found.label if found else "none"
+        if not found:
+            return "none"
+        if self.dispatched_time_s(row.type, row.predicted_time_s, backend or "", row.dtype, found.floor_s):
+            return (f"dispatched alone: in-model GPU time ({self.whole_describe(backend or '', DISPATCHED_EXECUTIONS[0])})"
+                    f" with the host's {found.floor_s * 1e6:.1f} us per call (floor of {found.key[1] if len(found.key) > 1 else 'the backend'})")
+        return found.label
 
     # ---- whole model -----------------------------------------------------------------------
     def _gpu_fit(self, found: list[WholeSample], floor: float) -> tuple[float, float]:

@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import math
 import pytest
 
 from carm_advisor.calibration import Calibration, Sample, WholeSample, apply_calibration, shipped_calibration, size_bucket
@@ -432,3 +433,32 @@ def test_in_model_time_is_the_layers_share_of_the_jit_fit_plus_the_launch_floor_
     assert c.in_model_time_s("ReLU", 30e-6, "torch", "cuda_graph") is None     # not a compiled execution
     assert c.in_model_time_s("ReLU", None, "jax", "jit") is None
     assert Calibration([], []).in_model_time_s("ReLU", 30e-6, "jax", "jit") is None   # no jit record
+
+
+def test_a_layer_jitted_alone_takes_its_in_model_gpu_time_and_the_host_dispatch_in_quadrature(monkeypatch):
+    import carm_advisor.calibration as cal
+
+    floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
+    whole = [_wk("v", 32, 1.0, 2.5, 100), _wk("v", 64, 2.0, 3.5, 100), _wk("w", 64, 1.0, 2.5, 50),
+             _wk("x", 64, 3.0, 4.5, 0)]      # e = 0.75 (the test above)
+    c = Calibration(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6), whole, floor)   # host floor 50 us
+    relu = SimpleNamespace(name="r", type="ReLU", dtype="bfloat16", predicted_time_s=10e-6, predicted_energy_j=None,
+                           path="p", level="l", flops=1, bytes=1)
+    conv = SimpleNamespace(name="c", type="Conv2D", dtype="bfloat16", predicted_time_s=60e-6, predicted_energy_j=None,
+                           path="p", level="l", flops=1, bytes=1)
+    apply_calibration([relu, conv], c, "jax")
+    # GPU: 10 us / 0.75 = 13.3 us (fused: no kernel floor); host 50 us: sqrt(13.3^2 + 50^2) = 51.7 us
+    assert relu.calibrated_time_s == pytest.approx(((10e-6 / 0.75) ** 2 + 50e-6 ** 2) ** 0.5)
+    # a kernel of its own: 60 us / 0.75 + 10 us = 90 us on the GPU: sqrt(90^2 + 50^2) = 103 us
+    assert conv.calibrated_time_s == pytest.approx((90e-6 ** 2 + 50e-6 ** 2) ** 0.5)
+    assert "dispatched alone" in conv.calibration and "50.0 us per call" in conv.calibration
+    monkeypatch.setattr(cal, "DISPATCH_OVERLAP_NORM", math.inf)        # no overlap penalty: the larger one
+    apply_calibration([relu, conv], c, "jax")
+    assert relu.calibrated_time_s == pytest.approx(50e-6) and conv.calibrated_time_s == pytest.approx(90e-6)
+    # Without a jit whole-model fit the cell efficiencies stand (bucket -10: 0.8, under the 50 us floor)
+    apply_calibration([relu], Calibration(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6)), "jax")
+    assert relu.calibrated_time_s == pytest.approx(50e-6) and "dispatched" not in relu.calibration
+    # CUDA-graph and profiled layers are not dispatched one call at a time: no floor, no change
+    torch = Calibration(_timed(1e-6, 50e-6, execution="profiled", backend="torch"), whole, floor)
+    apply_calibration([conv], torch, "torch")
+    assert conv.calibrated_time_s == pytest.approx(60e-6 / 0.02)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _same_json import assert_same_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -19,8 +20,10 @@ def embed_args(out, *extra):
             str(RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"), str(out)]
     for name, why in dropped.items():
         args += ["--drop", f"{name}={why}"]
-    # the shipped profile carries the duty curve of the power model validation (embed_profile.py --duty)
-    args += ["--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-04-s3.json")]
+    # the shipped profile carries the sweep fit over run 10 and the power sweep (the fit the power model
+    # validation validates) and the duty curve that validation fitted against it (embed_profile.py --duty)
+    args += ["--power-fit", "sweep", "--power-sweep", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"),
+             "--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-04-s3.json")]
     return args + list(extra)
 
 
@@ -47,7 +50,7 @@ def test_launch_floor_dry_run_writes_the_median_of_its_fake_calls(floor_file):
 
 def test_the_embedded_profile_regenerates_byte_identical_without_a_floor_file(tmp_path):
     run(embed_args(tmp_path / "p.json"))
-    assert (tmp_path / "p.json").read_bytes() == EMBEDDED.read_bytes()
+    assert_same_json((tmp_path / "p.json").read_bytes(), EMBEDDED.read_bytes())   # the sweep fit's floats to 1e-9
 
 
 def test_a_floor_file_adds_the_launch_floor_and_changes_nothing_else(tmp_path, floor_file):
@@ -56,7 +59,7 @@ def test_a_floor_file_adds_the_launch_floor_and_changes_nothing_else(tmp_path, f
     floor = merged.pop("launch_floor")
     assert floor["value_s"] == pytest.approx(4e-6)
     assert floor["provenance"]["from"] == f"benchmarks/results/{floor_file.name}"
-    assert merged == json.loads(EMBEDDED.read_text())
+    assert_same_json(json.dumps(merged), EMBEDDED.read_text())
     from carm_advisor.profiles.profile import load_profile
 
     assert load_profile(tmp_path / "p.json").launch_floor_s == pytest.approx(4e-6)

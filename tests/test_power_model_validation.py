@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _same_json import assert_same_json
 
 from carm_advisor.errors import CarmError, ProfileError
 from carm_advisor.profiles.profile import load_profile, profile_from_dict
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MEASURED = RESULTS / "nvidia-h200-measured-profile-2026-12-02-run10.json"
 CEILINGS = RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"
+SWEEP = RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"
 DROP = ["hbm_read_bulk=its interleaved chunk walk lets drifting blocks re-read chunks from L2 (the same kernel read "
         "5.4 TB/s \"from HBM\" over 512 MiB in the run-10 size sweep); fixed in the kernels after run 10, not re-measured",
         "mix_fp32_hbm_tma_*=the same interleaved chunk walk as hbm_read_bulk"]
@@ -41,27 +43,44 @@ def _embed(tmp_path, *extra):
 POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s3.json"   # the shipped profile's duty source
 
 
-def test_embed_profile_with_the_duty_file_regenerates_the_shipped_profile_byte_for_byte(tmp_path):
-    out = _embed(tmp_path, "--duty", str(POWER_MODEL))
-    assert out.read_bytes() == (ROOT / "carm_advisor" / "profiles" / "nvidia_h200.json").read_bytes()
+def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_profile(tmp_path):
+    out = _embed(tmp_path, "--power-fit", "sweep", "--power-sweep", str(SWEEP), "--duty", str(POWER_MODEL))
+    assert_same_json(out.read_bytes(), (ROOT / "carm_advisor" / "profiles" / "nvidia_h200.json").read_bytes())
 
 
-def test_the_shipped_duty_curve_is_the_one_fitted_against_the_shipped_power_model_and_says_so(tmp_path):
+def test_the_shipped_power_model_is_the_validated_sweep_fit_with_its_duty_curve(tmp_path):
     from carm_advisor.carm.power_model import DutyCurve
 
     validation = json.loads(POWER_MODEL.read_text())
-    curve = validation["shipped_power_model"]["duty_curves"]["in_sample"]
-    duty = load_profile().power_model.duty
-    fitted = DutyCurve.from_dict(curve)   # either form (time: t_full_s and gamma; efficiency: gamma)
-    assert (duty.variable, duty.t_full_s, duty.gamma) == (fitted.variable, fitted.t_full_s, fitted.gamma)
+    pm = load_profile().power_model
+    # The profile ships the fit the validation scored: the same rows (run 10 and the power sweep, the
+    # profile's dropped benchmarks left out), the same constant and energies (the validation's own record).
+    fit = validation["fit"]
+    assert pm.fit["n"] == fit["fit"]["n"] == 74
+    assert pm.constant_w == pytest.approx(fit["constant_w"], rel=1e-9)
+    for path, e in fit["joules_per_flop"].items():
+        assert pm.joules_per_flop[path] == pytest.approx(e, rel=1e-9)
+    for level, e in fit["joules_per_byte"].items():
+        assert pm.joules_per_byte[level] == pytest.approx(e, rel=1e-9)
+    # and the duty curve that validation fitted against the sweep fit, saying so
+    fitted = DutyCurve.from_dict(validation["duty_curves"]["in_sample"])
+    duty = pm.duty
+    assert (duty.variable, duty.gamma, duty.t_size_s, duty.gamma_size) == \
+        (fitted.variable, fitted.gamma, fitted.t_size_s, fitted.gamma_size)
     assert duty.source.startswith("fitted on H200 layer records, leave-one-model-out validated")
     assert POWER_MODEL.name in duty.source
     # Without --duty the profile has no curve: predict.py falls back to the CARM-point power.
-    assert load_profile(_embed(tmp_path)).power_model.duty is None
-    # With the sweep fit, the curve fitted against the sweep fit is taken.
-    swept = load_profile(_embed(tmp_path, "--power-fit", "sweep", "--duty", str(POWER_MODEL))).power_model.duty
-    fitted = DutyCurve.from_dict(validation["duty_curves"]["in_sample"])
-    assert (swept.variable, swept.t_full_s, swept.gamma) == (fitted.variable, fitted.t_full_s, fitted.gamma)
+    assert load_profile(_embed(tmp_path, "--power-fit", "sweep", "--power-sweep", str(SWEEP))).power_model.duty is None
+    # With the per-benchmark model, the curve fitted against THAT model is taken.
+    per_benchmark = load_profile(_embed(tmp_path, "--duty", str(POWER_MODEL))).power_model
+    other = DutyCurve.from_dict(validation["shipped_power_model"]["duty_curves"]["in_sample"])
+    assert not per_benchmark.fit        # no fit quality: one benchmark each
+    assert (per_benchmark.duty.variable, per_benchmark.duty.gamma) == (other.variable, other.gamma)
+
+
+def test_power_sweep_needs_the_sweep_fit(tmp_path):
+    with pytest.raises(SystemExit):
+        _embed(tmp_path, "--power-sweep", str(SWEEP))
 
 
 def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_path):
@@ -162,7 +181,9 @@ def test_report_plots_the_energy_efficiency_carm_and_refuses_an_unknown_kind(tmp
     assert all(r.predicted_power_w and r.predicted_power_w <= 700.0 for r in report.known_layers)
     row = report.known_layers[0]
     assert row.predicted_power_w == pytest.approx(row.predicted_energy_j / row.predicted_time_s)
-    assert report.clocks is None                       # the shipped profile has no voltage curve yet
+    # the shipped sweep fit carries a voltage curve (assumed): the energy-optimal clock is predicted
+    assert report.clocks["model"]["source"] == "predicted"
+    assert report.clocks["voltage_curve"]["source"] == "assumed"
     path = report.plot(tmp_path / "ee.png", kind="energy")
     assert path.stat().st_size > 10_000
     with pytest.raises(CarmError, match="kind must be"):

@@ -26,6 +26,7 @@ power and the fit says so.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -456,17 +457,37 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     return DutyCurve(best[1], best[2], source), best[0]
 
 
-def power_model_section(benchmark_rows: Iterable[dict[str, Any]], idle_w: float | None, f0_mhz: float,
-                        power_limit_w: float | None, date: str | None = None,
-                        drop: Iterable[str] = ()) -> dict[str, Any]:
-    """A profile's `power_model` section fitted over a whole recorded sweep (the `benchmarks` rows of
-    a ceilings run or measured profile; names in `drop` left out): the one call a profile builder
-    needs, e.g. in carm/fitting.select_roofs in place of fit_power_model."""
+def fit_power_runs(docs: Iterable[dict[str, Any]], drop: Iterable[str] = ()) -> tuple[PowerFit, float | None]:
+    """One least-squares fit over the benchmark rows of every run given (ceilings runs, power sweeps,
+    measured profiles; names in `drop` left out): the runs' median idle power as the constant's floor,
+    their highest maximum SM clock as f0 and their lowest power limit. Returns (fit, power limit or None)."""
     left_out = set(drop)
-    records = [r for r in records_from_benchmarks(benchmark_rows) if r.name not in left_out]
-    fit = fit_power_sweep(records, idle_w, f0_mhz, power_limit_w)
+    records, idle, limits, f0 = [], [], [], []
+    for doc in docs:
+        records += [r for r in records_from_benchmarks(doc.get("benchmarks") or []) if r.name not in left_out]
+        device = doc.get("device") or {}
+        pm = doc.get("power_model") or {}
+        idle.append(device.get("idle_power_w") or pm.get("constant_w"))
+        limits.append(device.get("power_limit_w") or pm.get("power_limit_w"))
+        f0.append(device.get("sm_clock_max_mhz") or device.get("max_sm_clock_mhz"))
+    known = [x for x in idle if x]
+    limit = min((x for x in limits if x), default=None)
+    clocks = [x for x in f0 if x]
+    if not clocks:
+        raise ValueError("Expected a run with device.sm_clock_max_mhz to fit the power model on, received none")
+    fit = fit_power_sweep(records, statistics.median(known) if known else None, max(clocks), limit)
+    return fit, limit
+
+
+def power_model_section(docs: Iterable[dict[str, Any]], date: str | None = None, drop: Iterable[str] = (),
+                        sources: Iterable[str] = ()) -> dict[str, Any]:
+    """A profile's `power_model` section fitted over whole recorded sweeps (fit_power_runs: the `benchmarks`
+    rows of every run given, names in `drop` left out): the one call a profile builder needs, the very fit
+    benchmarks/power_model_validation.py validates. `sources` name the runs in the provenance."""
+    fit, power_limit_w = fit_power_runs(docs, drop)
     limit = power_limit_w if power_limit_w and power_limit_w > fit.constant_w else None
     return {**fit.to_dict(), "power_limit_w": limit,
-            "provenance": {"source": "measured", "date": date,
+            "provenance": {"source": "measured", "date": date, "from": list(sources),
                            "method": "least squares over every benchmark row with a >= 0.9 s NVML energy window "
-                                     "(carm_advisor/carm/power_fit.py); constant: " + fit.quality["constant"]}}
+                                     "of the runs in 'from' (carm_advisor/carm/power_fit.py: fit_power_runs); "
+                                     "constant: " + fit.quality["constant"]}}
