@@ -201,7 +201,64 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             if layer.get("execution") in DISPATCHED_EXECUTIONS:
                 layer["gpu_time_s_leave_one_model_out"] = lomo_cache[model_name].in_model_time_s(
                     c.type, c.predicted_time_s, doc["backend"], layer["execution"], c.dtype)
+                layer["dispatch_candidates_s"] = dispatch_candidates(lomo_cache[model_name], c, doc["backend"])
     return out, calibrated
+
+
+# The wall time per call of a layer jitted alone (calibration.Calibration.dispatched_time_s), chosen in the
+# fourth session of 2026-12-04 (validation.dispatch_overlap_choice): "cell", the jax cell efficiencies with
+# the class floor (the form before), against the in-model GPU time and the host's class floor combined as
+# (gpu ** p + host ** p) ** (1 / p). The rule, fixed before the candidates were scored: the pooled per-layer
+# headline (every scored layer; torch layers do not change) on the records before -s4 decides, the incumbent
+# staying unless beaten; -s4 (jax ResNet50 and MobileNetV2 at new cells, recorded before any change) tests it.
+# Seen before the rule was applied: the candidates' jitted-alone TIME errors on the same records (a scratch
+# script): cell 23.4%, p=1 18.0%, p=2 12.7%, p=inf 14.8%.
+DISPATCH_CANDIDATES = ("cell", "1", "2", "inf")
+DISPATCH_TEST = "-s4"
+
+
+def dispatch_candidates(calibration, row, backend: str) -> dict | None:
+    """Each DISPATCH_CANDIDATES' wall time per call for a layer jitted alone (row: a LayerRow with its CARM
+    bound), from `calibration` (leave one model out): None where the calibration has no floor or jit fit."""
+    found = calibration.estimate(backend, row.type, row.dtype, row.predicted_time_s) if row.predicted_time_s else None
+    gpu = calibration.in_model_time_s(row.type, row.predicted_time_s, backend, DISPATCHED_EXECUTIONS[0], row.dtype)
+    if found is None or not found.floor_s or not gpu:
+        return None
+    host = found.floor_s
+    return {"cell": found.time_s(row.predicted_time_s), "1": gpu + host, "2": (gpu ** 2 + host ** 2) ** 0.5,
+            "inf": max(gpu, host)}
+
+
+def dispatch_overlap_choice(layers: list[dict]) -> dict:
+    """The choice of a jitted-alone layer's wall time (DISPATCH_CANDIDATES): for each candidate, the per-layer
+    headline power (median |error|) pooled over every scored layer, the jax layers at that candidate's wall
+    time, and over the jax layers alone, on the choosing records (every folder but DISPATCH_TEST) and on the
+    test records (DISPATCH_TEST); chosen: the lowest pooled figure on the choosing records."""
+    from carm_advisor.calibration import DISPATCH_OVERLAP_NORM
+
+    in_use = "inf" if DISPATCH_OVERLAP_NORM == float("inf") else f"{DISPATCH_OVERLAP_NORM:g}"
+    scored = [l for l in layers if l["scored"] and l["headline_power_err"] is not None]
+    table = {}
+    for name in DISPATCH_CANDIDATES:
+        row = {}
+        for part, keep in (("choosing", lambda l: DISPATCH_TEST not in (l["source"] or "")),
+                           ("test", lambda l: DISPATCH_TEST in (l["source"] or ""))):
+            errs, jax = [], []
+            for l in filter(keep, scored):
+                e = (l.get("dispatch_power_err") or {}).get(name) if l.get("dispatch_power_err") else None
+                if l.get("dispatch_power_err"):
+                    jax.append(e)
+                errs.append(l["headline_power_err"] if not l.get("dispatch_power_err") else e)
+            errs = [abs(e) for e in errs if e is not None]
+            jax = [abs(e) for e in jax if e is not None]
+            row[part] = {"n": len(errs), "power_median_abs_err": statistics.median(errs) if errs else None,
+                         "jax_n": len(jax), "jax_power_median_abs_err": statistics.median(jax) if jax else None}
+        table[name] = row
+    ranked = [n for n in DISPATCH_CANDIDATES if table[n]["choosing"]["power_median_abs_err"] is not None]
+    best = min(ranked, key=lambda n: (table[n]["choosing"]["power_median_abs_err"], n != "cell")) if ranked else None
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder but "
+                    f"{DISPATCH_TEST}); the incumbent (cell) stays unless beaten; {DISPATCH_TEST} is the test",
+            "chosen": best, "in_use": in_use, "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -656,6 +713,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             power = l.get("power_w")
             measured_e = l.get("energy_j") or (power * l["time_s"] if power else None)
             head = pred[HEADLINE]
+            candidates = l.get("dispatch_candidates_s") if t_gpu and lomo_pm else None
+            dispatch_err = {k: _err(duty(lomo_pm, t), power) for k, t in candidates.items()} if candidates else None
             layers.append({"run": Path(run["file"]).name, "source": run.get("source"), "date": run.get("date"),
                            "model": run["model"], "backend": run["backend"],
                            "precision": run["precision"], "batch_size": run["batch_size"], "layer": l["name"],
@@ -668,6 +727,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                            "predicted_power_w_by_variant": pred,
                            "power_err_by_variant": {k: _err(p, power) for k, p in pred.items()},
                            "headline_power_w": head, "headline_power_err": _err(head, power),
+                           "dispatch_power_err": dispatch_err,
                            "headline_energy_j_given_time": head * l["time_s"] if head is not None else None,
                            "headline_energy_err_given_time": _err(head * l["time_s"] if head is not None else None,
                                                                   measured_e),
@@ -757,6 +817,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
               "n_by_model": {m: len(o) for m, o in obs_by_model.items()}}
     validation = summary(layers, models, min_layer_window_s, form_fixed_on)
     validation["duty_form_choice"] = duty_form_choice(cand_obs, pm.constant_w) if cand_obs else None
+    validation["dispatch_overlap_choice"] = dispatch_overlap_choice(layers)
     validation["whole_model_jit_choice"] = whole_model_jit_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 

@@ -238,6 +238,22 @@ def _form_choice_rows(v: dict) -> list[str]:
                  f"{_pct(j['choosing']['in_model_power_median_abs_err'])} (n={j['choosing']['n']}), on the test records "
                  f"{_pct(j['test']['dispatch_times_power_median_abs_err'])} vs "
                  f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']})."]
+    return rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice"))
+
+
+def _dispatch_choice_rows(c: dict | None) -> list[str]:
+    """The wall time of a jax layer jitted alone (validation.dispatch_overlap_choice): per candidate, the
+    per-layer headline pooled and on the jax layers, on the choosing and on the test records."""
+    if not c:
+        return []
+    rows = ["", f"Jitted-alone wall time per call: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | choosing: all layers | choosing: jax layers | test: all layers | test: jax layers |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, t in c["candidates"].items():
+        ch, te = t["choosing"], t["test"]
+        rows.append(f"| {name} | {_pct(ch['power_median_abs_err'])} (n={ch['n']}) | "
+                    f"{_pct(ch['jax_power_median_abs_err'])} (n={ch['jax_n']}) | {_pct(te['power_median_abs_err'])} "
+                    f"(n={te['n']}) | {_pct(te['jax_power_median_abs_err'])} (n={te['jax_n']}) |")
     return rows
 
 
