@@ -10,7 +10,9 @@ first within a decade of the size, then at any size -- else the backend's sample
 (the CARM bound stands alone). Each row records which (row.calibration). The size bucket is the
 half-decade of the bound time (log10 * 2, floored): small layers reach a smaller share of the roof.
 Layers timed one dispatched call at a time (jax: each layer jitted alone) never go below a floor,
-the shortest median time of a cell of their class: there, time stops shrinking with the bound.
+the shortest median time of a cell of their class: there, time stops shrinking with the bound. Where a
+jit whole-model fit exists, such a layer's time is its in-model GPU time and that floor (the host's
+dispatch) in quadrature instead (dispatched_time_s, DISPATCH_OVERLAP_NORM).
 
 The whole model (whole_fit) is not the sum of the layers measured alone. cuda_graph: a * sum(matmul-
 class calibrated) + b * sum(the rest), a, b >= 0 by least squares on the records. eager (torch):
@@ -69,9 +71,10 @@ JIT_PER_DTYPE = False
 KERNEL_FLOOR_EXECUTIONS = ("jit",)
 # A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
 # larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
-# gpu the layer's in-model time (in_model_time_s), host its class's floor (floor_s). CANDIDATE (fourth session
-# of 2026-12-04): chosen among p = 1, 2, inf and the cell efficiencies (the form before) on the records
-# before -s4, tested on -s4 (see benchmarks/power_model_validation.py).
+# gpu the layer's in-model time (in_model_time_s), host its class's floor (floor_s). Chosen in the fourth
+# session of 2026-12-04 among p = 1, 2, inf and the cell efficiencies (the form before) by the per-layer power
+# headline on the records before -s4, tested on -s4 (power_model_validation.py: dispatch_overlap_choice;
+# jax layers 16.0% -> 10.5% on the test). Without a jit whole-model fit the cell efficiencies stand.
 DISPATCH_OVERLAP_NORM = 2.0
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
