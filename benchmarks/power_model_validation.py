@@ -213,20 +213,21 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
 # staying unless beaten; -s4 (jax ResNet50 and MobileNetV2 at new cells, recorded before any change) tests it.
 # Seen before the rule was applied: the candidates' jitted-alone TIME errors on the same records (a scratch
 # script): cell 23.4%, p=1 18.0%, p=2 12.7%, p=inf 14.8%.
-DISPATCH_CANDIDATES = ("cell", "1", "2", "inf")
+DISPATCH_CANDIDATES = {"cell": None, "1": 1.0, "2": 2.0, "inf": float("inf")}   # name -> p (None: the cells)
 DISPATCH_TEST = "-s4"
 
 
 def dispatch_candidates(calibration, row, backend: str) -> dict | None:
     """Each DISPATCH_CANDIDATES' wall time per call for a layer jitted alone (row: a LayerRow with its CARM
-    bound), from `calibration` (leave one model out): None where the calibration has no floor or jit fit."""
+    bound), from `calibration` (leave one model out; Calibration.dispatched_time_s at each p): None where the
+    calibration has no floor or jit fit."""
     found = calibration.estimate(backend, row.type, row.dtype, row.predicted_time_s) if row.predicted_time_s else None
-    gpu = calibration.in_model_time_s(row.type, row.predicted_time_s, backend, DISPATCHED_EXECUTIONS[0], row.dtype)
-    if found is None or not found.floor_s or not gpu:
+    if found is None:
         return None
-    host = found.floor_s
-    return {"cell": found.time_s(row.predicted_time_s), "1": gpu + host, "2": (gpu ** 2 + host ** 2) ** 0.5,
-            "inf": max(gpu, host)}
+    walls = {name: (found.time_s(row.predicted_time_s) if p is None else
+                    calibration.dispatched_time_s(row.type, row.predicted_time_s, backend, row.dtype, found.floor_s, p))
+             for name, p in DISPATCH_CANDIDATES.items()}
+    return walls if all(walls.values()) else None
 
 
 def dispatch_overlap_choice(layers: list[dict]) -> dict:
@@ -244,11 +245,11 @@ def dispatch_overlap_choice(layers: list[dict]) -> dict:
         for part, keep in (("choosing", lambda l: DISPATCH_TEST not in (l["source"] or "")),
                            ("test", lambda l: DISPATCH_TEST in (l["source"] or ""))):
             errs, jax = [], []
-            for l in filter(keep, scored):
-                e = (l.get("dispatch_power_err") or {}).get(name) if l.get("dispatch_power_err") else None
-                if l.get("dispatch_power_err"):
-                    jax.append(e)
-                errs.append(l["headline_power_err"] if not l.get("dispatch_power_err") else e)
+            for l in filter(keep, scored):   # a layer jitted alone at this candidate's wall time, else the headline
+                by_candidate = l.get("dispatch_power_err")
+                errs.append(by_candidate[name] if by_candidate else l["headline_power_err"])
+                if by_candidate:
+                    jax.append(by_candidate[name])
             errs = [abs(e) for e in errs if e is not None]
             jax = [abs(e) for e in jax if e is not None]
             row[part] = {"n": len(errs), "power_median_abs_err": statistics.median(errs) if errs else None,

@@ -338,18 +338,18 @@ class Calibration:
         return row.predicted_time_s / wall if wall else found.effective_efficiency(row.predicted_time_s)
 
     def dispatched_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, dtype: str | None,
-                          host_s: float | None) -> float | None:
+                          host_s: float | None, norm: float | None = None) -> float | None:
         """The wall time per call of a layer dispatched alone from the host (DISPATCHED_EXECUTIONS: jax, each
         layer jitted alone): the GPU's time as the compiled model runs it (in_model_time_s) and the host's
         time per call (`host_s`: the class's floor, floor_s), which overlap (asynchronous dispatch):
-        (gpu ** p + host ** p) ** (1 / p), p = DISPATCH_OVERLAP_NORM. None where either is unknown (the
-        layer's cell efficiency then stands)."""
+        (gpu ** p + host ** p) ** (1 / p), p = `norm` (default DISPATCH_OVERLAP_NORM; inf: the larger). None
+        where either is unknown (the layer's cell efficiency then stands)."""
         if not host_s or not bound_time_s:
             return None
         gpu = self.in_model_time_s(layer_type, bound_time_s, backend, DISPATCHED_EXECUTIONS[0], dtype)
         if not gpu:
             return None
-        p = DISPATCH_OVERLAP_NORM
+        p = DISPATCH_OVERLAP_NORM if norm is None else norm
         return max(gpu, host_s) if math.isinf(p) else (gpu ** p + host_s ** p) ** (1 / p)
 
     def describe(self, row, backend: str | None) -> str:
