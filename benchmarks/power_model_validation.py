@@ -123,7 +123,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
-from carm_advisor.calibration import DISPATCHED_EXECUTIONS  # noqa: E402
+from carm_advisor.calibration import DISPATCHED_EXECUTIONS, REPLAYED_EXECUTIONS  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
@@ -198,6 +198,9 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             c = costs[layer["name"]]
             layer["calibrated_time_s_leave_one_model_out"] = c.calibrated_time_s
             # A layer jitted alone and dispatched from Python: the GPU works only its in-model time per call.
+            # A layer replayed alone from a CUDA graph: one host launch per replay (its floor) paces small ones.
+            if layer.get("execution") in REPLAYED_EXECUTIONS:
+                layer["replay_floor_s_leave_one_model_out"] = lomo_cache[model_name].replay_floor_s(doc["backend"])
             if layer.get("execution") in DISPATCHED_EXECUTIONS:
                 layer["gpu_time_s_leave_one_model_out"] = lomo_cache[model_name].in_model_time_s(
                     c.type, c.predicted_time_s, doc["backend"], layer["execution"], c.dtype)
@@ -215,6 +218,20 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
 # script): cell 23.4%, p=1 18.0%, p=2 12.7%, p=inf 14.8%.
 DISPATCH_CANDIDATES = {"cell": None, "1": 1.0, "2": 2.0, "inf": float("inf")}   # name -> p (None: the cells)
 DISPATCH_TEST = "-s4"
+# A torch layer replayed alone from a CUDA graph (the layer windows), fifth session of 2026-12-04: the host
+# launches one replay per call, ~5-6 us on the H200, and a layer whose kernels take less leaves the GPU idle for
+# the rest (replay_share: power_model.replay_paced_fraction of the calibrated GPU time against the calibration's
+# replay floor, Calibration.replay_floor_s). Candidates: "none" (the incumbent: the duty curve alone), the
+# overlap norms 2 (the jitted-alone choice's) and inf (the larger of the two). The rule, fixed before the
+# candidates were scored: the pooled per-layer headline on the records before REPLAY_TEST decides, the
+# incumbent staying unless beaten; REPLAY_TEST's records (recorded before any change of that session) test it.
+# Seen before the rule was applied, on the choosing records only: the measured busy share (profiled kernel
+# time / replay time) against the headline's error: kernels < 3 us busy 0.42 of a replay, 3-6 us 0.67,
+# 6-10 us 0.93; torch layers with kernels < 10 us over-predicted by 16-81% (median by class), and layers
+# with a busy share < 0.7 by 23-113% (replay_pacing_choice reproduces the choice, not that exploration).
+REPLAY_CANDIDATES = {"none": None, "2": 2.0, "inf": float("inf")}
+REPLAY_IN_USE = "inf"
+REPLAY_TEST = "-s5"
 
 
 def dispatch_candidates(calibration, row, backend: str) -> dict | None:
@@ -242,7 +259,7 @@ def dispatch_overlap_choice(layers: list[dict]) -> dict:
     table = {}
     for name in DISPATCH_CANDIDATES:
         row = {}
-        for part, keep in (("choosing", lambda l: DISPATCH_TEST not in (l["source"] or "")),
+        for part, keep in (("choosing", lambda l: recorded_before(l["source"], DISPATCH_TEST)),
                            ("test", lambda l: DISPATCH_TEST in (l["source"] or ""))):
             errs, jax = [], []
             for l in filter(keep, scored):   # a layer jitted alone at this candidate's wall time, else the headline
@@ -257,9 +274,42 @@ def dispatch_overlap_choice(layers: list[dict]) -> dict:
         table[name] = row
     ranked = [n for n in DISPATCH_CANDIDATES if table[n]["choosing"]["power_median_abs_err"] is not None]
     best = min(ranked, key=lambda n: (table[n]["choosing"]["power_median_abs_err"], n != "cell")) if ranked else None
-    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder but "
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
                     f"{DISPATCH_TEST}); the incumbent (cell) stays unless beaten; {DISPATCH_TEST} is the test",
             "chosen": best, "in_use": in_use, "candidates": table}
+
+
+def replay_pacing_choice(results: dict[str, dict]) -> dict:
+    """The choice of a replayed layer's busy share (REPLAY_CANDIDATES), from validate() run once per candidate
+    (`results`, name -> its result: the duty curves refitted each time): the per-layer headline power
+    (median |error|) pooled over every scored layer, over the torch replays alone, and the whole-model
+    headline power, on the choosing records (every folder recorded before REPLAY_TEST) and on REPLAY_TEST's;
+    chosen: the lowest pooled per-layer figure on the choosing records, the incumbent ("none") staying unless
+    beaten."""
+    def med(xs):
+        xs = [abs(x) for x in xs if x is not None]
+        return (statistics.median(xs) if xs else None), len(xs)
+
+    table = {}
+    for name, result in results.items():
+        row = {}
+        for part, keep in (("choosing", lambda src: recorded_before(src, REPLAY_TEST)),
+                           ("test", lambda src: REPLAY_TEST in (src or ""))):
+            scored = [l for l in result["layers"] if l["scored"] and keep(l["source"])]
+            pooled, n = med(l["headline_power_err"] for l in scored)
+            replays, n_replays = med(l["headline_power_err"] for l in scored if l["backend"] == "torch")
+            whole, n_whole = med((r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err")
+                                 for r in result["models"] if keep(r["source"]))
+            row[part] = {"n": n, "power_median_abs_err": pooled, "torch_n": n_replays,
+                         "torch_power_median_abs_err": replays, "models_n": n_whole,
+                         "models_power_median_abs_err": whole}
+        table[name] = row
+    ranked = [n for n in table if table[n]["choosing"]["power_median_abs_err"] is not None]
+    best = min(ranked, key=lambda n: (table[n]["choosing"]["power_median_abs_err"] - (1e-9 if n == "none" else 0)),
+               default=None)
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
+                    f"{REPLAY_TEST}); the incumbent (none) stays unless beaten; {REPLAY_TEST} is the test",
+            "chosen": best, "in_use": REPLAY_IN_USE, "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -490,13 +540,22 @@ FORM_CHOICES = (
 )
 
 
+# The test folders of the choices, in the order they were recorded (a substring of their folder names): a
+# choice tested on one of them was made on the records before it, none of this one's or any later one's.
+TEST_TAGS = ("-s2", "-s3", "-s4", "-s5")
+
+
+def recorded_before(source: str | None, test: str) -> bool:
+    """Whether records of folder `source` existed before the test folders `test` (TEST_TAGS) were recorded."""
+    source = source or ""
+    return not any(t in source for t in TEST_TAGS[TEST_TAGS.index(test):])
+
+
 def form_choice_data(source: str | None, test: str = FORM_CHOICES[-1]["test"]) -> bool:
     """The records a form choice is made on: every folder before its test folders (`test`, a substring of
-    their names: the third session's choice, the default, is made on everything but *-s3*; the second
-    session's was made on everything but *-s2*, before any -s3 record existed)."""
-    source = source or ""
-    later = [c["test"] for c in FORM_CHOICES[[c["test"] for c in FORM_CHOICES].index(test):]]
-    return not any(t in source for t in later)
+    their names: the third session's choice, the default, is made on everything before *-s3*; the second
+    session's on everything before *-s2*)."""
+    return recorded_before(source, test)
 
 
 def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VARIABLE) -> tuple[dict, object | None]:
@@ -641,12 +700,29 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
             "chosen": best, "in_use": DUTY_VARIABLE, "candidates": table}
 
 
+def replay_share(layer: dict, norm: float | None) -> float:
+    """The share of each replay the GPU works for a layer replayed alone from a CUDA graph (REPLAYED_EXECUTIONS):
+    power_model.replay_paced_fraction of its calibrated GPU time (leave one model out) against the calibration's
+    replay floor at overlap norm `norm` (REPLAY_CANDIDATES); 1 for other layers, for norm None and where
+    either time is unknown."""
+    from carm_advisor.carm.power_model import replay_paced_fraction
+
+    if norm is None or layer.get("execution") not in REPLAYED_EXECUTIONS:
+        return 1.0
+    return replay_paced_fraction(layer.get("calibrated_time_s_leave_one_model_out"),
+                                 layer.get("replay_floor_s_leave_one_model_out"), norm)
+
+
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
-             form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE) -> dict:
+             form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
+             replay_norm: float | None = None) -> dict:
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
     from carm_advisor.carm.power_fit import DutyObservation
+
+    # None: the candidate in use (REPLAY_IN_USE); 0: no replay share (the candidate "none")
+    replay_norm = REPLAY_CANDIDATES[REPLAY_IN_USE] if replay_norm is None else (replay_norm or None)
 
     layers, models, per_run = [], [], []
     obs_by_model: dict[str, list] = {}
@@ -663,7 +739,10 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             kept.append((l, work, roof, busy, excluded))
             if excluded is None:
                 if not l.get("gpu_time_s_leave_one_model_out"):   # host-paced layers do not see the duty curve
-                    o = DutyObservation(l["time_s"], l["power_w"], busy, roof.time_s)
+                    # a replay-paced layer: the duty curve describes the GPU's busy share of each replay
+                    u = replay_share(l, replay_norm)
+                    o = DutyObservation(l["time_s"], l["power_w"], pm.constant_w + (busy - pm.constant_w) * u,
+                                        roof.time_s)
                     obs_by_model.setdefault(run["model"], []).append(o)
                     cand_obs.append((run["model"], run.get("source"), o, l.get("calibrated_time_s_leave_one_model_out")))
         per_run.append(kept)
@@ -694,9 +773,12 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             t_cal = l.get("calibrated_time_s_leave_one_model_out")
             # Host-paced (a layer jitted alone): the duty curve at the GPU time, scaled by GPU / wall time.
             t_gpu = l.get("gpu_time_s_leave_one_model_out")
+            # Replayed alone from a CUDA graph: the GPU's busy share of each replay (1 for other layers).
+            u = replay_share(l, replay_norm)
 
             def duty(p, t):
-                return p.duty_power_w(busy, t_gpu, t) if t_gpu else p.duty_power_w(busy, t, bound_time_s=roof.time_s)
+                return (p.duty_power_w(busy, t_gpu, t) if t_gpu
+                        else p.duty_power_w(busy, t, bound_time_s=roof.time_s, gpu_share=u))
 
             pred = {"measured_point": at.power_w, "carm_point": busy,
                     "calibrated_point": predict_at_time(pm, work, t_cal, f0_mhz).power_w if t_cal else None,
@@ -1230,6 +1312,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs_cache:
             args.runs_cache.write_text(json.dumps({"key": cache_key, "runs": runs}))
     result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on)
+    # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
+    by_replay = {name: (result if name == REPLAY_IN_USE else
+                        validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                                 args.form_fixed_on, replay_norm=norm if norm is not None else 0.0))
+                 for name, norm in REPLAY_CANDIDATES.items()}
+    result["validation"]["replay_pacing_choice"] = replay_pacing_choice(by_replay)
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

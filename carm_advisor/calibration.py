@@ -46,6 +46,9 @@ SCHEMA = "carm-advisor/calibration/1"
 MIN_SAMPLES = 3
 # Layer times that include a per-call dispatch (each layer jitted alone).
 DISPATCHED_EXECUTIONS = ("jit",)
+# Layer times of a layer replayed alone from a CUDA graph (torch layer windows): one graph launch per call
+# from the host, a floor of ~5-6 us on the H200 whatever the layer's work (replay_floor_s).
+REPLAYED_EXECUTIONS = ("cuda_graph",)
 # Whole-model executions predicted from the CARM bound (compiled: the layers alone are no guide), with a
 # fixed cost per call: jax jit and torch.compile ("torch.compile" samples come from measured tuning trials,
 # whole_from_studies: VGG16 only so far).
@@ -258,19 +261,28 @@ class Calibration:
     def _median_eff(cell: list[Sample]) -> float:
         return statistics.median(s.efficiency for s in cell)
 
-    def floor_s(self, backend: str, cls: str | None = None) -> float | None:
+    def floor_s(self, backend: str, cls: str | None = None,
+                executions: Sequence[str] = DISPATCHED_EXECUTIONS) -> float | None:
         """The shortest median time of any populated cell of this backend and class (else of its
-        family, matmul or memory-bound): below it, a layer's time no longer shrinks with its bound
-        (a jitted call's dispatch); else of any class of the backend. Only layers timed one dispatched call
-        at a time (DISPATCHED_EXECUTIONS) have one: profiled kernel times and CUDA-graph replays do not."""
+        family, matmul or memory-bound) over the samples of `executions`: below it, a layer's time no longer
+        shrinks with its bound (a jitted call's dispatch); else of any class of the backend. Only layers timed
+        one dispatched call at a time (DISPATCHED_EXECUTIONS) have one for their time: profiled kernel times and
+        CUDA-graph replays do not (a replay's floor, replay_floor_s, only says how busy the GPU is)."""
         matches = [lambda k: k[1] == cls, lambda k: _family(k[1]) == _family(cls)] if cls else []
         for match in (*matches, lambda k: True):
-            times = [statistics.median(s.measured_time_s for s in dispatched) for k, v in self._cells().items()
+            times = [statistics.median(s.measured_time_s for s in timed) for k, v in self._cells().items()
                      if k[0] == backend and match(k)
-                     and len(dispatched := [s for s in v if s.execution in DISPATCHED_EXECUTIONS]) >= MIN_SAMPLES]
+                     and len(timed := [s for s in v if s.execution in executions]) >= MIN_SAMPLES]
             if times:
                 return min(times)
         return None
+
+    def replay_floor_s(self, backend: str) -> float | None:
+        """The host's time per call of a layer replayed alone from a CUDA graph (REPLAYED_EXECUTIONS): the
+        shortest median time of any cell of the backend's replays, whatever the class (one graph launch per
+        call). A layer whose GPU time is shorter leaves the GPU idle for the rest of each replay
+        (carm/power_model.replay_paced_fraction). None where the calibration has no replayed cell."""
+        return self.floor_s(backend, None, REPLAYED_EXECUTIONS)
 
     def backend_ratio(self, backend: str, other: str) -> tuple[float, int] | None:
         """Median of efficiency(backend) / efficiency(other) over the cells both populate, and how many."""

@@ -462,3 +462,16 @@ def test_a_layer_jitted_alone_takes_its_in_model_gpu_time_and_the_host_dispatch_
     torch = Calibration(_timed(1e-6, 50e-6, execution="profiled", backend="torch"), whole, floor)
     apply_calibration([conv], torch, "torch")
     assert conv.calibrated_time_s == pytest.approx(60e-6 / 0.02)
+
+
+def test_the_replay_floor_is_the_shortest_cuda_graph_cell_of_any_class_and_ignores_kernel_times():
+    # replays: Add cells of 6 us (bucket -12) and 30 us (-10), Conv2D 20 us; profiled kernels of 1 us, faster,
+    # are the GPU's time, not the host's replay: the floor is 6 us, the same for every class
+    cal = Calibration(_timed(1e-6, 6e-6, execution="cuda_graph", cls="Add", backend="torch")
+                      + _timed(1e-5, 30e-6, execution="cuda_graph", cls="Add", backend="torch")
+                      + _timed(1e-5, 20e-6, execution="cuda_graph", cls="Conv2D", backend="torch")
+                      + _timed(1e-6, 1e-6, execution="profiled", cls="ReLU", backend="torch"))
+    assert cal.replay_floor_s("torch") == pytest.approx(6e-6)
+    assert cal.replay_floor_s("jax") is None
+    assert cal.floor_s("torch", "Add") is None          # a replay's floor never bounds a layer's time
+    assert Calibration(_timed(1e-6, 1e-6, execution="profiled", backend="torch")).replay_floor_s("torch") is None

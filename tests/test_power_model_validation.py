@@ -807,3 +807,66 @@ def test_whole_model_jit_choice_decides_on_the_choosing_records_and_reports_the_
     # a tie keeps the incumbent (dispatch times)
     tie = mod.whole_model_jit_choice([_jit_row(CHOOSE, 0.05, -0.05)])
     assert tie["chosen"] == "dispatch"
+
+
+def test_a_layer_replayed_alone_draws_its_duty_power_for_the_gpus_share_of_each_replay_only():
+    from carm_advisor.carm.power_model import DutyCurve, replay_paced_fraction
+
+    # 3 us of GPU work replayed behind a 4 us host launch: wall (3^2 + 4^2)^(1/2) = 5 us -> busy 0.6;
+    # with the larger of the two (norm inf) 3 / 4 = 0.75; a layer longer than the floor: busy for good (inf)
+    assert replay_paced_fraction(3e-6, 4e-6) == pytest.approx(0.6)
+    assert replay_paced_fraction(3e-6, 4e-6, float("inf")) == pytest.approx(0.75)
+    assert replay_paced_fraction(8e-6, 4e-6, float("inf")) == 1.0
+    assert replay_paced_fraction(None, 4e-6) == 1.0 and replay_paced_fraction(3e-6, None) == 1.0
+    # constant 100 W, busy 700 W: no duty curve -> 100 + 600 * 0.6 = 460 W; an efficiency duty d = e ** 1 at
+    # bound 1 us / time 2 us = 0.5 on top -> 100 + 600 * 0.5 * 0.6 = 280 W; a layer inside a model (share 1) 400 W
+    pm = dataclasses.replace(_hand_model(), constant_w=100.0)
+    assert pm.duty_power_w(700.0, 2e-6, gpu_share=0.6) == pytest.approx(460.0)
+    assert pm.duty_power_w(700.0, 2e-6) == 700.0
+    curved = dataclasses.replace(pm, duty=DutyCurve(None, 1.0, variable="efficiency"))
+    assert curved.duty_power_w(700.0, 2e-6, bound_time_s=1e-6, gpu_share=0.6) == pytest.approx(280.0)
+    assert curved.duty_power_w(700.0, 2e-6, bound_time_s=1e-6) == pytest.approx(400.0)
+
+
+def test_replay_share_applies_to_cuda_graph_replays_at_the_calibrated_gpu_time_only():
+    mod = _load("power_model_validation")
+    replay = {"execution": "cuda_graph", "calibrated_time_s_leave_one_model_out": 3e-6,
+              "replay_floor_s_leave_one_model_out": 4e-6}
+    assert mod.replay_share(replay, 2.0) == pytest.approx(0.6)
+    assert mod.replay_share(replay, None) == 1.0                                   # the candidate "none"
+    assert mod.replay_share({**replay, "execution": "jit"}, 2.0) == 1.0            # host-paced: its own form
+    assert mod.replay_share({**replay, "replay_floor_s_leave_one_model_out": None}, 2.0) == 1.0
+
+
+def test_records_before_a_test_exclude_its_folders_and_every_later_sessions():
+    mod = _load("power_model_validation")
+    assert mod.recorded_before("nvidia-h200-records-2026-12-04-s3c1-windows", "-s4")
+    assert not mod.recorded_before("nvidia-h200-records-2026-12-04-s4c1-windows", "-s4")
+    assert not mod.recorded_before("nvidia-h200-records-2026-12-04-s5c1-windows", "-s4")   # later: not seen then
+    assert mod.recorded_before("nvidia-h200-records-2026-12-03", "-s2") and mod.recorded_before(None, "-s5")
+
+
+def _replay_result(errs):
+    """A validate() result: layers (source, backend, headline error) and whole models (source, error)."""
+    layers = [{"scored": True, "source": s, "backend": b, "headline_power_err": e} for s, b, e in errs["layers"]]
+    models = [{"source": s, "calibrated_leave_one_model_out": {"duty_lomo_power_err": e}} for s, e in errs["models"]]
+    return {"layers": layers, "models": models}
+
+
+def test_replay_pacing_choice_decides_on_the_records_before_its_test_and_keeps_the_incumbent_on_a_tie():
+    mod = _load("power_model_validation")
+    old, test = "records-2026-12-04-s4c1", "records-2026-12-04-s5c1"
+    none = _replay_result({"layers": [(old, "torch", 0.30), (old, "jax", 0.10), (old, "torch", -0.20), (test, "torch", 0.5)],
+                           "models": [(old, 0.08), (test, 0.02)]})
+    two = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", 0.10), (old, "torch", -0.04), (test, "torch", 0.9)],
+                          "models": [(old, -0.05), (test, 0.20)]})
+    choice = mod.replay_pacing_choice({"none": none, "2": two})
+    # choosing, pooled: |0.30, 0.10, 0.20| -> 0.20 against |0.05, 0.10, 0.04| -> 0.05; torch alone 0.25 / 0.045
+    c = choice["candidates"]
+    assert c["none"]["choosing"]["power_median_abs_err"] == pytest.approx(0.20)
+    assert c["2"]["choosing"]["power_median_abs_err"] == pytest.approx(0.05)
+    assert c["2"]["choosing"]["torch_power_median_abs_err"] == pytest.approx(0.045)
+    assert c["2"]["choosing"]["models_power_median_abs_err"] == pytest.approx(0.05)
+    assert choice["chosen"] == "2"                    # the test record (0.9, worse) only reports
+    assert c["2"]["test"]["n"] == 1 and c["2"]["test"]["power_median_abs_err"] == pytest.approx(0.9)
+    assert mod.replay_pacing_choice({"none": none, "2": none})["chosen"] == "none"

@@ -263,7 +263,7 @@ class PowerModel:
         return max(roof_time_s, power_time_s)
 
     def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None,
-                     bound_time_s: float | None = None) -> float:
+                     bound_time_s: float | None = None, gpu_share: float = 1.0) -> float:
         """A layer's power from its busy power (the power model at its CARM operating point) and its time
         per call. GPU-paced calls (a CUDA graph replay, a layer inside a compiled model; wall_time_s None):
         P_const + (busy - P_const) * duty, the duty curve at time_s (and, for its efficiency form, at the
@@ -271,12 +271,15 @@ class PowerModel:
         (a layer jitted alone and dispatched from Python, `wall_time_s` its wall time per call, `time_s`
         its GPU time): P_const + (busy - P_const) * host_paced_fraction(time_s, wall_time_s), no duty
         curve: the idle share of each call is the gap the host leaves, which the duty curve (fitted on
-        GPU-paced replays, whose short calls idle between replays) would count a second time."""
+        GPU-paced replays) would count a second time. `gpu_share` (GPU-paced form): the share of each
+        call the GPU works (replay_paced_fraction: a small layer replayed alone from a CUDA graph idles the
+        GPU while the host launches the next replay); 1 for a layer inside a model."""
         if wall_time_s is not None:
             return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
-        if self.duty is None:
+        if self.duty is None and gpu_share == 1.0:
             return busy_w
-        return self.constant_w + (busy_w - self.constant_w) * self.duty.fraction(time_s, bound_time_s)
+        duty = self.duty.fraction(time_s, bound_time_s) if self.duty is not None else 1.0
+        return self.constant_w + (busy_w - self.constant_w) * duty * gpu_share
 
     def mean_duty_power_w(self, layers, gpu_share: float = 1.0) -> float | None:
         """A whole model's power from its layers, (busy_w, bound_time_s, time_s) each: their duty powers
@@ -302,6 +305,19 @@ def host_paced_fraction(gpu_time_s: float | None, wall_time_s: float | None) -> 
     if gpu_time_s is None or wall_time_s is None or not gpu_time_s > 0 or not wall_time_s > 0:
         return 1.0
     return min(1.0, gpu_time_s / wall_time_s)
+
+
+def replay_paced_fraction(gpu_time_s: float | None, floor_s: float | None, norm: float = 2.0) -> float:
+    """The share of each replay the GPU is busy for a layer replayed alone from a CUDA graph, one host launch
+    per call: gpu / (gpu ** p + floor ** p) ** (1 / p) (p = `norm`; inf: gpu / max(gpu, floor)), `floor_s` the
+    host's time per replay (calibration.Calibration.replay_floor_s), gpu the layer's GPU time. On the H200
+    (torch layer windows before the fifth session of 2026-12-04) layers whose kernels take < 6 us were busy
+    0.4-0.7 of each 5-6 us replay, and their power was over-predicted by 24-80% without it. 1 where either
+    is unknown."""
+    if gpu_time_s is None or floor_s is None or not gpu_time_s > 0 or not floor_s > 0:
+        return 1.0
+    wall = max(gpu_time_s, floor_s) if math.isinf(norm) else (gpu_time_s ** norm + floor_s ** norm) ** (1 / norm)
+    return min(1.0, gpu_time_s / wall)
 
 
 def gflops_per_watt(flops: float, energy_j: float) -> float:
