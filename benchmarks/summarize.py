@@ -238,7 +238,24 @@ def _form_choice_rows(v: dict) -> list[str]:
                  f"{_pct(j['choosing']['in_model_power_median_abs_err'])} (n={j['choosing']['n']}), on the test records "
                  f"{_pct(j['test']['dispatch_times_power_median_abs_err'])} vs "
                  f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']})."]
-    return rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice"))
+    return rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
+
+
+def _replay_choice_rows(c: dict | None) -> list[str]:
+    """The busy share of a torch layer replayed alone from a CUDA graph (validation.replay_pacing_choice): per
+    candidate, the per-layer headline pooled and on the torch layers, and the whole-model power, on the choosing
+    and on the test records."""
+    if not c:
+        return []
+    rows = ["", f"Replayed layers' busy share: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | choosing: all layers | choosing: torch layers | choosing: whole models | test: all layers "
+            "| test: torch layers | test: whole models |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, t in c["candidates"].items():
+        rows.append("| " + name + " | " + " | ".join(
+            f"{_pct(t[part][key])} (n={t[part][n]})" for part in ("choosing", "test")
+            for key, n in (("power_median_abs_err", "n"), ("torch_power_median_abs_err", "torch_n"),
+                           ("models_power_median_abs_err", "models_n"))) + " |")
+    return rows
 
 
 def _dispatch_choice_rows(c: dict | None) -> list[str]:

@@ -51,6 +51,14 @@ whatever share of its roof it reaches. Chosen by the same protocol on every reco
 tested on its records (-s3*: ResNet50 and MobileNetV2 at three precisions and batch 32/64/128):
 benchmarks/results/nvidia-h200-power-model-2026-12-04-s3.json, validation.duty_form_choice.
 
+Replay-paced calls (fifth session of 2026-12-04): a layer replayed alone from a CUDA graph (the torch layer
+windows) costs the host one graph launch per call, ~5-6 us on the H200 (calibration.Calibration.replay_floor_s);
+a layer whose kernels take less leaves the GPU idle for the rest of each replay. Its power is the duty power times
+the GPU's share of the replay, replay_paced_fraction = t_gpu / max(t_gpu, floor) (the norm chosen among none, 2
+and inf on the records before -s5 and tested on -s5: benchmarks/power_model_validation.py,
+validation.replay_pacing_choice). The duty curve is fitted on that busy share, so it describes a layer inside a
+model, which no replay paces (the product's per-layer and whole-model predictions use no replay share).
+
 Host-paced calls (benchmarks/results/nvidia-h200-records-2026-12-04-s2-windows/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
 tens of microseconds per call whatever its work, and small layers draw far below their busy power: the GPU
 idles while the host dispatches. Such a
@@ -307,7 +315,13 @@ def host_paced_fraction(gpu_time_s: float | None, wall_time_s: float | None) -> 
     return min(1.0, gpu_time_s / wall_time_s)
 
 
-def replay_paced_fraction(gpu_time_s: float | None, floor_s: float | None, norm: float = 2.0) -> float:
+# How a replayed layer's GPU time and the host's launch per replay combine (replay_paced_fraction): the larger
+# of the two (chosen by benchmarks/power_model_validation.py, validation.replay_pacing_choice).
+REPLAY_OVERLAP_NORM = math.inf
+
+
+def replay_paced_fraction(gpu_time_s: float | None, floor_s: float | None,
+                          norm: float = REPLAY_OVERLAP_NORM) -> float:
     """The share of each replay the GPU is busy for a layer replayed alone from a CUDA graph, one host launch
     per call: gpu / (gpu ** p + floor ** p) ** (1 / p) (p = `norm`; inf: gpu / max(gpu, floor)), `floor_s` the
     host's time per replay (calibration.Calibration.replay_floor_s), gpu the layer's GPU time. On the H200
