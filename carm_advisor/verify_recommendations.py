@@ -113,10 +113,26 @@ def verify_recommendations(report, runner: Runner | None = None, model_spec: str
     own = runner is None
     runner = runner or TrialRunners()
     try:
-        return _verify(report, pending, runner, model_spec, model)
+        out = _verify(report, pending, runner, model_spec, model)
     finally:
         if own:
             runner.close()
+    report.recommendations = ranked_by_measurement(report.recommendations)
+    return out
+
+
+def _gain_key(rec) -> float:
+    """The larger of a recommendation's gains (time, energy): measured where --verify measured it, else advised."""
+    v = rec.verified or {}
+    if v and not v.get("error") and (v.get("measured_speedup") or v.get("measured_energy_ratio")):
+        return max(v.get("measured_speedup") or 0.0, v.get("measured_energy_ratio") or 0.0)
+    return max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
+
+
+def ranked_by_measurement(recs: list) -> list:
+    """Most gain first, as recommend() ranks them, but a measured gain in place of the advised one (a
+    measurement outranks a model): advice the GPU measured slower and costlier sinks below the rest."""
+    return sorted(recs, key=lambda r: -_gain_key(r))
 
 
 def _verify(report, pending, runner: Runner, model_spec: str | None, model) -> list[dict]:
@@ -204,7 +220,11 @@ def verified_text(verified: dict | None) -> str:
     flagged_on = verified.get("flagged_on") or (["time"] if verified.get("flagged") else [])
     offs = [f"{verified['off_by']:.0%} in time" if "time" in flagged_on else None,
             f"{verified['energy_off_by']:.0%} in energy" if "energy" in flagged_on else None]
-    return text + (" - OFF by " + " and ".join(o for o in offs if o) if flagged_on else "")
+    text += " - OFF by " + " and ".join(o for o in offs if o) if flagged_on else ""
+    measured = [verified.get("measured_speedup"), verified.get("measured_energy_ratio")]
+    if all(m is not None for m in measured) and max(measured) < 1:
+        text += "; slower and costlier measured on this GPU: not advised here (ranked by the measurement)"
+    return text
 
 
 def _saved(model, folder: Path) -> str:

@@ -190,3 +190,23 @@ def test_the_default_runner_hands_compilers_to_the_tuners_worker_runner(monkeypa
     assert not failed["ok"] and "worker died" in failed["error"]
     runners.close()
     assert made == ["vgg16", "closed"]                         # one worker for both trials, then closed
+
+
+def test_advice_the_gpu_measured_slower_and_costlier_sinks_below_the_rest_and_says_so():
+    # advised: compile 3.00x (first), bf16 2.00x, batch 1.50x; measured: compile 10 ms -> 20 ms and 6 J -> 9 J
+    # (0.50x, 0.67x), bf16 2.22x / 2.00x, batch 1.00x / 2.00x (fake_runner): bf16, batch, pad (advised 1x), compile
+    report = _report()
+    compile_rec = Recommendation("compile", "d", "3.00x faster", speedup=3.0, change={"compile": "cuda_graph"})
+    report.recommendations = [compile_rec, *report.recommendations]
+
+    def runner(cfg):
+        if cfg.get("compile", "none") != "none":
+            return {"config": cfg, "ok": True, "time_s": 0.020, "energy_j": 9.0}
+        return fake_runner(cfg)
+
+    verify_recommendations(report, runner=runner, model_spec="vgg16")
+    assert [r.title for r in report.recommendations] == ["bf16", "batch", "pad", "compile"]
+    assert compile_rec.verified["measured_speedup"] == pytest.approx(0.5)
+    text = verified_text(compile_rec.verified)
+    assert "OFF by 83% in time" in text and "not advised here" in text
+    assert "not advised" not in verified_text(report.recommendations[1].verified)    # batch: 1.00x, 2.00x energy
