@@ -963,15 +963,16 @@ def _short(x):
 
 def compact_layers(layers: list[dict]) -> dict:
     """{"runs": [[file, source, model, backend, precision, batch, method, window]], "columns", "rows"}."""
-    runs: dict[str, int] = {}
+    runs: dict[tuple, int] = {}   # by folder and file: folders hold files of the same name
     meta = []
     rows = []
     for r in layers:
-        if r["run"] not in runs:
-            runs[r["run"]] = len(runs)
+        key = (r["source"], r["run"])
+        if key not in runs:
+            runs[key] = len(runs)
             meta.append([r["run"], r["source"], r["model"], r["backend"], r["precision"], r["batch_size"],
                          r["method"], r["layer_window_s"]])
-        values = {**r, "run": runs[r["run"]],
+        values = {**r, "run": runs[key],
                   **{f"power_w:{k}": v for k, v in r["predicted_power_w_by_variant"].items()}}
         rows.append([_short(values.get(c)) for c in LAYER_COLUMNS])
     return {"runs_columns": ["file", "source", "model", "backend", "precision", "batch_size", "method",

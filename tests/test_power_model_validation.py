@@ -787,6 +787,17 @@ def test_the_result_file_keeps_one_line_per_layer_and_reads_back(tmp_path):
     assert doc["layers"]["runs"] == [["r.json", "s", "m", "torch", "float32", 8, "layer-windows", 0.5]]
 
 
+def test_compact_rows_keep_apart_runs_of_the_same_file_name_in_different_folders():
+    mod = _load("power_model_validation")
+    base = {"run": "r.json", "model": "m", "backend": "torch", "precision": "float32", "batch_size": 8,
+            "method": "layer-windows", "layer_window_s": 0.5, "layer": "conv", "type": "Conv2D", "path": "fp32",
+            "level": "hbm", "excluded": None, "measured_time_s": 1.0, "measured_power_w": 500.0,
+            "predicted_power_w_by_variant": {k: 400.0 for k in mod.VARIANTS}}
+    compact = mod.compact_layers([{**base, "source": "old"}, {**base, "source": "new"}, {**base, "source": "old"}])
+    assert [r[1] for r in compact["runs"]] == ["old", "new"]
+    assert [r[0] for r in compact["rows"]] == [0, 1, 0]
+
+
 def _jit_row(source, dispatch_err, in_model_err):
     return {"source": source, "calibrated_leave_one_model_out": {"duty_lomo_dispatch_times_power_err": dispatch_err,
                                                                  "duty_lomo_in_model_power_err": in_model_err}}
