@@ -282,13 +282,18 @@ def test_wide_report_table_shows_predicted_power_per_layer_and_narrow_one_leaves
     inputs = keras.Input((64,))
     model = keras.Model(inputs, keras.layers.Dense(256, name="only_dense")(inputs))
     report = advisor.analyze(model, batch_size=128, measure=False, progress=False)
-    watts = f"{report.known_layers[0].predicted_power_w:.0f} W"
+    row = report.known_layers[0]
+    watts = f"{row.predicted_power_w:.0f} W"
+    assert row.calibrated_power_w is None            # no calibration on this backend: "-"
+    row.calibrated_time_s, row.calibrated_energy_j = 2e-5, 6e-3    # a calibrated row: 6 mJ in 20 us = 300 W
+    assert row.calibrated_power_w == pytest.approx(300.0)
     wide, narrow = io.StringIO(), io.StringIO()
-    report.print(Console(file=wide, width=220))
+    report.print(Console(file=wide, width=240))
     report.print(Console(file=narrow, width=80))
-    assert "pred. power" in wide.getvalue() and watts in wide.getvalue()
+    assert "roof power" in wide.getvalue() and watts in wide.getvalue()
+    assert "cal. power" in wide.getvalue() and "300 W" in wide.getvalue()
     # At 80 columns the power columns are the first to go; the columns that carry the message stay.
-    assert "pred. power" not in narrow.getvalue()
+    assert "roof power" not in narrow.getvalue() and "cal. power" not in narrow.getvalue()
     assert all(column in narrow.getvalue() for column in ("layer", "bound", "share"))
 
 

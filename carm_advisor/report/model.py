@@ -63,6 +63,14 @@ class LayerRow:
         return a / self.attainable_flops_per_s
 
     @property
+    def calibrated_power_w(self) -> float | None:
+        """The layer's predicted board power at its calibrated time (the duty power benchmarks/
+        power_model_validation.py validates per layer, leave one model out), None without a calibration."""
+        if self.calibrated_energy_j and self.calibrated_time_s:
+            return self.calibrated_energy_j / self.calibrated_time_s
+        return None
+
+    @property
     def effective_time_s(self) -> float | None:
         """Measured time where there is one, else the CARM's prediction."""
         return self.time_s if self.measured else self.predicted_time_s

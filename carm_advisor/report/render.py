@@ -80,7 +80,7 @@ def _predictions_line(t: dict) -> Text:
 
 # Columns left out first when the table is wider than the terminal; layer, type, bound, attainable,
 # the time and the share carry the message and stay (they wrap instead).
-_DROP_FIRST = ("pred. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "bound time")
+_DROP_FIRST = ("roof power", "cal. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "bound time")
 
 
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
@@ -92,7 +92,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     if measured:
         columns += [("measured", "right"), ("eff.", "right"), ("energy", "right"), ("power", "right"),
                     ("E share", "right")]
-    columns += [("bound time", "right"), ("calibrated", "right"), ("pred. power", "right"), ("share", "right")]
+    # predicted power: at the calibrated time (the validated per-layer figure), and at the CARM operating point
+    columns += [("bound time", "right"), ("calibrated", "right"), ("cal. power", "right"), ("roof power", "right"),
+                ("share", "right")]
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
@@ -113,7 +115,8 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
                           _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
+            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), _watts(r.calibrated_power_w),
+                      _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
         cells_of.append(cells)
     names = [name for name, _ in columns]
     droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
