@@ -867,11 +867,12 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                            "carm_point_power_err": _err(busy, power),
                            "carm_bound_time_s": roof.time_s, "carm_bound_time_err": _err(roof.time_s, l["time_s"])})
         ref = run.get("whole") or {}
-        if not (measured_t and ref.get("power_w") and ref.get("time_s")):
+        # A whole model recorded alone (no layer measured: --whole-only) is scored on its calibrated figures only.
+        if not (ref.get("power_w") and ref.get("time_s")) or not (measured_t or any((run.get("calibrated") or {}).values())):
             continue
         batch = run["batch_size"]
         measured_e = ref.get("energy_j") or ref["power_w"] * ref["time_s"]
-        at_measured = {k: (w / measured_t if w is not None else None) for k, w in weighted.items()}
+        at_measured = {k: (w / measured_t if w is not None and measured_t else None) for k, w in weighted.items()}
         power_w = at_measured["measured_point"]
         row = {"run": Path(run["file"]).name, "source": run.get("source"), "date": run.get("date"),
                "layers_in_policy_dtype": run.get("layers_in_policy_dtype", True), "model": run["model"], "backend": run["backend"],
