@@ -238,6 +238,12 @@ def _form_choice_rows(v: dict) -> list[str]:
                  f"{_pct(j['choosing']['in_model_power_median_abs_err'])} (n={j['choosing']['n']}), on the test records "
                  f"{_pct(j['test']['dispatch_times_power_median_abs_err'])} vs "
                  f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']})."]
+    w = v.get("whole_model_power_choice")
+    if w:
+        rows += ["", f"Whole-model power from the layers: chosen {w['chosen']}, in use {w['in_use']} ({w['rule']}): "
+                 + "; ".join(f"{name} {_pct(t['choosing']['power_median_abs_err'])} (n={t['choosing']['n']}) on the "
+                             f"choosing records, {_pct(t['test']['power_median_abs_err'])} (n={t['test']['n']}) on the test"
+                             for name, t in w["candidates"].items()) + "."]
     return rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
 
 
