@@ -121,12 +121,17 @@ def verify_recommendations(report, runner: Runner | None = None, model_spec: str
     return out
 
 
+def measured_gain(verified: dict | None) -> float | None:
+    """The larger of the gains --verify measured (time, energy), None where it measured none."""
+    v = verified or {}
+    gains = [g for g in (v.get("measured_speedup"), v.get("measured_energy_ratio")) if g]
+    return max(gains) if gains and not v.get("error") else None
+
+
 def _gain_key(rec) -> float:
     """The larger of a recommendation's gains (time, energy): measured where --verify measured it, else advised."""
-    v = rec.verified or {}
-    if v and not v.get("error") and (v.get("measured_speedup") or v.get("measured_energy_ratio")):
-        return max(v.get("measured_speedup") or 0.0, v.get("measured_energy_ratio") or 0.0)
-    return max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
+    measured = measured_gain(rec.verified)
+    return measured if measured is not None else max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
 
 
 def ranked_by_measurement(recs: list) -> list:
@@ -221,9 +226,9 @@ def verified_text(verified: dict | None) -> str:
     offs = [f"{verified['off_by']:.0%} in time" if "time" in flagged_on else None,
             f"{verified['energy_off_by']:.0%} in energy" if "energy" in flagged_on else None]
     text += " - OFF by " + " and ".join(o for o in offs if o) if flagged_on else ""
-    measured = [verified.get("measured_speedup"), verified.get("measured_energy_ratio")]
-    if all(m is not None for m in measured) and max(measured) < 1:
-        text += "; slower and costlier measured on this GPU: not advised here (ranked by the measurement)"
+    gain = measured_gain(verified)
+    if gain is not None and gain < 1:
+        text += "; no gain measured on this GPU (slower, costlier where measured): not advised here, ranked by the measurement"
     return text
 
 

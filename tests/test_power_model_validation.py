@@ -860,6 +860,12 @@ def test_records_before_a_test_exclude_its_folders_and_every_later_sessions():
     assert not mod.recorded_before("nvidia-h200-records-2026-12-04-s4c1-windows", "-s4")
     assert not mod.recorded_before("nvidia-h200-records-2026-12-04-s5c1-windows", "-s4")   # later: not seen then
     assert mod.recorded_before("nvidia-h200-records-2026-12-03", "-s2") and mod.recorded_before(None, "-s5")
+    assert mod.recorded_before("nvidia-h200-records-2026-12-04-call3", "-s2")           # the date's first session
+    assert not mod.recorded_before("nvidia-h200-records-2026-12-05", "-s5")              # a later date: later
+    assert mod.in_test("nvidia-h200-records-2026-12-04-s5c3-after-choice", "-s5")
+    assert not mod.in_test("nvidia-h200-records-2026-12-04-s50", "-s5")                 # not a substring match
+    with pytest.raises(ValueError, match="norm > 0"):
+        __import__("carm_advisor.carm.power_model", fromlist=["x"]).replay_paced_fraction(1e-6, 1e-6, 0.0)
 
 
 def _replay_result(errs):
@@ -886,3 +892,23 @@ def test_replay_pacing_choice_decides_on_the_records_before_its_test_and_keeps_t
     assert choice["chosen"] == "2"                    # the test record (0.9, worse) only reports
     assert c["2"]["test"]["n"] == 1 and c["2"]["test"]["power_median_abs_err"] == pytest.approx(0.9)
     assert mod.replay_pacing_choice({"none": none, "2": none})["chosen"] == "none"
+    assert mod.replay_pacing_choice({"2": none, "none": none})["chosen"] == "none"     # a tie, whatever the order
+
+
+def test_whole_model_power_choice_decides_on_the_records_before_its_test():
+    mod = _load("power_model_validation")
+
+    def row(source, mean_err, gaps_err):
+        return {"source": source, "calibrated_leave_one_model_out": {"duty_lomo_power_err": mean_err,
+                                                                     "duty_lomo_gaps_at_constant_power_err": gaps_err}}
+    old, test = "records-2026-12-04-s4c1", "records-2026-12-04-s5c4-whole"
+    rows = [row(old, 0.05, -0.10), row(old, -0.07, 0.02), row(old, 0.09, 0.12), row(test, 0.30, 0.01),
+            {"source": old, "calibrated_leave_one_model_out": None}]
+    choice = mod.whole_model_power_choice(rows)
+    # choosing: |0.05, 0.07, 0.09| -> 0.07 against |0.10, 0.02, 0.12| -> 0.10: the incumbent stays
+    c = choice["candidates"]
+    assert c["layers_mean"]["choosing"] == {"n": 3, "power_median_abs_err": pytest.approx(0.07)}
+    assert c["gaps_at_constant"]["choosing"]["power_median_abs_err"] == pytest.approx(0.10)
+    assert choice["chosen"] == "layers_mean" and c["gaps_at_constant"]["test"]["power_median_abs_err"] == pytest.approx(0.01)
+    better = mod.whole_model_power_choice([row(old, 0.2, 0.1)])
+    assert better["chosen"] == "gaps_at_constant"

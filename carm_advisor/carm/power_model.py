@@ -134,6 +134,9 @@ DUTY_VARIABLES = ("time", "efficiency", "size_efficiency")
 @dataclass(frozen=True)
 class DutyCurve:
     """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws.
+    Since the fifth session of 2026-12-04 it is fitted on the GPU's busy share of each replay (power_model_
+    validation.replay_share): the idle a replayed layer leaves while the host launches the next replay is not in
+    it; what the text below says of short replays describes the curves fitted before.
     variable "time": d(t) = min(1, (t / t_full_s) ** gamma). variable "efficiency": d = e ** gamma, e =
     min(1, bound_time_s / time_s) the share of its roof the layer reaches (how busy its limiting unit
     is), t_full_s unused (None). Fitted on measured LAYERS (carm/power_fit.fit_duty_curve), not on the
@@ -328,6 +331,8 @@ def replay_paced_fraction(gpu_time_s: float | None, floor_s: float | None,
     (torch layer windows before the fifth session of 2026-12-04) layers whose kernels take < 6 us were busy
     0.4-0.7 of each 5-6 us replay, and their power was over-predicted by 24-80% without it. 1 where either
     is unknown."""
+    if not norm > 0:
+        raise ValueError(f"Expected an overlap norm > 0 (inf: the larger), Received: {norm!r}")
     if gpu_time_s is None or floor_s is None or not gpu_time_s > 0 or not floor_s > 0:
         return 1.0
     wall = max(gpu_time_s, floor_s) if math.isinf(norm) else (gpu_time_s ** norm + floor_s ** norm) ** (1 / norm)

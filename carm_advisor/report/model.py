@@ -64,8 +64,9 @@ class LayerRow:
 
     @property
     def calibrated_power_w(self) -> float | None:
-        """The layer's predicted board power at its calibrated time (the duty power benchmarks/
-        power_model_validation.py validates per layer, leave one model out), None without a calibration."""
+        """The layer's predicted board power at its calibrated time, inside the model (the duty power; benchmarks/
+        power_model_validation.py validates it per layer against layers replayed alone, scaled there by the GPU's
+        busy share of each replay, which a layer inside a model does not pay), None without a calibration."""
         if self.calibrated_energy_j and self.calibrated_time_s:
             return self.calibrated_energy_j / self.calibrated_time_s
         return None
