@@ -912,3 +912,24 @@ def test_whole_model_power_choice_decides_on_the_records_before_its_test():
     assert choice["chosen"] == "layers_mean" and c["gaps_at_constant"]["test"]["power_median_abs_err"] == pytest.approx(0.01)
     better = mod.whole_model_power_choice([row(old, 0.2, 0.1)])
     assert better["chosen"] == "gaps_at_constant"
+
+
+def test_a_whole_model_recorded_alone_is_scored_on_its_calibrated_figures_only():
+    mod = _load("power_model_validation")
+    # the duty curve of the headline test, d = sqrt(t / 1 ms) above 100 W below a 700 W busy power
+    truth = {1e-5: 160.0, 4e-5: 220.0, 2.5e-4: 400.0, 1e-3: 700.0}
+    runs = [_dated(f"a{i}.json", "a", "2026-12-03", t, p) for i, (t, p) in enumerate(truth.items())]
+    runs += [_dated(f"b{i}.json", "b", "2026-12-03", t, p) for i, (t, p) in enumerate(truth.items())]
+    alone = _run("c.json", "profiled", None, [], whole={"time_s": 2.5e-4, "power_w": 500.0, "execution": "jit"},
+                 calibrated={"leave_one_model_out": {"whole_time_s": 2.5e-4,
+                                                     "layers": [(2e11, 1e9, "tc_bf16", "hbm", 2.5e-4)]}})
+    runs.append({**alone, "model": "c", "date": "2026-12-04", "source": "c"})
+    out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, duty_variable="time")
+    row = next(m for m in out["models"] if m["run"] == "c.json")
+    # 100 + 600 * sqrt(0.25) = 400 W predicted against 500 W: -20%; nothing at the measured layers' times
+    assert row["calibrated_leave_one_model_out"]["duty_lomo_power_err"] == pytest.approx(-0.2, abs=1e-6)
+    assert row["predicted_power_w"] is None and row["sum_layer_time_s"] == 0.0
+    # without a calibrated figure either, it is not a whole-model row
+    bare = {**alone, "model": "d", "file": "d.json", "calibrated": {}, "source": "d"}
+    assert all(m["run"] != "d.json" for m in mod.validate(runs + [bare], _hand_carm(), _hand_model(), 2000.0, 0.5,
+                                                           duty_variable="time")["models"])
