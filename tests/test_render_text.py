@@ -153,3 +153,17 @@ def test_on_a_gpu_the_measurement_of_the_same_execution_stands_beside_the_calibr
     d = r.to_dict()
     assert d["totals"]["calibrated_time_s"] == 12e-3 and d["totals"]["bound_time_s"] == r.predicted_time_s
     assert d["calibration"]["whole_source"] == t["calibrated_source"]
+
+
+def test_without_a_measurement_the_headline_is_the_calibrated_prediction_where_there_is_one(report):
+    import dataclasses
+
+    # calibrated whole model 12 ms at 500 W -> 6 J; without one, the CARM bound stands, labelled as such
+    r = dataclasses.replace(_with_calibration(report, measured=False),
+                            calibration={"execution": "eager", "whole_time_s": 12e-3, "whole_power_w": 500.0})
+    t = r.totals()
+    assert t["time_source"] == "calibrated prediction" and t["time_s"] == 12e-3
+    assert t["energy_j"] == pytest.approx(6.0) and t["gflops_per_watt"] == pytest.approx(t["flops"] / 6.0 / 1e9)
+    assert "(calibrated prediction)" in " ".join(rendered(r, 240).split())
+    bare = dataclasses.replace(report, calibration={}, measurement=None).totals()
+    assert bare["time_source"] == "CARM bound" and bare["time_s"] == report.predicted_time_s

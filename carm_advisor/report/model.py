@@ -203,15 +203,23 @@ class Report:
         bytes_ = sum(r.bytes for r in self.known_layers)
         inference = (self.measurement.inference if self.measurement else None) or {}
         measured = bool(inference.get("time_s"))
-        time_s = inference.get("time_s") if measured else self.predicted_time_s
-        energy_j = inference.get("energy_j") if measured else self.predicted_energy_j
+        # The headline figures: measured where the model ran here, else the calibrated whole-model prediction
+        # (its time and validated whole-model power) where a calibration gives one, else the CARM bound.
+        calibrated_s, calibrated_w = self.calibration.get("whole_time_s"), self.calibration.get("whole_power_w")
+        if measured:
+            time_s, energy_j, source = inference.get("time_s"), inference.get("energy_j"), "measured"
+        elif calibrated_s:
+            time_s, source = calibrated_s, "calibrated prediction"
+            energy_j = calibrated_w * calibrated_s if calibrated_w else None
+        else:
+            time_s, energy_j, source = self.predicted_time_s, self.predicted_energy_j, "CARM bound"
         return {
             "flops_per_sample": flops / self.batch_size,
             "flops": flops,
             "bytes": bytes_,
             "time_s": time_s,
             "energy_j": energy_j,
-            "time_source": "measured" if measured else "predicted",
+            "time_source": source,
             "predicted_time_s": self.predicted_time_s,
             "predicted_energy_j": self.predicted_energy_j,
             "sum_layer_time_s": sum(r.time_s for r in self.layers if r.measured and r.time_s) or None,
