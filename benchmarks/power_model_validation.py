@@ -125,6 +125,7 @@ from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS, REPLAYED_EXECUTIONS  # noqa: E402
+from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
@@ -239,8 +240,6 @@ DISPATCH_TEST = "-s4"
 # the choice (-s5c3 layers, -s5c4 whole models). The duty curves of every candidate are fitted leave one model out
 # on every scored record, the test's included.
 REPLAY_CANDIDATES = {"none": None, "2": 2.0, "inf": float("inf")}
-from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
-
 REPLAY_IN_USE = next(name for name, p in REPLAY_CANDIDATES.items() if p == REPLAY_OVERLAP_NORM)
 REPLAY_TEST = "-s5"
 
@@ -298,8 +297,8 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
     chosen: the lowest pooled per-layer figure on the choosing records, the incumbent ("none") staying unless
     beaten."""
     def med(xs):
-        xs = [abs(x) for x in xs if x is not None]
-        return (statistics.median(xs) if xs else None), len(xs)
+        xs = [x for x in xs if x is not None]
+        return _median_abs(xs), len(xs)
 
     table = {}
     for name, result in results.items():
@@ -315,12 +314,17 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
                          "torch_power_median_abs_err": replays, "models_n": n_whole,
                          "models_power_median_abs_err": whole}
         table[name] = row
-    ranked = [n for n in table if table[n]["choosing"]["power_median_abs_err"] is not None]
-    best = min(ranked, key=lambda n: (table[n]["choosing"]["power_median_abs_err"] - (1e-9 if n == "none" else 0)),
-               default=None)
     return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
                     f"{REPLAY_TEST}); the incumbent (none) stays unless beaten; {REPLAY_TEST} is the test",
-            "chosen": best, "in_use": REPLAY_IN_USE, "candidates": table}
+            "chosen": _lowest_on_choosing(table, "none"), "in_use": REPLAY_IN_USE, "candidates": table}
+
+
+def _lowest_on_choosing(table: dict, incumbent: str) -> str | None:
+    """The candidate of `table` (name -> {"choosing": {"power_median_abs_err"}}) lowest on the choosing records,
+    the incumbent staying unless another beats it by more than float noise; None where none has a figure."""
+    ranked = [n for n in table if table[n]["choosing"]["power_median_abs_err"] is not None]
+    return min(ranked, key=lambda n: table[n]["choosing"]["power_median_abs_err"] - (1e-9 if n == incumbent else 0),
+               default=None)
 
 
 # A whole model's power from its layers (predict.whole_model_power_w), fifth session of 2026-12-04. Candidates:
@@ -343,19 +347,16 @@ def whole_model_power_choice(models: list[dict]) -> dict:
     power (median |error|, leave one model out) on the choosing records (before WHOLE_POWER_TEST) and on the test
     ones; chosen: the lower on the choosing records, the incumbent (layers_mean) unless beaten."""
     def errs(key, keep):
-        xs = [abs(e) for r in models if keep(r.get("source"))
+        xs = [e for r in models if keep(r.get("source"))
               for e in [(r.get("calibrated_leave_one_model_out") or {}).get(key)] if e is not None]
-        return {"n": len(xs), "power_median_abs_err": statistics.median(xs) if xs else None}
+        return {"n": len(xs), "power_median_abs_err": _median_abs(xs)}
 
     table = {name: {"choosing": errs(key, lambda src: recorded_before(src, WHOLE_POWER_TEST)),
                     "test": errs(key, lambda src: in_test(src, WHOLE_POWER_TEST))}
              for name, key in WHOLE_POWER_CANDIDATES.items()}
-    ranked = [n for n in table if table[n]["choosing"]["power_median_abs_err"] is not None]
-    best = min(ranked, key=lambda n: table[n]["choosing"]["power_median_abs_err"] - (1e-9 if n == "layers_mean" else 0),
-               default=None)
     return {"rule": "lower whole-model power (median |error|) on the records before "
                     f"{WHOLE_POWER_TEST}; the incumbent (layers_mean) stays unless beaten; {WHOLE_POWER_TEST} is the test",
-            "chosen": best, "in_use": "layers_mean", "candidates": table}
+            "chosen": _lowest_on_choosing(table, "layers_mean"), "in_use": "layers_mean", "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -777,14 +778,13 @@ def replay_share(layer: dict, norm: float | None) -> float:
 
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
              form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
-             replay_norm: float | None = None) -> dict:
+             replay: str = REPLAY_IN_USE) -> dict:
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
     from carm_advisor.carm.power_fit import DutyObservation
 
-    # None: the candidate in use (REPLAY_IN_USE); 0: no replay share (the candidate "none")
-    replay_norm = REPLAY_CANDIDATES[REPLAY_IN_USE] if replay_norm is None else (replay_norm or None)
+    replay_norm = REPLAY_CANDIDATES[replay]   # a replayed layer's busy share (REPLAY_CANDIDATES; None: none)
 
     layers, models, per_run = [], [], []
     obs_by_model: dict[str, list] = {}
@@ -1383,8 +1383,8 @@ def main(argv: list[str] | None = None) -> int:
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
     by_replay = {name: (result if name == REPLAY_IN_USE else
                         validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                                 args.form_fixed_on, replay_norm=norm if norm is not None else 0.0))
-                 for name, norm in REPLAY_CANDIDATES.items()}
+                                 args.form_fixed_on, replay=name))
+                 for name in REPLAY_CANDIDATES}
     result["validation"]["replay_pacing_choice"] = replay_pacing_choice(by_replay)
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships

@@ -64,7 +64,12 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
     from carm_advisor.measured_advice import measured_recommendations
 
     recs = measured_recommendations(report, rows, recs, predict)
-    return sorted(recs, key=lambda r: -(max(r.speedup or 1.0, r.energy_ratio or 1.0)))
+    return sorted(recs, key=lambda r: -advised_gain(r))
+
+
+def advised_gain(rec: Recommendation) -> float:
+    """The larger of a recommendation's advised gains (time, energy; 1 where it gives none): what ranks it."""
+    return max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
 
 
 def _mixed_precision(report, rows, predict) -> Recommendation | None:

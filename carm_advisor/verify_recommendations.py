@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from carm_advisor.measure.trial import Runner, fake_result, measure_config
+from carm_advisor.recommend import advised_gain
 
 VERIFY_TOLERANCE = 0.25
 
@@ -131,7 +132,7 @@ def measured_gain(verified: dict | None) -> float | None:
 def _gain_key(rec) -> float:
     """The larger of a recommendation's gains (time, energy): measured where --verify measured it, else advised."""
     measured = measured_gain(rec.verified)
-    return measured if measured is not None else max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
+    return measured if measured is not None else advised_gain(rec)
 
 
 def ranked_by_measurement(recs: list) -> list:
