@@ -181,7 +181,8 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     DISPATCHED_EXECUTIONS): the layers' in-model GPU times (Calibration.in_model_time_s; every layer at its
     calibrated time, each jitted alone, where the calibration has none, and a layer without one left out);
     else their calibrated times. Host-paced executions (torch
-    eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction),
+    eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction);
+    compiled ones whose fit has a host term (calibration.JIT_HOST "max"): Calibration.compiled_gpu_share;
     else 1. Rows with no work or no calibrated time are left out."""
     from carm_advisor.calibration import DISPATCHED_EXECUTIONS
     from carm_advisor.carm.power_model import host_paced_fraction
@@ -197,6 +198,8 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     if execution in HOST_PACED_WHOLE:
         share = host_paced_fraction(calibration.whole_time_s(rows, backend, "cuda_graph"),
                                     calibration.whole_time_s(rows, backend, execution, model))
+    elif getattr(calibration, "compiled_gpu_share", None) is not None:
+        share = calibration.compiled_gpu_share(rows, backend, execution, model)
     return times, share
 
 

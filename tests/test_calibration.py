@@ -475,3 +475,48 @@ def test_the_replay_floor_is_the_shortest_cuda_graph_cell_of_any_class_and_ignor
     assert cal.replay_floor_s("jax") is None
     assert cal.floor_s("torch", "Add") is None          # a replay's floor never bounds a layer's time
     assert Calibration(_timed(1e-6, 1e-6, execution="profiled", backend="torch")).replay_floor_s("torch") is None
+
+
+def _wh(model, calls, bound_ms, time_ms, kernels=0):
+    """A whole jit record of `calls` layer calls (no layer measured), its CARM bound all matmul."""
+    return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, calls, model, 0, None, "bfloat16",
+                       bound_ms * 1e-3, 0.0, 64, "channels_last", "", kernels)
+
+
+# Records made by hand from whole = max(calls x 10 us, bound / 0.5): a and b once host-paced (a: 100 calls ->
+# 1 ms, GPU 0.4 ms; b: 50 calls -> 0.5 ms, GPU 0.2 ms) and once GPU-paced (4 ms and 2 ms); d host-paced at
+# 10 us (10 calls, 0.1 ms); c host-paced at 12 us a call (20 calls -> 0.24 ms, GPU 0.02 ms).
+HOST_MAX = [_wh("a", 100, 0.2, 1.0), _wh("a", 100, 2.0, 4.0), _wh("b", 50, 0.1, 0.5), _wh("b", 50, 1.0, 2.0),
+            _wh("d", 10, 0.005, 0.1), _wh("c", 20, 0.01, 0.24)]
+
+
+def test_jit_host_max_fits_the_host_time_per_layer_call_and_the_efficiency_together():
+    c = Calibration([], HOST_MAX, jit_host="max")
+    fit = c.whole_fit("jax", "jit")
+    assert fit.host_per_layer_s == pytest.approx(10e-6) and fit.fixed_s == 0.0
+    assert fit.bound_efficiency == pytest.approx(0.5, rel=0.01)       # the nearest point of a log grid
+    assert "max(layer calls x 10.00 us (host), CARM bound / 0.50" in fit.source
+    # 200 tiny layers: bound 0.2 ms -> GPU 0.4 ms; host 200 x 10 us = 2 ms: host-paced, the GPU busy 1/5
+    tiny = [SimpleNamespace(type="ReLU", predicted_time_s=1e-6, dtype="bfloat16") for _ in range(200)]
+    assert c.whole_time_s(tiny, "jax", "jit") == pytest.approx(2e-3)
+    assert c.compiled_gpu_share(tiny, "jax", "jit") == pytest.approx(0.2, rel=0.01)
+    # 4 layers, bound 0.7 ms -> GPU 1.4 ms against 40 us of host: GPU-paced
+    big = [SimpleNamespace(type=t, predicted_time_s=s, dtype="bfloat16")
+           for t, s in (("Conv2D", 0.3e-3), ("Conv2D", 0.2e-3), ("ReLU", 0.1e-3), ("ReLU", 0.1e-3))]
+    assert c.whole_time_s(big, "jax", "jit") == pytest.approx(1.4e-3, rel=0.01)
+    assert c.compiled_gpu_share(big, "jax", "jit") == 1.0
+    # the incumbent form on the same records: one fixed cost, no host term, no GPU share below 1
+    additive = Calibration([], HOST_MAX)
+    assert additive.whole_fit("jax", "jit").host_per_layer_s is None
+    assert additive.compiled_gpu_share(tiny, "jax", "jit") == 1.0
+
+
+def test_jit_host_max_refits_a_model_on_its_own_records_keeping_the_shared_fit_for_what_they_leave_free():
+    c = Calibration([], HOST_MAX, jit_host="max")
+    own = c.whole_fit("jax", "jit", model="c")
+    assert own.host_per_layer_s == pytest.approx(12e-6)               # its own host time per call
+    assert own.bound_efficiency == pytest.approx(c.whole_fit("jax", "jit").bound_efficiency)   # free: shared
+    assert "c's own 1 jit records" in own.source
+    assert c.without_model("c").jit_host == "max"                     # leave one model out keeps the form
+    with pytest.raises(ValueError, match="jit_host"):
+        Calibration(jit_host="sum")

@@ -933,3 +933,29 @@ def test_a_whole_model_recorded_alone_is_scored_on_its_calibrated_figures_only()
     bare = {**alone, "model": "d", "file": "d.json", "calibrated": {}, "source": "d"}
     assert all(m["run"] != "d.json" for m in mod.validate(runs + [bare], _hand_carm(), _hand_model(), 2000.0, 0.5,
                                                            duty_variable="time")["models"])
+
+
+def _host_row(source, additive, host_max, execution="jit"):
+    """A whole-model row of the validation: the time error of each jit host form (JIT_HOST additive in use)."""
+    return {"source": source, "reference_execution": execution,
+            "calibrated_leave_one_model_out": {"time_err": additive, "duty_lomo_power_err": 0.1},
+            "calibrated_leave_one_model_out_jit_host_max": {"time_err": host_max, "duty_lomo_power_err": 0.2}}
+
+
+def test_jit_host_choice_decides_on_jit_records_before_the_session_and_reports_its_own():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s5c4-whole", "nvidia-h200-records-2026-12-04-s6c1-whole"
+    rows = [_host_row(early, 0.30, -0.10), _host_row(early, -0.20, 0.05), _host_row(early, 0.10, 0.20),
+            _host_row(test, 0.01, 0.90),
+            _host_row(early, 5.0, 0.0, execution="cuda_graph")]          # not a jit record: not counted
+    choice = mod.jit_host_choice(rows)
+    # choosing: |additive| 0.30, 0.20, 0.10 -> 0.20; |max| 0.10, 0.05, 0.20 -> 0.10: max wins
+    assert choice["chosen"] == "max" and choice["in_use"] == "additive"
+    assert choice["candidates"]["additive"]["choosing"]["time_median_abs_err"] == pytest.approx(0.20)
+    assert choice["candidates"]["max"]["choosing"] == {"n": 3, "time_median_abs_err": pytest.approx(0.10),
+                                                        "power_median_abs_err": pytest.approx(0.2),
+                                                        "energy_per_sample_median_abs_err": None}
+    # the test record, however bad for the chosen form, only reports
+    assert choice["candidates"]["max"]["test"]["time_median_abs_err"] == pytest.approx(0.90)
+    # a tie keeps the incumbent
+    assert mod.jit_host_choice([_host_row(early, 0.1, -0.1)])["chosen"] == "additive"

@@ -55,3 +55,17 @@ def test_no_power_model_or_calibration_no_whole_model_power():
     assert whole_model_power_w(ROWS, None, FakeCalibration(), "torch", "cuda_graph") is None
     assert whole_model_power_w(ROWS, PM, None, "torch", "cuda_graph") is None
     assert PM.mean_duty_power_w([]) is None
+
+
+class HostPacedJit(FakeCalibration):
+    """A jit fit with a host term (calibration.JIT_HOST "max") whose call the GPU is busy half of."""
+
+    def compiled_gpu_share(self, rows, backend, execution, model=None):
+        return 0.5
+
+
+def test_jit_whole_model_power_keeps_the_gpu_share_of_a_host_paced_call_above_the_constant():
+    # in-model 1 ms and 2 ms at their roofs: 566.67 W busy; half the call at 100 W: 100 + 466.67 x 0.5
+    times, share = whole_model_layer_times(ROWS, HostPacedJit(), "jax", "jit")
+    assert share == 0.5
+    assert whole_model_power_w(ROWS, PM, HostPacedJit(), "jax", "jit") == pytest.approx(100 + (1700 / 3 - 100) / 2)
