@@ -84,8 +84,11 @@ KERNEL_FLOOR_EXECUTIONS = ("jit",)
 # |error| of the leave-one-model-out calibrated whole-model time over the jax whole-model records recorded
 # before -s6, the incumbent staying unless beaten; -s6 tests it. Seen before the rule: the incumbent's
 # errors on -s6c1 (small batches under-, large ones over-predicted) and on the records before it.
+# Result (nvidia-h200-power-model-2026-12-04-s6.json, validation.jit_host_choice), additive -> max: choosing
+# (n=49) time 20.8% -> 9.0%, power 10.2% -> 9.2%, energy per sample 21.9% -> 12.5%; test (-s6c1, n=13) time
+# 19.4% -> 14.9%, power 12.4% -> 8.3%, energy per sample 42.2% -> 17.1%. Chosen: max.
 JIT_HOST_FORMS = ("additive", "max")
-JIT_HOST = "additive"
+JIT_HOST = "max"
 # A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
 # larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
 # gpu the layer's in-model time (in_model_time_s), host its class's floor (floor_s). Chosen in the fourth

@@ -9,6 +9,12 @@ from carm_advisor.calibration import Calibration, Sample, WholeSample, apply_cal
 from carm_advisor.errors import ProfileError
 
 
+def _additive(*args, **kwargs):
+    """A calibration under the jit host form of the earlier sessions (JIT_HOST "additive": one fixed cost per
+    call, added), which the hand tests of that form pin."""
+    return Calibration(*args, jit_host="additive", **kwargs)
+
+
 def _s(eff, dtype="bfloat16", bound=1e-4, cls="Conv2D", backend="torch", model="m"):
     return Sample(backend, cls, dtype, bound, bound / eff, model)
 
@@ -136,7 +142,7 @@ def test_jit_whole_model_is_the_bound_at_the_median_efficiency_of_the_jit_record
         WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "c", 4, None, "float32", 2.0e-3, 0.0),
         WholeSample("jax", "jit", 2.5e-3, 9.0, 9.0, 10, "d", 4, None, "float32"),     # an old sample without bounds
     ]
-    c = Calibration([], whole)
+    c = _additive([], whole)
     assert c.whole_fit("jax", "jit", "bfloat16").bound_efficiency == pytest.approx(0.8)    # median of 1.2, 0.7, 0.8
     rows = _rows(("Conv2D", 0.3e-3), ("Conv2D", 0.2e-3), ("Activation", 0.4e-3), ("Activation", 0.2e-3))
     for r in rows:
@@ -236,7 +242,7 @@ def test_compiled_whole_model_adds_a_fixed_cost_from_batch_series_and_one_effici
         _w("w", 64, 1.5, 4.0, execution, backend),       # e = 1.5 / (4 - 1) = 0.5
         _w("x", 64, 1.0, 2.25, execution, backend),      # e = 1 / (2.25 - 1) = 0.8
     ]
-    c = Calibration([], whole)
+    c = _additive([], whole)
     fit = c.whole_fit(backend, execution)
     assert fit.fixed_s == pytest.approx(1e-3)
     assert fit.bound_efficiency == pytest.approx(0.8)    # median of 1, 0.5, 0.8 (per model), not of 9 samples
@@ -252,7 +258,7 @@ def test_a_model_with_records_of_its_own_is_predicted_from_them_not_from_the_oth
         _w("w", 32, 1.0, 2.5), _w("w", 64, 2.0, 3.5),
         _w("x", 64, 1.0, 3.0),
     ]
-    c = Calibration([], whole)
+    c = _additive([], whole)
     # every model: t0 = median(0.5, 1.5) = 1 ms; e = bound / (time - 1 ms) per record, median per model:
     # v: 1/0.75 = 1.333, 2/2 = 1 -> 1.1667; w: 1/1.5 = 0.667, 2/2.5 = 0.8 -> 0.7333; x: 1/2 = 0.5 -> median 0.7333
     e_all = (1 / 1.5 + 2 / 2.5) / 2     # w's median, the middle of 1.1667, 0.7333, 0.5
@@ -273,7 +279,7 @@ def test_a_model_with_own_records_of_two_dtypes_is_predicted_from_those_of_its_o
         return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, 10, model, 4, None, dtype,
                            bound_ms * 1e-3, 0.0, batch, "channels_last", "")
     # v in bfloat16 at e = 0.5 (three records), in float32 at e = 1.0 (one); no batch series: t0 = 0
-    c = Calibration([], [w(32, 1.0, 2.0, "bfloat16"), w(64, 2.0, 4.0, "bfloat16"), w(128, 4.0, 8.0, "bfloat16"),
+    c = _additive([], [w(32, 1.0, 2.0, "bfloat16"), w(64, 2.0, 4.0, "bfloat16"), w(128, 4.0, 8.0, "bfloat16"),
                          w(64, 2.0, 2.0, "float32"), w(64, 1.0, 3.0, "float32", "x")])
     assert c.whole_fit("jax", "jit", "float32", "v").bound_efficiency == pytest.approx(1.0)
     assert c.whole_fit("jax", "jit", "bfloat16", "v").bound_efficiency == pytest.approx(0.5)
@@ -287,7 +293,7 @@ def test_a_model_of_another_architecture_under_the_same_name_does_not_take_its_r
     def w(model, bound_ms, time_ms, kernels):
         return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, kernels, model, kernels, None, "bfloat16",
                            bound_ms * 1e-3, 0.0, 64, "channels_last", "", kernels)
-    c = Calibration([], [w("functional", 1.0, 2.0, 40), w("x", 1.0, 1.0, 4), w("y", 1.0, 1.25, 4)])
+    c = _additive([], [w("functional", 1.0, 2.0, 40), w("x", 1.0, 1.0, 4), w("y", 1.0, 1.25, 4)])
     rows = [SimpleNamespace(type="Conv2D", predicted_time_s=1e-3, dtype="bfloat16")] * 4   # 4 kernels
     every = c.whole_fit("jax", "jit", "bfloat16")
     assert c.whole_time_s(rows, "jax", "jit", "functional") == pytest.approx(c.whole_time_s(rows, "jax", "jit"))
@@ -300,7 +306,7 @@ def test_own_records_all_at_or_below_their_own_intercept_keep_the_other_models_f
     # v's own series falls with the batch (noise): intercept 3.5 ms above both its records -> no own e;
     # the fit is then the other models' (t0 and e together), not their e with v's t0
     whole = [_w("v", 32, 1.0, 3.0), _w("v", 64, 2.0, 2.5), _w("w", 32, 1.0, 2.0), _w("w", 64, 2.0, 3.0)]
-    c = Calibration([], whole)
+    c = _additive([], whole)
     every, own = c.whole_fit("jax", "jit"), c.whole_fit("jax", "jit", model="v")
     assert own.fixed_s == pytest.approx(every.fixed_s)
     assert own.bound_efficiency == pytest.approx(every.bound_efficiency)
@@ -361,7 +367,7 @@ def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path
 
 
 def test_the_shipped_calibration_has_compiled_fits_with_the_fixed_cost_the_vgg16_studies_measured():
-    shipped = shipped_calibration()
+    shipped = _additive(shipped_calibration().samples, shipped_calibration().whole, shipped_calibration().provenance)
     assert shipped.provenance["study_models"] == ["vgg16"]          # study samples are VGG16's only
     compiled = shipped.whole_fit("torch", "torch.compile")
     assert compiled is not None and compiled.fixed_s > 0
@@ -382,7 +388,7 @@ def test_jit_whole_model_adds_the_measured_launch_floor_per_kernel_and_torch_com
         _wk("w", 64, 1.0, 2.5, 50),     # e = 1 / (2.5 - 0.5 - 0.5) = 2/3
         _wk("x", 64, 3.0, 4.5, 0),      # e = 3 / (4.5 - 0.5) = 0.75
     ]                                   # v: e = 1 / (2.5 - 0.5 - 1) = 1 (and 2 / (3.5 - 1.5) = 1)
-    c = Calibration([], whole, floor)
+    c = _additive([], whole, floor)
     fit = c.whole_fit("jax", "jit")
     assert fit.fixed_s == pytest.approx(0.5e-3) and fit.kernel_floor_s == pytest.approx(10e-6)
     assert fit.bound_efficiency == pytest.approx(0.75)                       # median of 1, 2/3, 0.75
@@ -391,13 +397,13 @@ def test_jit_whole_model_adds_the_measured_launch_floor_per_kernel_and_torch_com
     assert c.whole_time_s(rows, "jax", "jit") == pytest.approx(0.5e-3 + 1.5e-3 / 0.75 + 3 * 10e-6)
     assert "kernels x 10.0 us" in c.whole_describe("jax", "jit")
     # torch.compile: the same samples, no kernel term (t0 = 1.5 ms from v; e = median of 1, 1, 0.75)
-    compiled = Calibration([], [_wk(*a[:5], "torch.compile", "torch") for a in
+    compiled = _additive([], [_wk(*a[:5], "torch.compile", "torch") for a in
                                 [("v", 32, 1.0, 2.5, 100), ("v", 64, 2.0, 3.5, 100), ("w", 64, 1.0, 2.5, 50),
                                  ("x", 64, 3.0, 4.5, 0)]], floor).whole_fit("torch", "torch.compile")
     assert compiled.kernel_floor_s == 0.0 and compiled.fixed_s == pytest.approx(1.5e-3)
     assert compiled.bound_efficiency == pytest.approx(1.0)                   # 1/1, 1/1, 3/3
     # without a measured floor in the provenance the jit fit is the old one: t0 = 1.5 ms, e = 1
-    assert Calibration([], whole).whole_fit("jax", "jit").kernel_floor_s == 0.0
+    assert _additive([], whole).whole_fit("jax", "jit").kernel_floor_s == 0.0
 
 
 def test_kernel_calls_count_convolutions_dense_and_pooling_only():
@@ -426,13 +432,13 @@ def test_in_model_time_is_the_layers_share_of_the_jit_fit_plus_the_launch_floor_
     floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
     whole = [_wk("v", 32, 1.0, 2.5, 100), _wk("v", 64, 2.0, 3.5, 100), _wk("w", 64, 1.0, 2.5, 50),
              _wk("x", 64, 3.0, 4.5, 0)]        # e = 0.75, t0 = 0.5 ms (the test above)
-    c = Calibration([], whole, floor)
+    c = _additive([], whole, floor)
     # a convolution (its own kernel): 30 us / 0.75 + 10 us; a ReLU (fused): 30 us / 0.75; t0 not shared out
     assert c.in_model_time_s("Conv2D", 30e-6, "jax", "jit") == pytest.approx(40e-6 + 10e-6)
     assert c.in_model_time_s("ReLU", 30e-6, "jax", "jit") == pytest.approx(40e-6)
     assert c.in_model_time_s("ReLU", 30e-6, "torch", "cuda_graph") is None     # not a compiled execution
     assert c.in_model_time_s("ReLU", None, "jax", "jit") is None
-    assert Calibration([], []).in_model_time_s("ReLU", 30e-6, "jax", "jit") is None   # no jit record
+    assert _additive([], []).in_model_time_s("ReLU", 30e-6, "jax", "jit") is None   # no jit record
 
 
 def test_a_layer_jitted_alone_takes_its_in_model_gpu_time_and_the_host_dispatch_in_quadrature(monkeypatch):
@@ -441,7 +447,7 @@ def test_a_layer_jitted_alone_takes_its_in_model_gpu_time_and_the_host_dispatch_
     floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
     whole = [_wk("v", 32, 1.0, 2.5, 100), _wk("v", 64, 2.0, 3.5, 100), _wk("w", 64, 1.0, 2.5, 50),
              _wk("x", 64, 3.0, 4.5, 0)]      # e = 0.75 (the test above)
-    c = Calibration(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6), whole, floor)   # host floor 50 us
+    c = _additive(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6), whole, floor)   # host floor 50 us
     relu = SimpleNamespace(name="r", type="ReLU", dtype="bfloat16", predicted_time_s=10e-6, predicted_energy_j=None,
                            path="p", level="l", flops=1, bytes=1)
     conv = SimpleNamespace(name="c", type="Conv2D", dtype="bfloat16", predicted_time_s=60e-6, predicted_energy_j=None,
@@ -456,10 +462,10 @@ def test_a_layer_jitted_alone_takes_its_in_model_gpu_time_and_the_host_dispatch_
     apply_calibration([relu, conv], c, "jax")
     assert relu.calibrated_time_s == pytest.approx(50e-6) and conv.calibrated_time_s == pytest.approx(90e-6)
     # Without a jit whole-model fit the cell efficiencies stand (bucket -10: 0.8, under the 50 us floor)
-    apply_calibration([relu], Calibration(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6)), "jax")
+    apply_calibration([relu], _additive(_timed(1e-6, 50e-6) + _timed(1e-4, 125e-6)), "jax")
     assert relu.calibrated_time_s == pytest.approx(50e-6) and "dispatched" not in relu.calibration
     # CUDA-graph and profiled layers are not dispatched one call at a time: no floor, no change
-    torch = Calibration(_timed(1e-6, 50e-6, execution="profiled", backend="torch"), whole, floor)
+    torch = _additive(_timed(1e-6, 50e-6, execution="profiled", backend="torch"), whole, floor)
     apply_calibration([conv], torch, "torch")
     assert conv.calibrated_time_s == pytest.approx(60e-6 / 0.02)
 
@@ -506,7 +512,7 @@ def test_jit_host_max_fits_the_host_time_per_layer_call_and_the_efficiency_toget
     assert c.whole_time_s(big, "jax", "jit") == pytest.approx(1.4e-3, rel=0.01)
     assert c.compiled_gpu_share(big, "jax", "jit") == 1.0
     # the incumbent form on the same records: one fixed cost, no host term, no GPU share below 1
-    additive = Calibration([], HOST_MAX)
+    additive = _additive([], HOST_MAX)
     assert additive.whole_fit("jax", "jit").host_per_layer_s is None
     assert additive.compiled_gpu_share(tiny, "jax", "jit") == 1.0
 
