@@ -126,7 +126,8 @@ from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
 from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_HOST, JIT_HOST_FORMS,  # noqa: E402
-                                     KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
+                                     JIT_OTHER_SHARE, JIT_OTHER_SHARES, KERNEL_FLOOR_EXECUTIONS,
+                                     REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
@@ -198,12 +199,14 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             lomo_cache[model_name] = calibration.without_model(model_name)
         apply_calibration(rows, lomo_cache[model_name], doc["backend"], profile)
         calibrated["leave_one_model_out"] = _calibrated(rows, lomo_cache[model_name], doc["backend"], execution)
-        if execution in KERNEL_FLOOR_EXECUTIONS:   # jit_host_choice's other candidates
-            for form in JIT_HOST_FORMS:
-                if form != calibration.jit_host:
-                    lomo_cache.setdefault((model_name, form), replace(lomo_cache[model_name], jit_host=form))
-                    calibrated[f"leave_one_model_out_jit_host_{form}"] = _calibrated(
-                        rows, lomo_cache[(model_name, form)], doc["backend"], execution)
+        if execution in KERNEL_FLOOR_EXECUTIONS:   # jit_host_choice's and jit_other_share_choice's other candidates
+            others = [(f"jit_host_{form}", {"jit_host": form}) for form in JIT_HOST_FORMS if form != calibration.jit_host]
+            others += [(f"jit_other_share_{share:g}", {"jit_other_share": share}) for share in JIT_OTHER_SHARES
+                       if share != calibration.jit_other_share]
+            for name, change in others:
+                lomo_cache.setdefault((model_name, name), replace(lomo_cache[model_name], **change))
+                calibrated[f"leave_one_model_out_{name}"] = _calibrated(rows, lomo_cache[(model_name, name)],
+                                                                       doc["backend"], execution)
         for layer in out:
             c = costs[layer["name"]]
             layer["calibrated_time_s_leave_one_model_out"] = c.calibrated_time_s
@@ -381,21 +384,16 @@ def whole_model_power_choice(models: list[dict]) -> dict:
 JIT_HOST_TEST = "-s6"
 
 
-def jit_host_choice(models: list[dict]) -> dict:
-    """The choice of calibration.JIT_HOST: each form's whole-model time, power and energy per sample (median
-    |error|, leave one model out) over the jit whole-model records, on the choosing records (before
-    JIT_HOST_TEST) and the test ones; chosen: the lowest time error on the choosing records."""
-    def cal(r: dict, form: str) -> dict:
-        return r.get("calibrated_leave_one_model_out" if form == JIT_HOST
-                     else f"calibrated_leave_one_model_out_jit_host_{form}") or {}
-
+def _jit_whole_table(models: list[dict], variants: dict[str, str], test: str) -> dict:
+    """Per candidate (name -> its whole-model row key, "calibrated_leave_one_model_out..."): the jit whole models'
+    time, power and energy per sample (median |error|, leave one model out) on the choosing records (before
+    `test`) and on the test ones."""
     jit = [r for r in models if r.get("reference_execution") in KERNEL_FLOOR_EXECUTIONS]
     table = {}
-    for form in JIT_HOST_FORMS:
+    for name, key in variants.items():
         row = {}
-        for part, keep in (("choosing", lambda src: recorded_before(src, JIT_HOST_TEST)),
-                           ("test", lambda src: in_test(src, JIT_HOST_TEST))):
-            found = [cal(r, form) for r in jit if keep(r.get("source"))]
+        for part, keep in (("choosing", lambda src: recorded_before(src, test)), ("test", lambda src: in_test(src, test))):
+            found = [r.get(key) or {} for r in jit if keep(r.get("source"))]
             times = [c.get("time_err") for c in found if c.get("time_err") is not None]
             row[part] = {"n": len(times), "time_median_abs_err": _median_abs(times),
                          "power_median_abs_err": _median_abs([c.get("duty_lomo_power_err") for c in found
@@ -403,11 +401,36 @@ def jit_host_choice(models: list[dict]) -> dict:
                          "energy_per_sample_median_abs_err": _median_abs(
                              [c.get("duty_lomo_energy_per_sample_err") for c in found
                               if c.get("duty_lomo_energy_per_sample_err") is not None])}
-        table[form] = row
+        table[name] = row
+    return table
+
+
+def _variant_key(suffix: str | None) -> str:
+    return "calibrated_leave_one_model_out" + (f"_{suffix}" if suffix else "")
+
+
+def jit_host_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_HOST: each form's jit whole models (_jit_whole_table) before and in
+    JIT_HOST_TEST; chosen: the lowest time error on the choosing records."""
+    table = _jit_whole_table(models, {form: _variant_key(None if form == JIT_HOST else f"jit_host_{form}")
+                                      for form in JIT_HOST_FORMS}, JIT_HOST_TEST)
     return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
                     f"{JIT_HOST_TEST}; the incumbent (additive) stays unless beaten; {JIT_HOST_TEST} is the test",
             "chosen": _lowest_on_choosing(table, "additive", "time_median_abs_err"), "in_use": JIT_HOST,
             "candidates": table}
+
+
+def jit_other_share_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_OTHER_SHARE under the host form in use: each share's jit whole models
+    (_jit_whole_table) before and in JIT_HOST_TEST; chosen: the lowest time error on the choosing records, the
+    incumbent (1) unless beaten."""
+    table = _jit_whole_table(models, {f"{share:g}": _variant_key(None if share == JIT_OTHER_SHARE else
+                                                                  f"jit_other_share_{share:g}")
+                                      for share in JIT_OTHER_SHARES}, JIT_HOST_TEST)
+    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                    f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
+                    "is the test", "chosen": _lowest_on_choosing(table, "1", "time_median_abs_err"),
+            "in_use": f"{JIT_OTHER_SHARE:g}", "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -1021,6 +1044,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     validation["whole_model_jit_choice"] = whole_model_jit_choice(models)
     validation["whole_model_power_choice"] = whole_model_power_choice(models)
     validation["jit_host_choice"] = jit_host_choice(models)
+    validation["jit_other_share_choice"] = jit_other_share_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 

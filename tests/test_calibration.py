@@ -526,3 +526,17 @@ def test_jit_host_max_refits_a_model_on_its_own_records_keeping_the_shared_fit_f
     assert c.without_model("c").jit_host == "max"                     # leave one model out keeps the form
     with pytest.raises(ValueError, match="jit_host"):
         Calibration(jit_host="sum")
+
+
+def test_the_non_matmul_share_of_a_compiled_bound_sets_the_efficiency_and_the_time():
+    # one record: matmul bound 1 ms, the rest 1 ms, 2 ms measured; no batch series, no host term (additive)
+    rec = [WholeSample("jax", "jit", 2e-3, 0.0, 0.0, 4, "m", 0, None, "bfloat16", 1e-3, 1e-3)]
+    rows = [SimpleNamespace(type=t, predicted_time_s=s, dtype="bfloat16") for t, s in (("Conv2D", 0.3e-3), ("ReLU", 0.4e-3))]
+    whole = _additive([], rec)
+    assert whole.whole_fit("jax", "jit").bound_efficiency == pytest.approx(1.0)          # (1 + 1) / 2
+    assert whole.whole_time_s(rows, "jax", "jit") == pytest.approx(0.7e-3)               # (0.3 + 0.4) / 1
+    matmul_only = _additive([], rec, jit_other_share=0.0)
+    assert matmul_only.whole_fit("jax", "jit").bound_efficiency == pytest.approx(0.5)    # 1 / 2
+    assert matmul_only.whole_time_s(rows, "jax", "jit") == pytest.approx(0.6e-3)         # 0.3 / 0.5
+    assert matmul_only.without_model("x").jit_other_share == 0.0
+    assert "(matmul bound + 0 x other bound)" in matmul_only.whole_describe("jax", "jit")

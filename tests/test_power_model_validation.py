@@ -901,7 +901,7 @@ def test_whole_model_power_choice_decides_on_the_records_before_its_test():
     def row(source, mean_err, gaps_err):
         return {"source": source, "calibrated_leave_one_model_out": {"duty_lomo_power_err": mean_err,
                                                                      "duty_lomo_gaps_at_constant_power_err": gaps_err}}
-    old, test = "records-2026-12-04-s4c1", "records-2026-12-04-s5c4-whole"
+    old, test = "records-2026-12-04-s4c1", f"records-2026-12-04{mod.WHOLE_POWER_TEST}c1-whole"
     rows = [row(old, 0.05, -0.10), row(old, -0.07, 0.02), row(old, 0.09, 0.12), row(test, 0.30, 0.01),
             {"source": old, "calibrated_leave_one_model_out": None}]
     choice = mod.whole_model_power_choice(rows)
@@ -964,3 +964,21 @@ def test_jit_host_choice_decides_on_jit_records_before_the_session_and_reports_i
     assert choice["candidates"]["max"]["test"]["time_median_abs_err"] == pytest.approx(0.90)
     # a tie keeps the incumbent
     assert mod.jit_host_choice([_host_row(early, 0.1, -0.1)])["chosen"] == "additive"
+
+
+def test_jit_other_share_choice_decides_among_the_shares_on_jit_records_before_the_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s5c4-whole", "nvidia-h200-records-2026-12-04-s6c3-after-choice"
+
+    def row(source, errs):   # share -> time error; the share in use under the headline's key
+        return {"source": source, "reference_execution": "jit",
+                **{mod._variant_key(None if s == f"{mod.JIT_OTHER_SHARE:g}" else f"jit_other_share_{s}"):
+                   {"time_err": e} for s, e in errs.items()}}
+    rows = [row(early, {"1": 0.4, "0.5": 0.2, "0": -0.3}), row(early, {"1": -0.2, "0.5": 0.1, "0": 0.1}),
+            row(test, {"1": 0.0, "0.5": 0.9, "0": 0.9})]
+    choice = mod.jit_other_share_choice(rows)
+    # choosing: |1| 0.4, 0.2 -> 0.3; |0.5| 0.2, 0.1 -> 0.15; |0| 0.3, 0.1 -> 0.2: 0.5 wins; the test only reports
+    assert choice["chosen"] == "0.5" and choice["candidates"]["1"]["choosing"]["time_median_abs_err"] == pytest.approx(0.3)
+    assert choice["candidates"]["0.5"]["test"] == {"n": 1, "time_median_abs_err": pytest.approx(0.9),
+                                                    "power_median_abs_err": None, "energy_per_sample_median_abs_err": None}
+    assert mod.jit_other_share_choice([row(early, {"1": 0.1, "0.5": 0.1, "0": 0.1})])["chosen"] == "1"   # a tie
