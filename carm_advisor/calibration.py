@@ -64,7 +64,9 @@ BOUND_EXECUTIONS = ("jit", "torch.compile")
 # JIT_HOST (power_model_validation.py: jit_other_share_choice; leave-one-model-out whole-model time over the jit
 # records before -s6, the incumbent 1 unless beaten). Seen before the rule: under "max" at share 1, the large
 # batches of ResNet50 and MobileNetV2 (many normalization and activation layers XLA fuses) predicted 40-70% too
-# long when left out, their own records' e above 1.
+# long when left out, their own records' e above 1. Result (nvidia-h200-power-model-2026-12-04-s6.json,
+# validation.jit_other_share_choice), time on the choosing records (n=49) / on -s6 (n=39): share 1 9.0% / 15.3%,
+# 0.5 22.0% / 26.9%, 0 29.1% / 31.4%: 1 stays.
 JIT_OTHER_SHARES = (1.0, 0.5, 0.0)
 JIT_OTHER_SHARE = 1.0
 JIT_PER_DTYPE = False
@@ -509,11 +511,12 @@ class Calibration:
     HOST_GRID_S = tuple(i * 0.25e-6 for i in range(201))          # 0 .. 50 us
     EFFICIENCY_GRID = tuple(math.exp(math.log(0.05) + i * (math.log(5.0) - math.log(0.05)) / 399) for i in range(400))
 
-    def _grid_fit(self, records: list[WholeSample], k: float, prior: tuple[float, float] | None = None) -> tuple[float, float]:
+    def _grid_fit(self, records: list[WholeSample], k: float, prior: tuple[float, float] | None = None,
+                  host_s: float | None = None) -> tuple[float, float]:
         """(h, e) minimising the sum over `records` of |log(predicted / measured time)|, each model's records
         weighing one model, predicted = max(layer calls x h, bound / e + kernels x k). `prior` (h, e): where
         the records leave a parameter free (all host-paced: e; all GPU-paced: h), the grid point nearest it
-        (a penalty a thousandth of a record's error per e-fold away)."""
+        (a penalty a thousandth of a record's error per e-fold away). `host_s`: h held there, e fitted alone."""
         import numpy as np
 
         counts: dict[str, int] = {}
@@ -524,7 +527,7 @@ class Calibration:
         fixed = np.array([w.kernel_calls * k for w in records])
         t = np.array([w.time_s for w in records])
         weight = np.array([1.0 / counts[w.model] for w in records])
-        h = np.array(self.HOST_GRID_S)
+        h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
         e = np.array(self.EFFICIENCY_GRID)
         gpu = bound[None, :] / e[:, None] + fixed[None, :]                      # (e, record)
         pred = np.maximum(h[:, None, None] * n[None, None, :], gpu[None, :, :])  # (h, e, record)
@@ -539,8 +542,11 @@ class Calibration:
                       kernels: int | None) -> WholeFit | None:
         """jit under JIT_HOST "max": whole = max(layer calls x h, bound / e + kernels x k), h and e fitted
         together over every model's records (_grid_fit). A measurement outranks a model: a `model` with records
-        of its own (by name and, where both are known, kernel count, as _bound_fit) refits both on those,
-        the shared fit standing for what they leave free."""
+        of its own (by name and, where both are known, kernel count, as _bound_fit) refits on those: both
+        where they span two batch sizes or more (a host-paced small batch and a GPU-paced large one tell h from
+        e), else e alone at the shared h (records at one batch size cannot: ResNet50's at batch 64 made h
+        17 us a call and its batch 16 1.4x too slow, measured by --verify in the sixth session); the shared
+        fit stands for what they leave free."""
         records = [w for w in chosen if w.layer_calls > 0]
         if not records:
             return None
@@ -549,8 +555,11 @@ class Calibration:
         own = [w for w in records if model and w.model == model
                and (not kernels or not w.kernel_calls or w.kernel_calls == kernels)]
         if own:
-            h, e = self._grid_fit(own, k, prior=(h, e))
-            over = f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
+            series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
+            h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
+            over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
+                    if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
+                    "shared fit for h")
         share = self.jit_other_share
         bound = "CARM bound" if share == 1 else f"(matmul bound + {share:g} x other bound)"
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""

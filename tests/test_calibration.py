@@ -483,17 +483,20 @@ def test_the_replay_floor_is_the_shortest_cuda_graph_cell_of_any_class_and_ignor
     assert Calibration(_timed(1e-6, 1e-6, execution="profiled", backend="torch")).replay_floor_s("torch") is None
 
 
-def _wh(model, calls, bound_ms, time_ms, kernels=0):
+def _wh(model, calls, bound_ms, time_ms, kernels=0, batch=64):
     """A whole jit record of `calls` layer calls (no layer measured), its CARM bound all matmul."""
     return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, calls, model, 0, None, "bfloat16",
-                       bound_ms * 1e-3, 0.0, 64, "channels_last", "", kernels)
+                       bound_ms * 1e-3, 0.0, batch, "channels_last", "", kernels)
 
 
 # Records made by hand from whole = max(calls x 10 us, bound / 0.5): a and b once host-paced (a: 100 calls ->
 # 1 ms, GPU 0.4 ms; b: 50 calls -> 0.5 ms, GPU 0.2 ms) and once GPU-paced (4 ms and 2 ms); d host-paced at
-# 10 us (10 calls, 0.1 ms); c host-paced at 12 us a call (20 calls -> 0.24 ms, GPU 0.02 ms).
+# 10 us (10 calls, 0.1 ms). c at 12 us a call and e = 0.4: host-paced at batch 16 (20 calls -> 0.24 ms, GPU
+# 0.025 ms), GPU-paced at batch 128 (bound 2 ms -> 5 ms). f host-paced at 15 us a call (30 calls -> 0.45 ms),
+# at one batch size.
 HOST_MAX = [_wh("a", 100, 0.2, 1.0), _wh("a", 100, 2.0, 4.0), _wh("b", 50, 0.1, 0.5), _wh("b", 50, 1.0, 2.0),
-            _wh("d", 10, 0.005, 0.1), _wh("c", 20, 0.01, 0.24)]
+            _wh("d", 10, 0.005, 0.1), _wh("c", 20, 0.01, 0.24, batch=16), _wh("c", 20, 2.0, 5.0, batch=128),
+            _wh("f", 30, 0.01, 0.45)]
 
 
 def test_jit_host_max_fits_the_host_time_per_layer_call_and_the_efficiency_together():
@@ -519,10 +522,12 @@ def test_jit_host_max_fits_the_host_time_per_layer_call_and_the_efficiency_toget
 
 def test_jit_host_max_refits_a_model_on_its_own_records_keeping_the_shared_fit_for_what_they_leave_free():
     c = Calibration([], HOST_MAX, jit_host="max")
-    own = c.whole_fit("jax", "jit", model="c")
-    assert own.host_per_layer_s == pytest.approx(12e-6)               # its own host time per call
-    assert own.bound_efficiency == pytest.approx(c.whole_fit("jax", "jit").bound_efficiency)   # free: shared
-    assert "c's own 1 jit records" in own.source
+    own = c.whole_fit("jax", "jit", model="c")    # two batch sizes: its own host time per call and efficiency
+    assert own.host_per_layer_s == pytest.approx(12e-6) and own.bound_efficiency == pytest.approx(0.4, rel=0.01)
+    assert "c's own 2 jit records" in own.source
+    # one batch size cannot tell the host's time from the GPU's: f keeps the shared h (15 us would fit it)
+    one = c.whole_fit("jax", "jit", model="f")
+    assert one.host_per_layer_s == pytest.approx(10e-6) and "at one batch size for e" in one.source
     assert c.without_model("c").jit_host == "max"                     # leave one model out keeps the form
     with pytest.raises(ValueError, match="jit_host"):
         Calibration(jit_host="sum")
