@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -241,6 +241,17 @@ class WholeFit:
     fixed_s: float = 0.0                    # jit, torch.compile: a fixed cost per call added to the above
     kernel_floor_s: float = 0.0             # jit: a cost per kernel (is_kernel) added to the above
     host_per_layer_s: float | None = None   # jit, JIT_HOST "max": whole = max(layer calls x this, the above)
+
+
+def _log_error(fit: WholeFit, records: list[WholeSample]) -> float:
+    """Sum over `records` of |log(the compiled fit's time / the measured time)|, from their CARM bounds."""
+    total = 0.0
+    for w in records:
+        t = (fit.fixed_s + fit.matmul_factor * (w.matmul_bound_s or 0.0) + fit.other_factor * (w.other_bound_s or 0.0)
+             + fit.kernel_floor_s * w.kernel_calls)
+        t = max(t, fit.host_per_layer_s * w.layer_calls) if fit.host_per_layer_s else t
+        total += abs(math.log(t / w.time_s)) if t > 0 and w.time_s > 0 else math.inf
+    return total
 
 
 def _family(cls: str) -> str:
@@ -473,7 +484,17 @@ class Calibration:
         chosen = same or usable
         k = self.kernel_floor(execution)
         if self.jit_host == "max" and execution in KERNEL_FLOOR_EXECUTIONS:
-            return self._host_max_fit(chosen, execution, k, model, kernels)
+            fit = self._host_max_fit(chosen, execution, k, model, kernels)
+            own = self._own_records(chosen, model, kernels)
+            if fit is None or len({w.batch_size for w in own if w.batch_size > 0}) < 2:
+                return fit
+            # a model's own batch series decide its form too: a synchronous call (the tuner's trials) pays a fixed
+            # cost per call on top of the GPU's time, which the additive form fits and the host max does not
+            additive = replace(self, jit_host="additive")._bound_fit(found, dtype, execution, model, kernels)
+            if additive is not None and _log_error(additive, own) < _log_error(fit, own):
+                return replace(additive, source=f"{additive.source}; additive: it fits {model}'s own records "
+                               "better than the host max")
+            return fit
         t0, series = self._fixed_cost(chosen, k)
         by_model: dict[str, list[float]] = {}
         for w in chosen:
@@ -552,8 +573,7 @@ class Calibration:
             return None
         h, e = self._grid_fit(records, k)
         over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
-        own = [w for w in records if model and w.model == model
-               and (not kernels or not w.kernel_calls or w.kernel_calls == kernels)]
+        own = self._own_records(records, model, kernels)
         if own:
             series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
             h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
@@ -566,6 +586,12 @@ class Calibration:
         return WholeFit(1.0 / e, share / e, None, len(own or records), 0.0,
                         f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {bound} / {e:.2f}{floor}) "
                         f"(fitted on {over})", e, 0.0, k, h)
+
+    @staticmethod
+    def _own_records(records: list[WholeSample], model: str | None, kernels: int | None) -> list[WholeSample]:
+        """The records of `model` (by name and, where both are known, kernel count: a name is no identity)."""
+        return [w for w in records if model and w.model == model
+                and (not kernels or not w.kernel_calls or w.kernel_calls == kernels)]
 
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
                   kernels: int | None = None) -> WholeFit | None:

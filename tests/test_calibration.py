@@ -492,11 +492,11 @@ def _wh(model, calls, bound_ms, time_ms, kernels=0, batch=64):
 # Records made by hand from whole = max(calls x 10 us, bound / 0.5): a and b once host-paced (a: 100 calls ->
 # 1 ms, GPU 0.4 ms; b: 50 calls -> 0.5 ms, GPU 0.2 ms) and once GPU-paced (4 ms and 2 ms); d host-paced at
 # 10 us (10 calls, 0.1 ms). c at 12 us a call and e = 0.4: host-paced at batch 16 (20 calls -> 0.24 ms, GPU
-# 0.025 ms), GPU-paced at batch 128 (bound 2 ms -> 5 ms). f host-paced at 15 us a call (30 calls -> 0.45 ms),
-# at one batch size.
+# 0.025 ms), GPU-paced at batch 64 and 128 (bound 1 and 2 ms -> 2.5 and 5 ms: no straight line through the
+# three, so no fixed cost fits them). f host-paced at 15 us a call (30 calls -> 0.45 ms), at one batch size.
 HOST_MAX = [_wh("a", 100, 0.2, 1.0), _wh("a", 100, 2.0, 4.0), _wh("b", 50, 0.1, 0.5), _wh("b", 50, 1.0, 2.0),
-            _wh("d", 10, 0.005, 0.1), _wh("c", 20, 0.01, 0.24, batch=16), _wh("c", 20, 2.0, 5.0, batch=128),
-            _wh("f", 30, 0.01, 0.45)]
+            _wh("d", 10, 0.005, 0.1), _wh("c", 20, 0.01, 0.24, batch=16), _wh("c", 20, 1.0, 2.5, batch=64),
+            _wh("c", 20, 2.0, 5.0, batch=128), _wh("f", 30, 0.01, 0.45)]
 
 
 def test_jit_host_max_fits_the_host_time_per_layer_call_and_the_efficiency_together():
@@ -524,7 +524,7 @@ def test_jit_host_max_refits_a_model_on_its_own_records_keeping_the_shared_fit_f
     c = Calibration([], HOST_MAX, jit_host="max")
     own = c.whole_fit("jax", "jit", model="c")    # two batch sizes: its own host time per call and efficiency
     assert own.host_per_layer_s == pytest.approx(12e-6) and own.bound_efficiency == pytest.approx(0.4, rel=0.01)
-    assert "c's own 2 jit records" in own.source
+    assert "c's own 3 jit records" in own.source
     # one batch size cannot tell the host's time from the GPU's: f keeps the shared h (15 us would fit it)
     one = c.whole_fit("jax", "jit", model="f")
     assert one.host_per_layer_s == pytest.approx(10e-6) and "at one batch size for e" in one.source
@@ -545,3 +545,13 @@ def test_the_non_matmul_share_of_a_compiled_bound_sets_the_efficiency_and_the_ti
     assert matmul_only.whole_time_s(rows, "jax", "jit") == pytest.approx(0.6e-3)         # 0.3 / 0.5
     assert matmul_only.without_model("x").jit_other_share == 0.0
     assert "(matmul bound + 0 x other bound)" in matmul_only.whole_describe("jax", "jit")
+
+
+def test_a_model_whose_own_batch_series_a_fixed_cost_fits_better_keeps_the_additive_form():
+    # g, a synchronous call (the tuner's trials): 1 ms per call + bound / 0.5 at three batch sizes, 5 layer calls
+    # (50 us of host at 10 us a call): time grows with the bound from an intercept, which no host max fits
+    g = [_wh("g", 5, 0.5, 2.0, batch=32), _wh("g", 5, 1.0, 3.0, batch=64), _wh("g", 5, 2.0, 5.0, batch=128)]
+    fit = Calibration([], HOST_MAX + g, jit_host="max").whole_fit("jax", "jit", model="g")
+    assert fit.host_per_layer_s is None and fit.fixed_s == pytest.approx(1e-3)
+    assert fit.bound_efficiency == pytest.approx(0.5)
+    assert "additive: it fits g's own records better than the host max" in fit.source
