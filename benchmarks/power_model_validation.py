@@ -245,7 +245,7 @@ DISPATCH_TEST = "-s4"
 # Result when the rule was applied (the -s5 records before the after-choice ones): choosing records, pooled
 # per-layer power none 10.0% / norm 2 10.6% / inf 9.5%: inf chosen; test (MobileNetV2 jax bf16 b32, MobileNetV2 and
 # ResNet50 torch fp16 b32, MobileNetV2 torch fp32 b32) 17.4 / 17.3 / 13.1%. With every record of the session
-# (nvidia-h200-power-model-2026-12-04-s5.json; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
+# (nvidia-h200-power-model-2026-12-04-s5.json.gz; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
 # test 14.5 / 12.4 / 11.2%; whole-model power on the choosing records 6.9 / 9.4 / 7.7% (the rule did not look at
 # it). The test holds every folder of the session: the records taken before the change (-s5c1, -s5c2) and after
 # the choice (-s5c3 layers, -s5c4 whole models). The duty curves of every candidate are fitted leave one model out
@@ -346,7 +346,7 @@ def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_ab
 # of small layers, and after seeing the incumbent's whole-model power on the choosing records rise from 6.6% to
 # 7.6% when -s5c3 joined the duty fits; the gaps_at_constant power figures were not seen before the rule: the lower
 # whole-model power median on the records before WHOLE_POWER_TEST decides, the incumbent staying unless beaten.
-# Result (nvidia-h200-power-model-2026-12-04-s5.json, whole models recorded alone included): choosing 7.7%
+# Result (nvidia-h200-power-model-2026-12-04-s5.json.gz, whole models recorded alone included): choosing 7.7%
 # (layers_mean) vs 8.4% (gaps_at_constant), n=105: the incumbent stays; test (-s5, n=17) 12.2% vs 7.6%.
 # Re-chosen in the sixth session on every record before -s6 (the rule written before -s6 was scored; the
 # pooled figures of the -s5 file, layers_mean 8.2% vs 8.4% over all 122, were known), after the jit host form

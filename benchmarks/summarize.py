@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from pathlib import Path
@@ -16,8 +17,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def load(pattern: str) -> dict:
-    (path,) = sorted(RESULTS.glob(pattern))
-    return json.loads(path.read_text())
+    """The one result file matching `pattern` (*.json), or its gzip-compressed copy (*.json.gz: superseded
+    power-model files are kept compressed, the working tree that travels to the GPU machine being limited)."""
+    (path,) = sorted(RESULTS.glob(pattern)) or sorted(RESULTS.glob(pattern + ".gz"))
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 
 
 def ceilings_table(d: dict) -> str:
@@ -311,7 +314,7 @@ def main() -> None:
         print(cli_table(args.session))
         print()
         for what, table in (("prediction-accuracy", accuracy_table), ("power-model", power_table)):
-            if sorted(RESULTS.glob(f"*-{what}-{args.session}.json")):
+            if sorted(RESULTS.glob(f"*-{what}-{args.session}.json")) or sorted(RESULTS.glob(f"*-{what}-{args.session}.json.gz")):
                 print(table(args.session))
                 print()
         return
