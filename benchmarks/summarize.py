@@ -248,17 +248,18 @@ def _form_choice_rows(v: dict) -> list[str]:
                              f"choosing records, {_pct(t['test']['power_median_abs_err'])} (n={t['test']['n']}) on the test"
                              for name, t in w["candidates"].items()) + "."]
     return (rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
-            + _jit_host_rows(v.get("jit_host_choice")))
+            + _jit_whole_rows(v.get("jit_host_choice"), "jit whole models, host and GPU time")
+            + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound"))
 
 
-def _jit_host_rows(c: dict | None) -> list[str]:
-    """How a jit call's host time meets its GPU time (validation.jit_host_choice): per form, the jit whole
-    models' time, power and energy per sample, on the choosing and on the test records."""
+def _jit_whole_rows(c: dict | None, title: str) -> list[str]:
+    """A choice over the jit whole models (validation.jit_host_choice, jit_other_share_choice): per candidate,
+    their time, power and energy per sample, on the choosing and on the test records."""
     if not c:
         return []
     keys = ("time_median_abs_err", "power_median_abs_err", "energy_per_sample_median_abs_err")
-    rows = ["", f"jit whole models, host and GPU time: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
-            "| form | choosing: time | power | energy per sample | test: time | power | energy per sample |",
+    rows = ["", f"{title}: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | choosing: time | power | energy per sample | test: time | power | energy per sample |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in c["candidates"].items():
         rows.append(f"| {name} | " + " | ".join(
