@@ -192,6 +192,13 @@ class WholeSample:
     layout: str = ""
     source: str = ""                      # "": a RunMeasurement record; "study FILE#TRIAL": a measured tuning trial
     kernel_calls: int = 0                 # known layers that are kernels of their own when compiled (is_kernel)
+    bounded_calls: int = 0                # known layers with a CARM bound: the calls a compiled prediction counts
+                                          # (whole_time_s); 0 in samples written before it (layer_calls stands)
+
+    @property
+    def compiled_calls(self) -> int:
+        """The layer calls of a compiled (jit) call, as whole_time_s counts them for a prediction."""
+        return self.bounded_calls or self.layer_calls
 
     @property
     def has_layer_sums(self) -> bool:
@@ -249,7 +256,7 @@ def _log_error(fit: WholeFit, records: list[WholeSample]) -> float:
     for w in records:
         t = (fit.fixed_s + fit.matmul_factor * (w.matmul_bound_s or 0.0) + fit.other_factor * (w.other_bound_s or 0.0)
              + fit.kernel_floor_s * w.kernel_calls)
-        t = max(t, fit.host_per_layer_s * w.layer_calls) if fit.host_per_layer_s else t
+        t = max(t, fit.host_per_layer_s * w.compiled_calls) if fit.host_per_layer_s else t
         total += abs(math.log(t / w.time_s)) if t > 0 and w.time_s > 0 else math.inf
     return total
 
@@ -484,16 +491,16 @@ class Calibration:
         chosen = same or usable
         k = self.kernel_floor(execution)
         if self.jit_host == "max" and execution in KERNEL_FLOOR_EXECUTIONS:
-            fit = self._host_max_fit(chosen, execution, k, model, kernels)
-            own = self._own_records(chosen, model, kernels)
-            if fit is None or len({w.batch_size for w in own if w.batch_size > 0}) < 2:
+            fit, own, series = self._host_max_fit(chosen, execution, k, model, kernels, dtype)
+            if fit is not None and not series:
                 return fit
             # a model's own batch series decide its form too: a synchronous call (the tuner's trials) pays a fixed
-            # cost per call on top of the GPU's time, which the additive form fits and the host max does not
+            # cost per call on top of the GPU's time, which the additive form fits and the host max does not.
+            # No host max fit (no record counts its layer calls; no record the GPU paced: e unknown): additive.
             additive = replace(self, jit_host="additive")._bound_fit(found, dtype, execution, model, kernels)
-            if additive is not None and _log_error(additive, own) < _log_error(fit, own):
-                return replace(additive, source=f"{additive.source}; additive: it fits {model}'s own records "
-                               "better than the host max")
+            if fit is None or (additive is not None and _log_error(additive, own) < _log_error(fit, own)):
+                return additive if additive is None or fit is None else replace(
+                    additive, source=f"{additive.source}; additive: it fits {model}'s own records better than the host max")
             return fit
         t0, series = self._fixed_cost(chosen, k)
         by_model: dict[str, list[float]] = {}
@@ -537,13 +544,14 @@ class Calibration:
         """(h, e) minimising the sum over `records` of |log(predicted / measured time)|, each model's records
         weighing one model, predicted = max(layer calls x h, bound / e + kernels x k). `prior` (h, e): where
         the records leave a parameter free (all host-paced: e; all GPU-paced: h), the grid point nearest it
-        (a penalty a thousandth of a record's error per e-fold away). `host_s`: h held there, e fitted alone."""
+        (a penalty of a thousandth of a record's error per e-fold of e away, and per h0 of h away). `host_s`: h
+        held there, e fitted alone."""
         import numpy as np
 
         counts: dict[str, int] = {}
         for w in records:
             counts[w.model] = counts.get(w.model, 0) + 1
-        n = np.array([w.layer_calls for w in records], float)
+        n = np.array([w.compiled_calls for w in records], float)
         bound = np.array([self._bound_of(w) for w in records])
         fixed = np.array([w.kernel_calls * k for w in records])
         t = np.array([w.time_s for w in records])
@@ -551,8 +559,7 @@ class Calibration:
         h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
         e = np.array(self.EFFICIENCY_GRID)
         gpu = bound[None, :] / e[:, None] + fixed[None, :]                      # (e, record)
-        pred = np.maximum(h[:, None, None] * n[None, None, :], gpu[None, :, :])  # (h, e, record)
-        loss = (np.abs(np.log(pred / t)) * weight).sum(-1)
+        loss = np.array([(np.abs(np.log(np.maximum(hi * n, gpu) / t)) * weight).sum(-1) for hi in h])   # (h, e)
         if prior is not None:
             h0, e0 = prior
             loss = loss + 1e-3 * (np.abs(np.log(e / e0))[None, :] + np.abs(h - h0)[:, None] / max(h0, 1e-6))
@@ -560,22 +567,27 @@ class Calibration:
         return float(h[i]), float(e[j])
 
     def _host_max_fit(self, chosen: list[WholeSample], execution: str, k: float, model: str | None,
-                      kernels: int | None) -> WholeFit | None:
+                      kernels: int | None, dtype: str | None = None) -> tuple[WholeFit | None, list[WholeSample], bool]:
         """jit under JIT_HOST "max": whole = max(layer calls x h, bound / e + kernels x k), h and e fitted
         together over every model's records (_grid_fit). A measurement outranks a model: a `model` with records
-        of its own (by name and, where both are known, kernel count, as _bound_fit) refits on those: both
-        where they span two batch sizes or more (a host-paced small batch and a GPU-paced large one tell h from
-        e), else e alone at the shared h (records at one batch size cannot: ResNet50's at batch 64 made h
-        17 us a call and its batch 16 1.4x too slow, measured by --verify in the sixth session); the shared
-        fit stands for what they leave free."""
-        records = [w for w in chosen if w.layer_calls > 0]
-        if not records:
-            return None
-        h, e = self._grid_fit(records, k)
-        over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
+        of its own (by name and, where both are known, kernel count, as _bound_fit; of `dtype` where it has any:
+        e differs by dtype) refits on those: both where they span two batch sizes or more (a host-paced small
+        batch and a GPU-paced large one tell h from e), else e alone at the shared h (records at one batch size
+        cannot: ResNet50's at batch 64 made h 17 us a call and its batch 16 1.4x too slow, measured by --verify in
+        the sixth session); the shared fit stands for what they leave free.
+        Returns (the fit, the own records it used, whether they span batch sizes); the fit is None where no
+        record counts its layer calls or none was paced by the GPU under the shared fit (e unknown)."""
+        records = [w for w in chosen if w.compiled_calls > 0]
         own = self._own_records(records, model, kernels)
+        own = [w for w in own if dtype and w.dtype == dtype] or own
+        series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
+        if not records:
+            return None, own, series
+        h, e = self._grid_fit(records, k)
+        if not any(self._bound_of(w) / e + w.kernel_calls * k > h * w.compiled_calls for w in records):
+            return None, own, series
+        over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
         if own:
-            series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
             h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
             over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
                     if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
@@ -585,7 +597,7 @@ class Calibration:
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
         return WholeFit(1.0 / e, share / e, None, len(own or records), 0.0,
                         f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {bound} / {e:.2f}{floor}) "
-                        f"(fitted on {over})", e, 0.0, k, h)
+                        f"(fitted on {over})", e, 0.0, k, h), own, series
 
     @staticmethod
     def _own_records(records: list[WholeSample], model: str | None, kernels: int | None) -> list[WholeSample]:
@@ -595,7 +607,9 @@ class Calibration:
 
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
                   kernels: int | None = None) -> WholeFit | None:
-        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, len(self.whole))
+        # the samples are not to be changed in place once fitted (as _cells' index); what may change is keyed
+        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, len(self.whole),
+               self.kernel_floor(execution))
         if key not in self._whole_fits:
             self._whole_fits[key] = self._whole_fit(backend, execution, dtype, model, kernels)
         return self._whole_fits[key]
@@ -836,7 +850,7 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         if m is not None and m.time_s:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
                                    graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
-                                   run.batch_size, run.layout, "", kernel_calls(rows)))
+                                   run.batch_size, run.layout, "", kernel_calls(rows), len(bounded_rows(rows))))
     return out
 
 
@@ -906,7 +920,8 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
             known = [r for r in rows if r.known]
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
                                    sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
-                                   *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"], kernel_calls(rows)))
+                                   *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"], kernel_calls(rows),
+                                   len(bounded_rows(rows))))
     return out
 
 

@@ -274,18 +274,21 @@ def test_a_model_with_records_of_its_own_is_predicted_from_them_not_from_the_oth
     assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "x") == pytest.approx(1e-3 + 4e-3 / 0.5)
 
 
-def test_a_model_with_own_records_of_two_dtypes_is_predicted_from_those_of_its_own_dtype():
+@pytest.mark.parametrize("jit_host", ["additive", "max"])
+def test_a_model_with_own_records_of_two_dtypes_is_predicted_from_those_of_its_own_dtype(jit_host):
     def w(batch, bound_ms, time_ms, dtype, model="v"):
         return WholeSample("jax", "jit", time_ms * 1e-3, 0.0, 0.0, 10, model, 4, None, dtype,
                            bound_ms * 1e-3, 0.0, batch, "channels_last", "")
-    # v in bfloat16 at e = 0.5 (three records), in float32 at e = 1.0 (one); no batch series: t0 = 0
-    c = _additive([], [w(32, 1.0, 2.0, "bfloat16"), w(64, 2.0, 4.0, "bfloat16"), w(128, 4.0, 8.0, "bfloat16"),
-                         w(64, 2.0, 2.0, "float32"), w(64, 1.0, 3.0, "float32", "x")])
-    assert c.whole_fit("jax", "jit", "float32", "v").bound_efficiency == pytest.approx(1.0)
-    assert c.whole_fit("jax", "jit", "bfloat16", "v").bound_efficiency == pytest.approx(0.5)
-    assert "v's own float32 measurements: median of 1 jit records" in c.whole_fit("jax", "jit", "float32", "v").source
+    # v in bfloat16 at e = 0.5 (three records), in float32 at e = 1.0 (one); no batch series: t0 = 0; 10 layer
+    # calls, a host time far below the GPU's: every record GPU-paced (the host max's e on a log grid)
+    c = Calibration([], [w(32, 1.0, 2.0, "bfloat16"), w(64, 2.0, 4.0, "bfloat16"), w(128, 4.0, 8.0, "bfloat16"),
+                         w(64, 2.0, 2.0, "float32"), w(64, 1.0, 3.0, "float32", "x")], jit_host=jit_host)
+    assert c.whole_fit("jax", "jit", "float32", "v").bound_efficiency == pytest.approx(1.0, rel=0.01)
+    assert c.whole_fit("jax", "jit", "bfloat16", "v").bound_efficiency == pytest.approx(0.5, rel=0.01)
+    if jit_host == "additive":
+        assert "v's own float32 measurements: median of 1 jit records" in c.whole_fit("jax", "jit", "float32", "v").source
     # no own record of this dtype: every own record (a measurement of the model still outranks the others)
-    assert c.whole_fit("jax", "jit", "float16", "v").bound_efficiency == pytest.approx(0.5)
+    assert c.whole_fit("jax", "jit", "float16", "v").bound_efficiency == pytest.approx(0.5, rel=0.01)
 
 
 def test_a_model_of_another_architecture_under_the_same_name_does_not_take_its_records():
@@ -555,3 +558,29 @@ def test_a_model_whose_own_batch_series_a_fixed_cost_fits_better_keeps_the_addit
     assert fit.host_per_layer_s is None and fit.fixed_s == pytest.approx(1e-3)
     assert fit.bound_efficiency == pytest.approx(0.5)
     assert "additive: it fits g's own records better than the host max" in fit.source
+
+
+def test_jit_host_max_falls_back_to_the_additive_form_where_no_record_tells_the_gpus_efficiency():
+    # every record host-paced (100 / 50 calls at 10 us against a few us of GPU work): e is left free, and no e
+    # is made up (the grid's edge, 0.05, before): the additive form decides, which finds none either (a's time
+    # does not grow with its bound: its intercept is all of it; b lies below it): no fit, no calibrated time
+    paced = [_wh("a", 100, 0.01, 1.0, batch=1), _wh("a", 100, 0.02, 1.0, batch=2), _wh("b", 50, 0.01, 0.5)]
+    assert Calibration([], paced, jit_host="max").whole_fit("jax", "jit") is None
+    # with one record the GPU paces, under the additive form too, e is its
+    fit = Calibration([], paced[:2] + [_wh("b", 50, 1.0, 2.0)], jit_host="max").whole_fit("jax", "jit")
+    assert fit.host_per_layer_s == pytest.approx(10e-6) and fit.bound_efficiency == pytest.approx(0.5, rel=0.01)
+    # no record counts its layer calls: the additive form as well
+    uncounted = [_wh("a", 0, 1.0, 2.0), _wh("b", 0, 2.0, 4.0)]
+    assert Calibration([], uncounted, jit_host="max").whole_fit("jax", "jit").bound_efficiency == pytest.approx(0.5)
+
+
+def test_jit_host_max_counts_the_layer_calls_a_prediction_counts_not_the_layers_measured():
+    import dataclasses
+
+    # 100 layers of which 50 were measured alone: 1 ms host-paced is 10 us per call of the 100 the prediction counts
+    m = [dataclasses.replace(w, layer_calls=50, bounded_calls=100) for w in
+         (_wh("m", 100, 0.2, 1.0, batch=16), _wh("m", 100, 2.0, 4.0, batch=128))]
+    fit = Calibration([], m, jit_host="max").whole_fit("jax", "jit")
+    assert fit.host_per_layer_s == pytest.approx(10e-6)
+    rows = [SimpleNamespace(type="ReLU", predicted_time_s=1e-6, dtype="bfloat16")] * 100
+    assert Calibration([], m, jit_host="max").whole_time_s(rows, "jax", "jit") == pytest.approx(1e-3)
