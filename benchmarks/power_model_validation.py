@@ -125,7 +125,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
-from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_HOST, JIT_HOST_FORMS,  # noqa: E402
+from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FUSION, JIT_HOST, JIT_HOST_FORMS,  # noqa: E402
                                      JIT_OTHER_SHARE, JIT_OTHER_SHARES, KERNEL_FLOOR_EXECUTIONS,
                                      REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
@@ -203,6 +203,8 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             others = [(f"jit_host_{form}", {"jit_host": form}) for form in JIT_HOST_FORMS if form != calibration.jit_host]
             others += [(f"jit_other_share_{share:g}", {"jit_other_share": share}) for share in JIT_OTHER_SHARES
                        if share != calibration.jit_other_share]
+            others += [(f"jit_fusion_{'on' if not calibration.jit_fusion else 'off'}",
+                        {"jit_fusion": not calibration.jit_fusion})]
             for name, change in others:
                 lomo_cache.setdefault((model_name, name), replace(lomo_cache[model_name], **change))
                 calibrated[f"leave_one_model_out_{name}"] = _calibrated(rows, lomo_cache[(model_name, name)],
@@ -431,6 +433,18 @@ def jit_other_share_choice(models: list[dict]) -> dict:
                     f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
                     "is the test", "chosen": _lowest_on_choosing(table, "1", "time_median_abs_err"),
             "in_use": f"{JIT_OTHER_SHARE:g}", "candidates": table}
+
+
+def jit_fusion_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_FUSION (a compiled bound without the layers fused into a matmul) under the
+    host form and share in use: both settings' jit whole models (_jit_whole_table) before and in JIT_HOST_TEST;
+    chosen: the lowest time error on the choosing records, the incumbent (off) unless beaten."""
+    table = _jit_whole_table(models, {name: _variant_key(None if (name == "on") == JIT_FUSION else f"jit_fusion_{name}")
+                                      for name in ("off", "on")}, JIT_HOST_TEST)
+    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                    f"{JIT_HOST_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (off) stays "
+                    f"unless beaten; {JIT_HOST_TEST} is the test", "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
+            "in_use": "on" if JIT_FUSION else "off", "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -1045,6 +1059,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     validation["whole_model_power_choice"] = whole_model_power_choice(models)
     validation["jit_host_choice"] = jit_host_choice(models)
     validation["jit_other_share_choice"] = jit_other_share_choice(models)
+    validation["jit_fusion_choice"] = jit_fusion_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 

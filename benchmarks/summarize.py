@@ -249,7 +249,8 @@ def _form_choice_rows(v: dict) -> list[str]:
                              for name, t in w["candidates"].items()) + "."]
     return (rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
             + _jit_whole_rows(v.get("jit_host_choice"), "jit whole models, host and GPU time")
-            + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound"))
+            + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound")
+            + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul"))
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:

@@ -69,6 +69,12 @@ BOUND_EXECUTIONS = ("jit", "torch.compile")
 # 0.5 22.0% / 26.9%, 0 29.1% / 31.4%: 1 stays.
 JIT_OTHER_SHARES = (1.0, 0.5, 0.0)
 JIT_OTHER_SHARE = 1.0
+# A compiled model's bound without the elementwise and normalization layers that directly follow a matmul-class
+# layer (or another such layer) in model order (fused_bound_s): XLA fuses them into the matmul's epilogue, so
+# their traffic never reaches memory; the non-matmul layers it cannot fuse keep their bound. Proposed in the sixth
+# session after the large-batch ResNet50 and MobileNetV2 errors above (seen on -s6); chosen by the rule of
+# JIT_HOST (power_model_validation.py: jit_fusion_choice; the records before -s6 decide, off unless beaten).
+JIT_FUSION = False
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
 # + kernels x floor, the kernels being the layers XLA does not fuse into a neighbour (is_kernel:
@@ -195,6 +201,7 @@ class WholeSample:
     layout: str = ""
     source: str = ""                      # "": a RunMeasurement record; "study FILE#TRIAL": a measured tuning trial
     kernel_calls: int = 0                 # known layers that are kernels of their own when compiled (is_kernel)
+    fused_other_bound_s: float | None = None   # the part of other_bound_s a compiler fuses (fused_bound_s)
     bounded_calls: int = 0                # known layers with a CARM bound: the calls a compiled prediction counts
                                           # (whole_time_s); 0 in samples written before it (layer_calls stands)
 
@@ -275,6 +282,7 @@ class Calibration:
     provenance: dict = field(default_factory=dict)
     jit_host: str = JIT_HOST   # JIT_HOST_FORMS: how a jit call's host time meets its GPU time
     jit_other_share: float = JIT_OTHER_SHARE   # the non-matmul layers' share of a compiled model's bound
+    jit_fusion: bool = JIT_FUSION   # a compiled model's bound leaves out the layers fused into a matmul
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
@@ -441,7 +449,14 @@ class Calibration:
         return float(coef[0]), float(coef[1])
 
     def _bound_of(self, w: WholeSample) -> float:
-        return w.matmul_bound_s + self.jit_other_share * w.other_bound_s
+        fused = (w.fused_other_bound_s or 0.0) if self.jit_fusion else 0.0
+        return w.matmul_bound_s + self.jit_other_share * (w.other_bound_s - fused)
+
+    def _compiled_sums(self, rows: Sequence) -> tuple[float, float]:
+        """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: without
+        the fused layers)."""
+        mm, other = bound_sums(rows)
+        return mm, other - (fused_bound_s(rows) if self.jit_fusion else 0.0)
 
     def _efficiencies(self, records: list[WholeSample], t0: float, kernel_s: float) -> list[float]:
         """bound / (whole - t0 - kernels x kernel_s) of each record whose time exceeds its fixed costs."""
@@ -611,7 +626,7 @@ class Calibration:
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
                   kernels: int | None = None) -> WholeFit | None:
         # the samples are not to be changed in place once fitted (as _cells' index); what may change is keyed
-        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, len(self.whole),
+        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, self.jit_fusion, len(self.whole),
                self.kernel_floor(execution))
         if key not in self._whole_fits:
             self._whole_fits[key] = self._whole_fit(backend, execution, dtype, model, kernels)
@@ -663,7 +678,7 @@ class Calibration:
         kernels = kernel_calls(rows)
         fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
         if fit is not None and fit.bound_efficiency is not None:
-            mm, other = bound_sums(rows)
+            mm, other = self._compiled_sums(rows)
             if not mm + other > 0:
                 return None
             gpu = fit.fixed_s + fit.matmul_factor * mm + fit.other_factor * other + fit.kernel_floor_s * kernels
@@ -687,7 +702,7 @@ class Calibration:
         whole = self.whole_time_s(rows, backend, execution, model)
         if fit is None or not fit.host_per_layer_s or not whole:
             return 1.0
-        mm, other = bound_sums(rows)
+        mm, other = self._compiled_sums(rows)
         gpu = fit.matmul_factor * mm + fit.other_factor * other + fit.kernel_floor_s * kernel_calls(rows)
         return min(1.0, gpu / whole)
 
@@ -715,18 +730,18 @@ class Calibration:
     # ---- combining and saving --------------------------------------------------------------
     def extended(self, other: "Calibration") -> "Calibration":
         return Calibration(self.samples + other.samples, self.whole + other.whole,
-                           {**self.provenance, "extended_with": other.provenance}, self.jit_host, self.jit_other_share)
+                           {**self.provenance, "extended_with": other.provenance}, self.jit_host, self.jit_other_share, self.jit_fusion)
 
     def without_model(self, model: str) -> "Calibration":
         """Every sample but those of `model`: leave-one-model-out evaluation."""
         return Calibration([s for s in self.samples if s.model != model], [w for w in self.whole if w.model != model],
-                           {**self.provenance, "left_out": model}, self.jit_host, self.jit_other_share)
+                           {**self.provenance, "left_out": model}, self.jit_host, self.jit_other_share, self.jit_fusion)
 
     def with_models(self, models: Iterable[str]) -> "Calibration":
         """Only the samples of `models`: a calibration fitted on these, to predict the others (held out)."""
         keep = set(models)
         return Calibration([s for s in self.samples if s.model in keep], [w for w in self.whole if w.model in keep],
-                           {**self.provenance, "fitted_on": sorted(keep)}, self.jit_host, self.jit_other_share)
+                           {**self.provenance, "fitted_on": sorted(keep)}, self.jit_host, self.jit_other_share, self.jit_fusion)
 
     def summary(self) -> dict[str, Any]:
         """Per key: median efficiency and count (what a reader checks; the samples are the truth)."""
@@ -830,6 +845,26 @@ def bound_sums(rows: Sequence) -> tuple[float, float]:
             sum(r.predicted_time_s for r in known if r.type not in MATMUL_CLASSES))
 
 
+def _fusable(layer_type: str) -> bool:
+    """Elementwise, activation and normalization layers: what XLA fuses into the epilogue of the op before them."""
+    return layer_class(layer_type) == "elementwise" or "BatchNormalization" in (layer_type, SIMILAR_CLASS.get(layer_type))
+
+
+def fused_bound_s(rows: Sequence) -> float:
+    """The CARM bounds of the known rows a compiler fuses into a matmul: in model order, the elementwise,
+    activation and normalization layers directly after a matmul-class layer or after another such fused layer
+    (conv -> BatchNormalization -> ReLU; the residual Add after a block's last BatchNormalization)."""
+    total, chain = 0.0, False
+    for r in rows:
+        if getattr(r, "known", True) and r.type in MATMUL_CLASSES:
+            chain = True
+        elif chain and getattr(r, "known", True) and _fusable(r.type) and getattr(r, "predicted_time_s", None):
+            total += r.predicted_time_s
+        else:
+            chain = False
+    return total
+
+
 def kernel_calls(rows: Sequence) -> int:
     """How many known rows run as kernels of their own when compiled (is_kernel)."""
     return sum(1 for r in bounded_rows(rows) if is_kernel(r.type))
@@ -853,7 +888,8 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         if m is not None and m.time_s:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
                                    graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
-                                   run.batch_size, run.layout, "", kernel_calls(rows), len(bounded_rows(rows))))
+                                   run.batch_size, run.layout, "", kernel_calls(rows), fused_bound_s(rows),
+                                   len(bounded_rows(rows))))
     return out
 
 
@@ -924,7 +960,7 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
                                    sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
                                    *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"], kernel_calls(rows),
-                                   len(bounded_rows(rows))))
+                                   fused_bound_s(rows), len(bounded_rows(rows))))
     return out
 
 
