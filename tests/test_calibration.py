@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import dataclasses
 import math
 import pytest
 
@@ -584,3 +585,21 @@ def test_jit_host_max_counts_the_layer_calls_a_prediction_counts_not_the_layers_
     assert fit.host_per_layer_s == pytest.approx(10e-6)
     rows = [SimpleNamespace(type="ReLU", predicted_time_s=1e-6, dtype="bfloat16")] * 100
     assert Calibration([], m, jit_host="max").whole_time_s(rows, "jax", "jit") == pytest.approx(1e-3)
+
+
+def test_fused_bound_counts_the_elementwise_chain_after_a_matmul_only():
+    from carm_advisor.calibration import fused_bound_s
+
+    rows = [SimpleNamespace(type=t, predicted_time_s=s * 1e-3, known=True) for t, s in (
+        ("Conv2D", 0.3), ("BatchNormalization", 0.1), ("ReLU", 0.1),   # conv -> BN -> ReLU: 0.2 ms fused
+        ("MaxPooling2D", 0.2), ("ReLU", 0.05),                          # after a pooling: not fused
+        ("Dense", 0.4), ("Add", 0.05))]                                 # the residual add after a matmul: fused
+    assert fused_bound_s(rows) == pytest.approx(0.25e-3)
+    # the compiled bound without them: a record of matmul 1 ms + other 1 ms (0.8 ms fused), 2.4 ms measured
+    rec = [dataclasses.replace(WholeSample("jax", "jit", 2.4e-3, 0.0, 0.0, 4, "m", 0, None, "bfloat16", 1e-3, 1e-3),
+                               fused_other_bound_s=0.8e-3)]
+    assert _additive([], rec).whole_fit("jax", "jit").bound_efficiency == pytest.approx(2.0 / 2.4)
+    fused = _additive([], rec, jit_fusion=True)
+    assert fused.whole_fit("jax", "jit").bound_efficiency == pytest.approx(1.2 / 2.4)
+    # 0.25 ms of the 0.5 ms non-matmul bound fused: (0.7 + 0.25) / 0.5
+    assert fused.whole_time_s(rows, "jax", "jit") == pytest.approx(0.95e-3 / 0.5)
