@@ -74,6 +74,11 @@ JIT_OTHER_SHARE = 1.0
 # their traffic never reaches memory; the non-matmul layers it cannot fuse keep their bound. Proposed in the sixth
 # session after the large-batch ResNet50 and MobileNetV2 errors above (seen on -s6); chosen by the rule of
 # JIT_HOST (power_model_validation.py: jit_fusion_choice; the records before -s6 decide, off unless beaten).
+# Result (nvidia-h200-power-model-2026-12-04-s6.json, commit 8af8e90): time on the choosing records (n=49) / on
+# -s6 (n=39): off 8.7% / 15.3%, on 28.2% / 41.6%: off stays. The non-matmul layers' traffic does show in the
+# jitted models' time on the H200 (a likely cause, not checked: XLA runs cuDNN convolutions as custom calls and
+# does not fold the normalization after one into it), so the leave-one-model-out error of ResNet50 and
+# MobileNetV2 at large batch stays open.
 JIT_FUSION = False
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
