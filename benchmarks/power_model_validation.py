@@ -125,7 +125,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
-from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FUSION, JIT_HOST, JIT_HOST_FORMS,  # noqa: E402
+from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FUSION, JIT_HOST, JIT_HOST_FORMS, JIT_SPLIT_E,  # noqa: E402
                                      JIT_OTHER_SHARE, JIT_OTHER_SHARES, KERNEL_FLOOR_EXECUTIONS,
                                      REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
@@ -204,7 +204,9 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             others += [(f"jit_other_share_{share:g}", {"jit_other_share": share}) for share in JIT_OTHER_SHARES
                        if share != calibration.jit_other_share]
             others += [(f"jit_fusion_{'on' if not calibration.jit_fusion else 'off'}",
-                        {"jit_fusion": not calibration.jit_fusion})]
+                        {"jit_fusion": not calibration.jit_fusion}),
+                       (f"jit_split_e_{'on' if not calibration.jit_split_e else 'off'}",
+                        {"jit_split_e": not calibration.jit_split_e})]
             for name, change in others:
                 lomo_cache.setdefault((model_name, name), replace(lomo_cache[model_name], **change))
                 calibrated[f"leave_one_model_out_{name}"] = _calibrated(rows, lomo_cache[(model_name, name)],
@@ -433,6 +435,22 @@ def jit_other_share_choice(models: list[dict]) -> dict:
                     f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
                     "is the test", "chosen": _lowest_on_choosing(table, "1", "time_median_abs_err"),
             "in_use": f"{JIT_OTHER_SHARE:g}", "candidates": table}
+
+
+def _on_off_choice(models: list[dict], name: str, in_use: bool, what: str) -> dict:
+    """A choice between calibration settings `name` off (the incumbent) and on over the jit whole models
+    (_jit_whole_table) before and in JIT_HOST_TEST; chosen: the lower time error on the choosing records."""
+    table = _jit_whole_table(models, {v: _variant_key(None if (v == "on") == in_use else f"{name}_{v}")
+                                      for v in ("off", "on")}, JIT_HOST_TEST)
+    return {"rule": f"{what}: lower whole-model time (median |error|, leave one model out) over the jit records "
+                    f"before {JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (off) stays unless beaten; "
+                    f"{JIT_HOST_TEST} is the test", "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
+            "in_use": "on" if in_use else "off", "candidates": table}
+
+
+def jit_split_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_SPLIT_E (an efficiency for the matmul-class bound, another for the rest)."""
+    return _on_off_choice(models, "jit_split_e", JIT_SPLIT_E, "two efficiencies (matmul, the rest)")
 
 
 def jit_fusion_choice(models: list[dict]) -> dict:
@@ -1060,6 +1078,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     validation["jit_host_choice"] = jit_host_choice(models)
     validation["jit_other_share_choice"] = jit_other_share_choice(models)
     validation["jit_fusion_choice"] = jit_fusion_choice(models)
+    validation["jit_split_choice"] = jit_split_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 

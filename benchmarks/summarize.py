@@ -250,7 +250,8 @@ def _form_choice_rows(v: dict) -> list[str]:
     return (rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
             + _jit_whole_rows(v.get("jit_host_choice"), "jit whole models, host and GPU time")
             + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound")
-            + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul"))
+            + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul")
+            + _jit_whole_rows(v.get("jit_split_choice"), "jit whole models, one efficiency or two (matmul, the rest)"))
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:

@@ -80,6 +80,11 @@ JIT_OTHER_SHARE = 1.0
 # does not fold the normalization after one into it), so the leave-one-model-out error of ResNet50 and
 # MobileNetV2 at large batch stays open.
 JIT_FUSION = False
+# Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
+# together with h across the models (_grid_fit_split), in place of one e for both. Proposed in the sixth session
+# after JIT_FUSION lost (the large-batch ResNet50 and MobileNetV2 errors, seen on -s6); chosen by the same rule
+# (power_model_validation.py: jit_split_choice; off unless beaten).
+JIT_SPLIT_E = False
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
 # + kernels x floor, the kernels being the layers XLA does not fuse into a neighbour (is_kernel:
@@ -288,6 +293,7 @@ class Calibration:
     jit_host: str = JIT_HOST   # JIT_HOST_FORMS: how a jit call's host time meets its GPU time
     jit_other_share: float = JIT_OTHER_SHARE   # the non-matmul layers' share of a compiled model's bound
     jit_fusion: bool = JIT_FUSION   # a compiled model's bound leaves out the layers fused into a matmul
+    jit_split_e: bool = JIT_SPLIT_E  # JIT_HOST "max": an efficiency for the matmul-class bound, another for the rest
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
@@ -589,6 +595,35 @@ class Calibration:
         i, j = np.unravel_index(int(loss.argmin()), loss.shape)
         return float(h[i]), float(e[j])
 
+    SPLIT_GRID = tuple(math.exp(math.log(0.05) + i * (math.log(5.0) - math.log(0.05)) / 119) for i in range(120))
+
+    def _grid_fit_split(self, records: list[WholeSample], k: float, prior: tuple[float, float, float] | None = None,
+                        host_s: float | None = None) -> tuple[float, float, float]:
+        """(h, e_matmul, e_other) as _grid_fit, predicted = max(layer calls x h, matmul bound / e_matmul + the
+        rest's bound / e_other + kernels x k), on a coarser efficiency grid (SPLIT_GRID, 4% steps)."""
+        import numpy as np
+
+        counts: dict[str, int] = {}
+        for w in records:
+            counts[w.model] = counts.get(w.model, 0) + 1
+        n = np.array([w.compiled_calls for w in records], float)
+        mm = np.array([w.matmul_bound_s for w in records])
+        other = np.array([self._bound_of(w) - w.matmul_bound_s for w in records])
+        fixed = np.array([w.kernel_calls * k for w in records])
+        t = np.array([w.time_s for w in records])
+        weight = np.array([1.0 / counts[w.model] for w in records])
+        h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
+        e = np.array(self.SPLIT_GRID)
+        gpu = (mm[None, None, :] / e[:, None, None] + other[None, None, :] / e[None, :, None]
+               + fixed[None, None, :])                                                # (e_matmul, e_other, record)
+        loss = np.array([(np.abs(np.log(np.maximum(hi * n, gpu) / t)) * weight).sum(-1) for hi in h])
+        if prior is not None:
+            h0, m0, o0 = prior
+            loss = loss + 1e-3 * (np.abs(np.log(e / m0))[None, :, None] + np.abs(np.log(e / o0))[None, None, :]
+                                  + np.abs(h - h0)[:, None, None] / max(h0, 1e-6))
+        i, j, l = np.unravel_index(int(loss.argmin()), loss.shape)
+        return float(h[i]), float(e[j]), float(e[l])
+
     def _host_max_fit(self, chosen: list[WholeSample], execution: str, k: float, model: str | None,
                       kernels: int | None, dtype: str | None = None) -> tuple[WholeFit | None, list[WholeSample], bool]:
         """jit under JIT_HOST "max": whole = max(layer calls x h, bound / e + kernels x k), h and e fitted
@@ -606,20 +641,31 @@ class Calibration:
         series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
         if not records:
             return None, own, series
-        h, e = self._grid_fit(records, k)
-        if not any(self._bound_of(w) / e + w.kernel_calls * k > h * w.compiled_calls for w in records):
+        if self.jit_split_e:
+            h, e, e_other = self._grid_fit_split(records, k)
+        else:
+            h, e = self._grid_fit(records, k)
+            e_other = e
+        gpu_of = lambda w: w.matmul_bound_s / e + (self._bound_of(w) - w.matmul_bound_s) / e_other + w.kernel_calls * k
+        if not any(gpu_of(w) > h * w.compiled_calls for w in records):
             return None, own, series
         over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
-        if own:
+        if own and self.jit_split_e:
+            h, e, e_other = self._grid_fit_split(own, k, prior=(h, e, e_other), host_s=None if series else h)
+        elif own:
             h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
+            e_other = e
+        if own:
             over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
                     if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
                     "shared fit for h")
         share = self.jit_other_share
         bound = "CARM bound" if share == 1 else f"(matmul bound + {share:g} x other bound)"
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
-        return WholeFit(1.0 / e, share / e, None, len(own or records), 0.0,
-                        f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {bound} / {e:.2f}{floor}) "
+        gpu = (f"{bound} / {e:.2f}" if not self.jit_split_e else
+               f"matmul bound / {e:.2f} + {'' if share == 1 else f'{share:g} x '}other bound / {e_other:.2f}")
+        return WholeFit(1.0 / e, share / e_other, None, len(own or records), 0.0,
+                        f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {gpu}{floor}) "
                         f"(fitted on {over})", e, 0.0, k, h), own, series
 
     @staticmethod
@@ -631,7 +677,8 @@ class Calibration:
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
                   kernels: int | None = None) -> WholeFit | None:
         # the samples are not to be changed in place once fitted (as _cells' index); what may change is keyed
-        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, self.jit_fusion, len(self.whole),
+        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, self.jit_fusion,
+               self.jit_split_e, len(self.whole),
                self.kernel_floor(execution))
         if key not in self._whole_fits:
             self._whole_fits[key] = self._whole_fit(backend, execution, dtype, model, kernels)
@@ -735,18 +782,18 @@ class Calibration:
     # ---- combining and saving --------------------------------------------------------------
     def extended(self, other: "Calibration") -> "Calibration":
         return Calibration(self.samples + other.samples, self.whole + other.whole,
-                           {**self.provenance, "extended_with": other.provenance}, self.jit_host, self.jit_other_share, self.jit_fusion)
+                           {**self.provenance, "extended_with": other.provenance}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
 
     def without_model(self, model: str) -> "Calibration":
         """Every sample but those of `model`: leave-one-model-out evaluation."""
         return Calibration([s for s in self.samples if s.model != model], [w for w in self.whole if w.model != model],
-                           {**self.provenance, "left_out": model}, self.jit_host, self.jit_other_share, self.jit_fusion)
+                           {**self.provenance, "left_out": model}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
 
     def with_models(self, models: Iterable[str]) -> "Calibration":
         """Only the samples of `models`: a calibration fitted on these, to predict the others (held out)."""
         keep = set(models)
         return Calibration([s for s in self.samples if s.model in keep], [w for w in self.whole if w.model in keep],
-                           {**self.provenance, "fitted_on": sorted(keep)}, self.jit_host, self.jit_other_share, self.jit_fusion)
+                           {**self.provenance, "fitted_on": sorted(keep)}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
 
     def summary(self) -> dict[str, Any]:
         """Per key: median efficiency and count (what a reader checks; the samples are the truth)."""

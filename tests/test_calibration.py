@@ -603,3 +603,17 @@ def test_fused_bound_counts_the_elementwise_chain_after_a_matmul_only():
     assert fused.whole_fit("jax", "jit").bound_efficiency == pytest.approx(1.2 / 2.4)
     # 0.25 ms of the 0.5 ms non-matmul bound fused: (0.7 + 0.25) / 0.5
     assert fused.whole_time_s(rows, "jax", "jit") == pytest.approx(0.95e-3 / 0.5)
+
+
+def test_jit_split_efficiency_fits_the_matmul_and_the_rest_apart():
+    # made from whole = matmul bound / 0.5 + other bound / 0.25 (10 calls at 10 us: never host-paced), two models,
+    # the shares of matmul and the rest differing between records so that the two efficiencies are told apart
+    def w(model, mm_ms, other_ms, batch):
+        return WholeSample("jax", "jit", (mm_ms / 0.5 + other_ms / 0.25) * 1e-3, 0.0, 0.0, 10, model, 0, None,
+                           "bfloat16", mm_ms * 1e-3, other_ms * 1e-3, batch, "channels_last", "")
+    recs = [w("a", 1.0, 0.1, 32), w("a", 2.0, 1.0, 64), w("b", 0.5, 1.0, 32), w("b", 3.0, 0.2, 64)]
+    fit = Calibration([], recs, jit_host="max", jit_split_e=True).whole_fit("jax", "jit")
+    assert 1 / fit.matmul_factor == pytest.approx(0.5, rel=0.03) and 1 / fit.other_factor == pytest.approx(0.25, rel=0.03)
+    assert "matmul bound / 0.49 + other bound / 0.25" in fit.source   # the grid points nearest 0.5 and 0.25
+    one = Calibration([], recs, jit_host="max").whole_fit("jax", "jit")   # one e: the two factors equal
+    assert one.matmul_factor == one.other_factor
