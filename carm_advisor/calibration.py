@@ -83,7 +83,10 @@ JIT_FUSION = False
 # Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
 # together with h across the models (_grid_fit_split), in place of one e for both. Proposed in the sixth session
 # after JIT_FUSION lost (the large-batch ResNet50 and MobileNetV2 errors, seen on -s6); chosen by the same rule
-# (power_model_validation.py: jit_split_choice; off unless beaten).
+# (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json,
+# commit 3efe0c4): time on the choosing records (n=49) off 8.7%, on 8.8%: off stays. On the -s6
+# test (n=39) it did better (time 14.8% vs 15.3%, power 7.0% vs 7.9%, energy per sample 15.3% vs 18.5%): a
+# re-choice on later records may adopt it.
 JIT_SPLIT_E = False
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
