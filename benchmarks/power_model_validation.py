@@ -443,7 +443,8 @@ def _on_off_choice(models: list[dict], name: str, in_use: bool, what: str) -> di
     table = _jit_whole_table(models, {v: _variant_key(None if (v == "on") == in_use else f"{name}_{v}")
                                       for v in ("off", "on")}, JIT_HOST_TEST)
     return {"rule": f"{what}: lower whole-model time (median |error|, leave one model out) over the jit records "
-                    f"before {JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (off) stays unless beaten; "
+                    f"before {JIT_HOST_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (off) "
+                    "stays unless beaten; "
                     f"{JIT_HOST_TEST} is the test", "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
             "in_use": "on" if in_use else "off", "candidates": table}
 
@@ -454,15 +455,8 @@ def jit_split_choice(models: list[dict]) -> dict:
 
 
 def jit_fusion_choice(models: list[dict]) -> dict:
-    """The choice of calibration.JIT_FUSION (a compiled bound without the layers fused into a matmul) under the
-    host form and share in use: both settings' jit whole models (_jit_whole_table) before and in JIT_HOST_TEST;
-    chosen: the lowest time error on the choosing records, the incumbent (off) unless beaten."""
-    table = _jit_whole_table(models, {name: _variant_key(None if (name == "on") == JIT_FUSION else f"jit_fusion_{name}")
-                                      for name in ("off", "on")}, JIT_HOST_TEST)
-    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_HOST_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (off) stays "
-                    f"unless beaten; {JIT_HOST_TEST} is the test", "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
-            "in_use": "on" if JIT_FUSION else "off", "candidates": table}
+    """The choice of calibration.JIT_FUSION (a compiled bound without the layers fused into a matmul)."""
+    return _on_off_choice(models, "jit_fusion", JIT_FUSION, "the bound without the layers fused into a matmul")
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:

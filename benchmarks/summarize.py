@@ -16,10 +16,15 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def load(pattern: str) -> dict:
-    """The one result file matching `pattern` (*.json), or its gzip-compressed copy (*.json.gz: superseded
+def matches(pattern: str) -> list[Path]:
+    """The result files matching `pattern` (*.json), else their gzip-compressed copies (*.json.gz: superseded
     power-model files are kept compressed, the working tree that travels to the GPU machine being limited)."""
-    (path,) = sorted(RESULTS.glob(pattern)) or sorted(RESULTS.glob(pattern + ".gz"))
+    return sorted(RESULTS.glob(pattern)) or sorted(RESULTS.glob(pattern + ".gz"))
+
+
+def load(pattern: str) -> dict:
+    """The one result file matching `pattern` (matches)."""
+    (path,) = matches(pattern)
     return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 
 
@@ -255,7 +260,8 @@ def _form_choice_rows(v: dict) -> list[str]:
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:
-    """A choice over the jit whole models (validation.jit_host_choice, jit_other_share_choice): per candidate,
+    """A choice over the jit whole models (validation.jit_host_choice, jit_other_share_choice, jit_fusion_choice,
+    jit_split_choice): per candidate,
     their time, power and energy per sample, on the choosing and on the test records."""
     if not c:
         return []
@@ -317,7 +323,7 @@ def main() -> None:
         print(cli_table(args.session))
         print()
         for what, table in (("prediction-accuracy", accuracy_table), ("power-model", power_table)):
-            if sorted(RESULTS.glob(f"*-{what}-{args.session}.json")) or sorted(RESULTS.glob(f"*-{what}-{args.session}.json.gz")):
+            if matches(f"*-{what}-{args.session}.json"):
                 print(table(args.session))
                 print()
         return

@@ -272,16 +272,13 @@ class WholeFit:
     kernel_floor_s: float = 0.0             # jit: a cost per kernel (is_kernel) added to the above
     host_per_layer_s: float | None = None   # jit, JIT_HOST "max": whole = max(layer calls x this, the above)
 
-
-def _log_error(fit: WholeFit, records: list[WholeSample]) -> float:
-    """Sum over `records` of |log(the compiled fit's time / the measured time)|, from their CARM bounds."""
-    total = 0.0
-    for w in records:
-        t = (fit.fixed_s + fit.matmul_factor * (w.matmul_bound_s or 0.0) + fit.other_factor * (w.other_bound_s or 0.0)
-             + fit.kernel_floor_s * w.kernel_calls)
-        t = max(t, fit.host_per_layer_s * w.compiled_calls) if fit.host_per_layer_s else t
-        total += abs(math.log(t / w.time_s)) if t > 0 and w.time_s > 0 else math.inf
-    return total
+    def compiled_time_s(self, matmul_bound_s: float, other_bound_s: float, kernels: int, calls: int) -> tuple[float, float]:
+        """A compiled fit's (GPU time, whole time) of a call from its CARM bounds (the non-matmul one as the fit
+        counts it, before its share): fixed cost + factors x bounds + kernels x floor; the whole the larger of
+        that and calls x the host time per layer call where the fit has one."""
+        gpu = (self.fixed_s + self.matmul_factor * matmul_bound_s + self.other_factor * other_bound_s
+               + self.kernel_floor_s * kernels)
+        return gpu, (max(gpu, self.host_per_layer_s * calls) if self.host_per_layer_s else gpu)
 
 
 def _family(cls: str) -> str:
@@ -462,9 +459,20 @@ class Calibration:
             coef = (statistics.median(ratios),) * 2 if ratios else (1.0, 1.0)
         return float(coef[0]), float(coef[1])
 
+    def _compiled_other(self, w: WholeSample) -> float:
+        """A record's non-matmul CARM bound as a compiled fit counts it (jit_fusion: without the fused layers)."""
+        return w.other_bound_s - ((w.fused_other_bound_s or 0.0) if self.jit_fusion else 0.0)
+
     def _bound_of(self, w: WholeSample) -> float:
-        fused = (w.fused_other_bound_s or 0.0) if self.jit_fusion else 0.0
-        return w.matmul_bound_s + self.jit_other_share * (w.other_bound_s - fused)
+        return w.matmul_bound_s + self.jit_other_share * self._compiled_other(w)
+
+    def _log_error(self, fit: WholeFit, records: list[WholeSample]) -> float:
+        """Sum over `records` of |log(the compiled fit's time / the measured time)|, from their CARM bounds."""
+        total = 0.0
+        for w in records:
+            t = fit.compiled_time_s(w.matmul_bound_s, self._compiled_other(w), w.kernel_calls, w.compiled_calls)[1]
+            total += abs(math.log(t / w.time_s)) if t > 0 and w.time_s > 0 else math.inf
+        return total
 
     def _compiled_sums(self, rows: Sequence) -> tuple[float, float]:
         """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: without
@@ -530,7 +538,7 @@ class Calibration:
             # cost per call on top of the GPU's time, which the additive form fits and the host max does not.
             # No host max fit (no record counts its layer calls; no record the GPU paced: e unknown): additive.
             additive = replace(self, jit_host="additive")._bound_fit(found, dtype, execution, model, kernels)
-            if fit is None or (additive is not None and _log_error(additive, own) < _log_error(fit, own)):
+            if fit is None or (additive is not None and self._log_error(additive, own) < self._log_error(fit, own)):
                 return additive if additive is None or fit is None else replace(
                     additive, source=f"{additive.source}; additive: it fits {model}'s own records better than the host max")
             return fit
@@ -580,23 +588,29 @@ class Calibration:
         held there, e fitted alone."""
         import numpy as np
 
-        counts: dict[str, int] = {}
-        for w in records:
-            counts[w.model] = counts.get(w.model, 0) + 1
-        n = np.array([w.compiled_calls for w in records], float)
-        bound = np.array([self._bound_of(w) for w in records])
-        fixed = np.array([w.kernel_calls * k for w in records])
-        t = np.array([w.time_s for w in records])
-        weight = np.array([1.0 / counts[w.model] for w in records])
+        n, mm, other, fixed, t, weight = self._grid_arrays(records, k)
         h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
         e = np.array(self.EFFICIENCY_GRID)
-        gpu = bound[None, :] / e[:, None] + fixed[None, :]                      # (e, record)
+        gpu = (mm + other)[None, :] / e[:, None] + fixed[None, :]              # (e, record)
         loss = np.array([(np.abs(np.log(np.maximum(hi * n, gpu) / t)) * weight).sum(-1) for hi in h])   # (h, e)
         if prior is not None:
             h0, e0 = prior
             loss = loss + 1e-3 * (np.abs(np.log(e / e0))[None, :] + np.abs(h - h0)[:, None] / max(h0, 1e-6))
         i, j = np.unravel_index(int(loss.argmin()), loss.shape)
         return float(h[i]), float(e[j])
+
+    def _grid_arrays(self, records: list[WholeSample], k: float) -> tuple:
+        """The grid fits' per-record arrays: layer calls, matmul bound, the rest's bound at its share, kernels x
+        k, measured time, and the weight that makes each model's records weigh one model."""
+        import numpy as np
+
+        counts: dict[str, int] = {}
+        for w in records:
+            counts[w.model] = counts.get(w.model, 0) + 1
+        return (np.array([w.compiled_calls for w in records], float), np.array([w.matmul_bound_s for w in records]),
+                np.array([self.jit_other_share * self._compiled_other(w) for w in records]),
+                np.array([w.kernel_calls * k for w in records]), np.array([w.time_s for w in records]),
+                np.array([1.0 / counts[w.model] for w in records]))
 
     SPLIT_GRID = tuple(math.exp(math.log(0.05) + i * (math.log(5.0) - math.log(0.05)) / 119) for i in range(120))
 
@@ -606,15 +620,7 @@ class Calibration:
         rest's bound / e_other + kernels x k), on a coarser efficiency grid (SPLIT_GRID, 4% steps)."""
         import numpy as np
 
-        counts: dict[str, int] = {}
-        for w in records:
-            counts[w.model] = counts.get(w.model, 0) + 1
-        n = np.array([w.compiled_calls for w in records], float)
-        mm = np.array([w.matmul_bound_s for w in records])
-        other = np.array([self._bound_of(w) - w.matmul_bound_s for w in records])
-        fixed = np.array([w.kernel_calls * k for w in records])
-        t = np.array([w.time_s for w in records])
-        weight = np.array([1.0 / counts[w.model] for w in records])
+        n, mm, other, fixed, t, weight = self._grid_arrays(records, k)
         h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
         e = np.array(self.SPLIT_GRID)
         gpu = (mm[None, None, :] / e[:, None, None] + other[None, None, :] / e[None, :, None]
@@ -649,8 +655,10 @@ class Calibration:
         else:
             h, e = self._grid_fit(records, k)
             e_other = e
-        gpu_of = lambda w: w.matmul_bound_s / e + (self._bound_of(w) - w.matmul_bound_s) / e_other + w.kernel_calls * k
-        if not any(gpu_of(w) > h * w.compiled_calls for w in records):
+        share = self.jit_other_share
+        shared = WholeFit(1.0 / e, share / e_other, None, len(records), kernel_floor_s=k, host_per_layer_s=h)
+        if not any(shared.compiled_time_s(w.matmul_bound_s, self._compiled_other(w), w.kernel_calls, 0)[0]
+                   > h * w.compiled_calls for w in records):
             return None, own, series
         over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
         if own and self.jit_split_e:
@@ -662,7 +670,6 @@ class Calibration:
             over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
                     if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
                     "shared fit for h")
-        share = self.jit_other_share
         bound = "CARM bound" if share == 1 else f"(matmul bound + {share:g} x other bound)"
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
         gpu = (f"{bound} / {e:.2f}" if not self.jit_split_e else
@@ -734,10 +741,7 @@ class Calibration:
         fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
         if fit is not None and fit.bound_efficiency is not None:
             mm, other = self._compiled_sums(rows)
-            if not mm + other > 0:
-                return None
-            gpu = fit.fixed_s + fit.matmul_factor * mm + fit.other_factor * other + fit.kernel_floor_s * kernels
-            return max(gpu, fit.host_per_layer_s * len(bounded_rows(rows))) if fit.host_per_layer_s else gpu
+            return fit.compiled_time_s(mm, other, kernels, len(bounded_rows(rows)))[1] if mm + other > 0 else None
         times = [(r.type, r.calibrated_time_s) for r in rows if getattr(r, "calibrated_time_s", None)]
         if fit is None or not times:
             return None
@@ -753,12 +757,12 @@ class Calibration:
     def compiled_gpu_share(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float:
         """The share of a compiled call (jit) the GPU is busy: its GPU time over the whole time where the fit
         has a host term (JIT_HOST "max": a host-paced small batch), else 1."""
-        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernel_calls(rows))
-        whole = self.whole_time_s(rows, backend, execution, model)
-        if fit is None or not fit.host_per_layer_s or not whole:
-            return 1.0
+        kernels = kernel_calls(rows)
+        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
         mm, other = self._compiled_sums(rows)
-        gpu = fit.matmul_factor * mm + fit.other_factor * other + fit.kernel_floor_s * kernel_calls(rows)
+        if fit is None or not fit.host_per_layer_s or not mm + other > 0:
+            return 1.0
+        gpu, whole = fit.compiled_time_s(mm, other, kernels, len(bounded_rows(rows)))
         return min(1.0, gpu / whole)
 
     def in_model_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, execution: str,
@@ -784,19 +788,20 @@ class Calibration:
 
     # ---- combining and saving --------------------------------------------------------------
     def extended(self, other: "Calibration") -> "Calibration":
-        return Calibration(self.samples + other.samples, self.whole + other.whole,
-                           {**self.provenance, "extended_with": other.provenance}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
+        return replace(self, samples=self.samples + other.samples, whole=self.whole + other.whole,
+                       provenance={**self.provenance, "extended_with": other.provenance})
 
     def without_model(self, model: str) -> "Calibration":
         """Every sample but those of `model`: leave-one-model-out evaluation."""
-        return Calibration([s for s in self.samples if s.model != model], [w for w in self.whole if w.model != model],
-                           {**self.provenance, "left_out": model}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
+        return replace(self, samples=[s for s in self.samples if s.model != model],
+                       whole=[w for w in self.whole if w.model != model], provenance={**self.provenance, "left_out": model})
 
     def with_models(self, models: Iterable[str]) -> "Calibration":
         """Only the samples of `models`: a calibration fitted on these, to predict the others (held out)."""
         keep = set(models)
-        return Calibration([s for s in self.samples if s.model in keep], [w for w in self.whole if w.model in keep],
-                           {**self.provenance, "fitted_on": sorted(keep)}, self.jit_host, self.jit_other_share, self.jit_fusion, self.jit_split_e)
+        return replace(self, samples=[s for s in self.samples if s.model in keep],
+                       whole=[w for w in self.whole if w.model in keep],
+                       provenance={**self.provenance, "fitted_on": sorted(keep)})
 
     def summary(self) -> dict[str, Any]:
         """Per key: median efficiency and count (what a reader checks; the samples are the truth)."""
