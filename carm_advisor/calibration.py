@@ -79,7 +79,13 @@ JIT_OTHER_SHARE = 1.0
 # jitted models' time on the H200 (a likely cause, not checked: XLA runs cuDNN convolutions as custom calls and
 # does not fold the normalization after one into it), so the leave-one-model-out error of ResNet50 and
 # MobileNetV2 at large batch stays open.
-JIT_FUSION = False
+# "chain" (seventh session): XLA fuses a run of consecutive elementwise and normalization layers (model order)
+# into one loop kernel that reads the run's inputs and writes its output once, outside the cuDNN/cuBLAS call
+# before it; the bound counts each such run at its largest member (chained_bound_s: for conv -> BN -> ReLU the
+# BN's traffic, for BN -> Add -> ReLU the Add's three tensors), not every member's. Proposed after "epilogue" lost
+# (its traffic does show: "epilogue" removes it all). Chosen with JIT_SPLIT_E in one choice (JIT_GPU_FORMS).
+JIT_FUSION_FORMS = ("none", "epilogue", "chain")
+JIT_FUSION = "none"
 # Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
 # together with h across the models (_grid_fit_split), in place of one e for both. Proposed in the sixth session
 # after JIT_FUSION lost (the large-batch ResNet50 and MobileNetV2 errors, seen on -s6); chosen by the same rule
@@ -217,6 +223,7 @@ class WholeSample:
     fused_other_bound_s: float | None = None   # the part of other_bound_s a compiler fuses (fused_bound_s)
     bounded_calls: int = 0                # known layers with a CARM bound: the calls a compiled prediction counts
                                           # (whole_time_s); 0 in samples written before it (layer_calls stands)
+    chained_other_bound_s: float | None = None  # the part of other_bound_s fused runs save (chained_bound_s)
 
     @property
     def compiled_calls(self) -> int:
@@ -292,12 +299,14 @@ class Calibration:
     provenance: dict = field(default_factory=dict)
     jit_host: str = JIT_HOST   # JIT_HOST_FORMS: how a jit call's host time meets its GPU time
     jit_other_share: float = JIT_OTHER_SHARE   # the non-matmul layers' share of a compiled model's bound
-    jit_fusion: bool = JIT_FUSION   # a compiled model's bound leaves out the layers fused into a matmul
+    jit_fusion: str = JIT_FUSION   # JIT_FUSION_FORMS: which fused layers' traffic a compiled model's bound leaves out
     jit_split_e: bool = JIT_SPLIT_E  # JIT_HOST "max": an efficiency for the matmul-class bound, another for the rest
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
             raise ValueError(f"jit_host must be one of {JIT_HOST_FORMS}, not {self.jit_host!r}")
+        if self.jit_fusion not in JIT_FUSION_FORMS:
+            raise ValueError(f"jit_fusion must be one of {JIT_FUSION_FORMS}, not {self.jit_fusion!r}")
         self._index: dict[tuple, list[Sample]] | None = None
         self._whole_fits: dict[tuple, WholeFit | None] = {}
 
@@ -460,8 +469,9 @@ class Calibration:
         return float(coef[0]), float(coef[1])
 
     def _compiled_other(self, w: WholeSample) -> float:
-        """A record's non-matmul CARM bound as a compiled fit counts it (jit_fusion: without the fused layers)."""
-        return w.other_bound_s - ((w.fused_other_bound_s or 0.0) if self.jit_fusion else 0.0)
+        """A record's non-matmul CARM bound as a compiled fit counts it (jit_fusion: less what fusion saves)."""
+        saved = {"epilogue": w.fused_other_bound_s, "chain": w.chained_other_bound_s}.get(self.jit_fusion)
+        return w.other_bound_s - (saved or 0.0)
 
     def _bound_of(self, w: WholeSample) -> float:
         return w.matmul_bound_s + self.jit_other_share * self._compiled_other(w)
@@ -475,10 +485,22 @@ class Calibration:
         return total
 
     def _compiled_sums(self, rows: Sequence) -> tuple[float, float]:
-        """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: without
-        the fused layers)."""
+        """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: less what
+        fusion saves)."""
         mm, other = bound_sums(rows)
-        return mm, other - (fused_bound_s(rows) if self.jit_fusion else 0.0)
+        saved = {"epilogue": fused_bound_s, "chain": chained_bound_s}.get(self.jit_fusion)
+        return mm, other - (saved(rows) if saved else 0.0)
+
+    def _other_label(self) -> str:
+        """How a compiled fit counts the non-matmul bound, in words (its share, jit_fusion)."""
+        share = "" if self.jit_other_share == 1 else f"{self.jit_other_share:g} x "
+        return share + {"none": "other bound", "epilogue": "other bound less the layers fused into a matmul",
+                        "chain": "other bound with each fused run at its largest layer"}[self.jit_fusion]
+
+    def _bound_label(self) -> str:
+        """A compiled fit's bound, in words."""
+        return ("CARM bound" if self.jit_other_share == 1 and self.jit_fusion == "none"
+                else f"(matmul bound + {self._other_label()})")
 
     def _efficiencies(self, records: list[WholeSample], t0: float, kernel_s: float) -> list[float]:
         """bound / (whole - t0 - kernels x kernel_s) of each record whose time exceeds its fixed costs."""
@@ -567,7 +589,7 @@ class Calibration:
         studies = sum(1 for w in chosen if w.source.startswith("study"))
         which += f" ({studies} of them tuning trials)" if studies else ""
         share = self.jit_other_share
-        bound = "CARM bound" if share == 1 else f"(matmul bound + {share:g} x other bound)"
+        bound = self._bound_label()
         fixed = (f"{t0 * 1e3:.2f} ms + " if t0 else "")
         t0_src = (f"; fixed cost: median intercept of {series} batch series" if series else "; no batch series: no fixed cost")
         kernels = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
@@ -670,10 +692,9 @@ class Calibration:
             over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
                     if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
                     "shared fit for h")
-        bound = "CARM bound" if share == 1 else f"(matmul bound + {share:g} x other bound)"
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
-        gpu = (f"{bound} / {e:.2f}" if not self.jit_split_e else
-               f"matmul bound / {e:.2f} + {'' if share == 1 else f'{share:g} x '}other bound / {e_other:.2f}")
+        gpu = (f"{self._bound_label()} / {e:.2f}" if not self.jit_split_e else
+               f"matmul bound / {e:.2f} + {self._other_label()} / {e_other:.2f}")
         return WholeFit(1.0 / e, share / e_other, None, len(own or records), 0.0,
                         f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {gpu}{floor}) "
                         f"(fitted on {over})", e, 0.0, k, h), own, series
@@ -925,6 +946,22 @@ def fused_bound_s(rows: Sequence) -> float:
     return total
 
 
+def chained_bound_s(rows: Sequence) -> float:
+    """The CARM bound a compiler saves by fusing each run of consecutive elementwise, activation and
+    normalization layers (model order) into one kernel: per run, its members' bounds less its largest (the
+    fused kernel reads the run's inputs and writes its output once, about its largest member's traffic)."""
+    total, run = 0.0, []
+    for r in list(rows) + [None]:
+        if r is not None and getattr(r, "known", True) and _fusable(r.type) and getattr(r, "predicted_time_s", None):
+            run.append(r.predicted_time_s)
+            continue
+        if r is not None and not getattr(r, "known", True):
+            continue   # an unknown layer neither joins nor ends a run: its bound is not counted
+        total += sum(run) - max(run, default=0.0)
+        run = []
+    return total
+
+
 def kernel_calls(rows: Sequence) -> int:
     """How many known rows run as kernels of their own when compiled (is_kernel)."""
     return sum(1 for r in bounded_rows(rows) if is_kernel(r.type))
@@ -949,7 +986,7 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
                                    graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
                                    run.batch_size, run.layout, "", kernel_calls(rows), fused_bound_s(rows),
-                                   len(bounded_rows(rows))))
+                                   len(bounded_rows(rows)), chained_bound_s(rows)))
     return out
 
 
@@ -1020,7 +1057,7 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
                                    sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
                                    *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"], kernel_calls(rows),
-                                   fused_bound_s(rows), len(bounded_rows(rows))))
+                                   fused_bound_s(rows), len(bounded_rows(rows)), chained_bound_s(rows)))
     return out
 
 

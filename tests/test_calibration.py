@@ -599,10 +599,31 @@ def test_fused_bound_counts_the_elementwise_chain_after_a_matmul_only():
     rec = [dataclasses.replace(WholeSample("jax", "jit", 2.4e-3, 0.0, 0.0, 4, "m", 0, None, "bfloat16", 1e-3, 1e-3),
                                fused_other_bound_s=0.8e-3)]
     assert _additive([], rec).whole_fit("jax", "jit").bound_efficiency == pytest.approx(2.0 / 2.4)
-    fused = _additive([], rec, jit_fusion=True)
+    fused = _additive([], rec, jit_fusion="epilogue")
     assert fused.whole_fit("jax", "jit").bound_efficiency == pytest.approx(1.2 / 2.4)
     # 0.25 ms of the 0.5 ms non-matmul bound fused: (0.7 + 0.25) / 0.5
     assert fused.whole_time_s(rows, "jax", "jit") == pytest.approx(0.95e-3 / 0.5)
+
+
+def test_chained_bound_counts_each_run_of_fused_layers_at_its_largest():
+    from carm_advisor.calibration import chained_bound_s
+
+    rows = [SimpleNamespace(type=t, predicted_time_s=s * 1e-3, known=k) for t, s, k in (
+        ("Conv2D", 0.3, True), ("BatchNormalization", 0.1, True), ("ReLU", 0.08, True),   # run: 0.18, keeps 0.1
+        ("MaxPooling2D", 0.2, True),                                                      # ends the run
+        ("BatchNormalization", 0.05, True), ("Add", 0.12, True), ("ReLU", 0.07, True),   # run: 0.24, keeps 0.12
+        ("Dense", 0.4, True), ("Dropout", 0.02, True),                                    # a run of one: saves 0
+        ("Mystery", 1.0, False), ("ReLU", 0.03, True))]                                  # unknown: skipped
+    # saved: (0.18 - 0.1) + (0.24 - 0.12) + (0.05 - 0.03: Dropout and the last ReLU, the unknown layer between)
+    assert chained_bound_s(rows) == pytest.approx((0.08 + 0.12 + 0.02) * 1e-3)
+    # the compiled bound with it: a record of matmul 1 ms + other 1 ms (0.4 ms saved by the runs), 2.4 ms measured
+    rec = [dataclasses.replace(WholeSample("jax", "jit", 2.4e-3, 0.0, 0.0, 4, "m", 0, None, "bfloat16", 1e-3, 1e-3),
+                               chained_other_bound_s=0.4e-3, fused_other_bound_s=0.9e-3)]
+    chain = _additive([], rec, jit_fusion="chain")
+    assert chain.whole_fit("jax", "jit").bound_efficiency == pytest.approx(1.6 / 2.4)
+    assert "each fused run at its largest layer" in chain.whole_fit("jax", "jit").source
+    with pytest.raises(ValueError, match="jit_fusion"):
+        Calibration([], rec, jit_fusion=True)
 
 
 def test_jit_split_efficiency_fits_the_matmul_and_the_rest_apart():

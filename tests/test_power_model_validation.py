@@ -982,3 +982,28 @@ def test_jit_other_share_choice_decides_among_the_shares_on_jit_records_before_t
     assert choice["candidates"]["0.5"]["test"] == {"n": 1, "time_median_abs_err": pytest.approx(0.9),
                                                     "power_median_abs_err": None, "energy_per_sample_median_abs_err": None}
     assert mod.jit_other_share_choice([row(early, {"1": 0.1, "0.5": 0.1, "0": 0.1})])["chosen"] == "1"   # a tie
+
+
+def test_jit_gpu_choice_decides_among_fusion_and_efficiency_forms_on_jit_records_before_the_seventh_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s6c3-after-choice", "nvidia-h200-records-2026-12-04-s7c1-whole"
+    in_use = (mod.JIT_FUSION, mod.JIT_SPLIT_E)
+
+    def row(source, errs):   # (fusion, two e) -> time error; the form in use under the headline's key
+        return {"source": source, "reference_execution": "jit",
+                **{mod._variant_key(None if form == in_use else mod._jit_gpu_suffix(*form)): {"time_err": e}
+                   for form, e in errs.items()}}
+    base = {form: 0.5 for form in mod.JIT_GPU_FORMS}
+    rows = [row(early, {**base, ("none", False): 0.3, ("chain", True): -0.1}),
+            row(early, {**base, ("none", False): -0.1, ("chain", True): 0.2}),
+            row(early, {**base, ("none", False): 0.2, ("chain", True): 0.1}),
+            row(test, {**base, ("chain", True): 0.9})]
+    choice = mod.jit_gpu_choice(rows)
+    # choosing (s6 and before): |none, one e| 0.3, 0.1, 0.2 -> 0.2; |chain, two e| 0.1, 0.2, 0.1 -> 0.1; others 0.5
+    assert choice["chosen"] == "chain, two e" and len(choice["candidates"]) == 6
+    assert choice["candidates"]["none, one e"]["choosing"]["time_median_abs_err"] == pytest.approx(0.2)
+    assert choice["candidates"]["chain, two e"]["choosing"]["n"] == 3
+    # the -s7 record only reports
+    assert choice["candidates"]["chain, two e"]["test"]["time_median_abs_err"] == pytest.approx(0.9)
+    # a tie keeps the incumbent
+    assert mod.jit_gpu_choice([row(early, {form: 0.1 for form in mod.JIT_GPU_FORMS})])["chosen"] == "none, one e"
