@@ -83,7 +83,15 @@ JIT_OTHER_SHARE = 1.0
 # into one loop kernel that reads the run's inputs and writes its output once, outside the cuDNN/cuBLAS call
 # before it; the bound counts each such run at its largest member (chained_bound_s: for conv -> BN -> ReLU the
 # BN's traffic, for BN -> Add -> ReLU the Add's three tensors), not every member's. Proposed after "epilogue" lost
-# (its traffic does show: "epilogue" removes it all). Chosen with JIT_SPLIT_E in one choice (JIT_GPU_FORMS).
+# (its traffic does show: "epilogue" removes it all). Chosen with JIT_SPLIT_E in one choice (power_model_validation.py:
+# jit_gpu_choice; the jit records before -s7 decide by the leave-one-model-out whole-model time, the incumbent
+# "none", one e, unless beaten; -s7, recorded first in the seventh session, tests it). Result (nvidia-h200-power-
+# model-2026-12-04-s7.json, commit 7b9ee67), time / energy per sample on the choosing records (n=88) | on -s7
+# (n=24): none, one e 10.2% / 14.8% | 16.9% / 19.6%; none, two e 10.6% / 13.2% | 14.5% / 16.2%; epilogue, one e
+# 34.5% / 32.5% | 39.7% / 34.2%; epilogue, two e 30.0% / 32.0% | 28.8% / 34.4%; chain, one e 24.2% / 21.2% |
+# 24.7% / 21.2%; chain, two e 11.0% / 10.7% | 12.8% / 22.0%: the incumbent stays (none, one e). Counting fused
+# runs once lowers ResNet50's and MobileNetV2's bound, and with one e shared with VGG16 (no such runs) their
+# time is then predicted too short: their fused layers still cost more than one member each.
 JIT_FUSION_FORMS = ("none", "epilogue", "chain")
 JIT_FUSION = "none"
 # Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
@@ -92,7 +100,8 @@ JIT_FUSION = "none"
 # (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json,
 # commit 3efe0c4): time on the choosing records (n=49) off 8.7%, on 8.8%: off stays. On the -s6
 # test (n=39) it did better (time 14.8% vs 15.3%, power 7.0% vs 7.9%, energy per sample 15.3% vs 18.5%): a
-# re-choice on later records may adopt it.
+# re-choice on later records may adopt it. Re-chosen in the seventh session with JIT_FUSION (jit_gpu_choice, see
+# JIT_FUSION_FORMS): off stays (choosing, n=88: time 10.2% vs 10.6%).
 JIT_SPLIT_E = False
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
