@@ -1,7 +1,13 @@
 """The helpers of the benchmark scripts that run on the GPU machine, checked here on recorded text."""
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -68,3 +74,36 @@ def test_summarize_form_choice_rows_print_a_dash_where_a_side_has_no_records():
     rows = mod._form_choice_rows({"whole_model_jit_choice": pmv.whole_model_jit_choice([row])})
     # choosing: one row, 10.0% vs 4.0%; no test record: dashes (it raised a TypeError on None)
     assert rows[-1].endswith("10.0% vs 4.0% (n=1), on the test records - vs - (n=0).")
+
+
+def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_the_carm_bounds(tmp_path):
+    mod = _load("xla_kernel_breakdown")
+    csv_text = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum"',
+        '"","","ns","byte","byte"',
+        '"0","sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32","2,000","1000","500"',
+        '"1","loop_multiply_fusion","500","3000","1000"',
+        '"2","nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NTN","1000","200","100"',
+        '"3","input_reduce_fusion_2","300","600","0"'])
+    kernels = mod.parse_kernels(csv_text)
+    assert [k["name"] for k in kernels][1] == "loop_multiply_fusion" and kernels[0]["time_s"] == pytest.approx(2e-6)
+    doc = {"model": "m", "precision": "mixed_bfloat16", "batch_size": 8, "wall_s": 5e-6, "wall_calls": 3,
+           "kernels": kernels, "carm": {"matmul_bound_s": 1.5e-6, "other_bound_s": 1e-6, "chained_saving_s": 0.6e-6,
+                                        "other_bytes": 8000.0}}
+    s = mod.summary(doc)
+    # matmul: 2 us + 1 us over a 1.5 us bound; the rest: 0.8 us over 1 us (0.4 us once fused runs count once)
+    assert (s["matmul_kernels"], s["other_kernels"]) == (2, 2)
+    assert s["matmul_kernel_time_over_bound"] == pytest.approx(2.0)
+    assert s["other_kernel_time_over_bound"] == pytest.approx(0.8)
+    assert s["other_kernel_time_over_chained_bound"] == pytest.approx(2.0)
+    assert s["other_kernel_dram_over_carm_bytes"] == pytest.approx(4600 / 8000)
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, str(BENCH / "xla_kernel_breakdown.py"), "--summarize", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "| matmul class | 2 | 0.003 ms | 0.002 ms | 2.00 |" in proc.stdout
+    # refused without the jax backend, one line, no traceback
+    proc = subprocess.run([sys.executable, str(BENCH / "xla_kernel_breakdown.py")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert proc.returncode != 0 and "KERAS_BACKEND=jax" in proc.stderr and "Traceback" not in proc.stderr
