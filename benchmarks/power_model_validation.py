@@ -356,7 +356,7 @@ def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_ab
 # pooled figures of the -s5 file, layers_mean 8.2% vs 8.4% over all 122, were known), after the jit host form
 # (calibration.JIT_HOST "max") gave host-paced jit calls a GPU share: choosing (n=122) layers_mean 7.9% vs
 # gaps_at_constant 8.0%: the incumbent stays; test (-s6, n=25) 6.4% vs 7.3%
-# (nvidia-h200-power-model-2026-12-04-s6.json).
+# (nvidia-h200-power-model-2026-12-04-s6.json.gz).
 WHOLE_POWER_CANDIDATES = {"layers_mean": "duty_lomo_power_err", "gaps_at_constant": "duty_lomo_gaps_at_constant_power_err"}
 WHOLE_POWER_TEST = "-s6"
 

@@ -64,7 +64,7 @@ BOUND_EXECUTIONS = ("jit", "torch.compile")
 # JIT_HOST (power_model_validation.py: jit_other_share_choice; leave-one-model-out whole-model time over the jit
 # records before -s6, the incumbent 1 unless beaten). Seen before the rule: under "max" at share 1, the large
 # batches of ResNet50 and MobileNetV2 (many normalization and activation layers XLA fuses) predicted 40-70% too
-# long when left out, their own records' e above 1. Result (nvidia-h200-power-model-2026-12-04-s6.json,
+# long when left out, their own records' e above 1. Result (nvidia-h200-power-model-2026-12-04-s6.json.gz,
 # validation.jit_other_share_choice), time on the choosing records (n=49) / on -s6 (n=39): share 1 9.0% / 15.3%,
 # 0.5 22.0% / 26.9%, 0 29.1% / 31.4%: 1 stays.
 JIT_OTHER_SHARES = (1.0, 0.5, 0.0)
@@ -74,7 +74,7 @@ JIT_OTHER_SHARE = 1.0
 # their traffic never reaches memory; the non-matmul layers it cannot fuse keep their bound. Proposed in the sixth
 # session after the large-batch ResNet50 and MobileNetV2 errors above (seen on -s6); chosen by the rule of
 # JIT_HOST (power_model_validation.py: jit_fusion_choice; the records before -s6 decide, off unless beaten).
-# Result (nvidia-h200-power-model-2026-12-04-s6.json, commit 8af8e90): time on the choosing records (n=49) / on
+# Result (nvidia-h200-power-model-2026-12-04-s6.json.gz, commit 8af8e90): time on the choosing records (n=49) / on
 # -s6 (n=39): off 8.7% / 15.3%, on 28.2% / 41.6%: off stays. The non-matmul layers' traffic does show in the
 # jitted models' time on the H200 (a likely cause, not checked: XLA runs cuDNN convolutions as custom calls and
 # does not fold the normalization after one into it), so the leave-one-model-out error of ResNet50 and
@@ -97,7 +97,7 @@ JIT_FUSION = "none"
 # Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
 # together with h across the models (_grid_fit_split), in place of one e for both. Proposed in the sixth session
 # after JIT_FUSION lost (the large-batch ResNet50 and MobileNetV2 errors, seen on -s6); chosen by the same rule
-# (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json,
+# (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json.gz,
 # commit 3efe0c4): time on the choosing records (n=49) off 8.7%, on 8.8%: off stays. On the -s6
 # test (n=39) it did better (time 14.8% vs 15.3%, power 7.0% vs 7.9%, energy per sample 15.3% vs 18.5%): a
 # re-choice on later records may adopt it. Re-chosen in the seventh session with JIT_FUSION (jit_gpu_choice, see
@@ -126,7 +126,7 @@ KERNEL_FLOOR_EXECUTIONS = ("jit",)
 # |error| of the leave-one-model-out calibrated whole-model time over the jax whole-model records recorded
 # before -s6, the incumbent staying unless beaten; -s6 tests it. Seen before the rule: the incumbent's
 # errors on -s6c1 (small batches under-, large ones over-predicted) and on the records before it.
-# Result (nvidia-h200-power-model-2026-12-04-s6.json, validation.jit_host_choice), additive -> max: choosing
+# Result (nvidia-h200-power-model-2026-12-04-s6.json.gz, validation.jit_host_choice), additive -> max: choosing
 # (n=49) time 20.8% -> 9.0%, power 10.2% -> 9.2%, energy per sample 21.9% -> 12.5%; test (-s6c1, n=13) time
 # 19.4% -> 14.9%, power 12.4% -> 8.3%, energy per sample 42.2% -> 17.1%. Chosen: max. With the records taken
 # after the choice (-s6c3) in the test and the review's mends (own records of the dtype, the calls a prediction
