@@ -796,14 +796,18 @@ class Calibration:
         return min(1.0, gpu / whole)
 
     def in_model_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, execution: str,
-                        dtype: str | None = None) -> float | None:
+                        dtype: str | None = None, model: str | None = None,
+                        kernels: int | None = None) -> float | None:
         """A layer's GPU time as a compiled model (jit, torch.compile: BOUND_EXECUTIONS) runs it: its share
         of the whole-model fit, factor x its CARM bound plus the GPU-side launch floor if it is a kernel of
         its own (is_kernel); the fixed cost per model call is not shared out. None without such a fit. What
-        the GPU works per call of the layer jitted alone too: the rest of that call is host dispatch."""
+        the GPU works per call of the layer jitted alone too: the rest of that call is host dispatch.
+        `model` and `kernels` (its name and kernel_calls, as whole_fit): the fit of the model the layer is in,
+        its own records first, so that a whole model's layers share the fit of its whole time
+        (compiled_gpu_share); without them, the fit over every model."""
         if execution not in BOUND_EXECUTIONS or not bound_time_s or bound_time_s <= 0:
             return None
-        fit = self.whole_fit(backend, execution, dtype)
+        fit = self.whole_fit(backend, execution, dtype, model, kernels)
         if fit is None or fit.bound_efficiency is None:
             return None
         factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor

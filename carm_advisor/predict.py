@@ -184,14 +184,17 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction);
     compiled ones whose fit has a host term (calibration.JIT_HOST "max"): Calibration.compiled_gpu_share;
     else 1. Rows with no work or no calibrated time are left out."""
-    from carm_advisor.calibration import DISPATCHED_EXECUTIONS
+    from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
     from carm_advisor.carm.power_model import host_paced_fraction
 
     working = [r for r in rows if r.known and (r.flops or r.bytes) and getattr(r, "calibrated_time_s", None)]
     times = [(r, r.calibrated_time_s) for r in working]
     in_model_time_s = getattr(calibration, "in_model_time_s", None)   # a calibration without in-model times
     if execution in DISPATCHED_EXECUTIONS and in_model_time_s is not None:
-        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, r.dtype)) for r in working]
+        # the fit of this model's whole time (its own records first), as compiled_gpu_share takes it
+        dtype, kernels = rows_dtype(rows), kernel_calls(rows)
+        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels))
+                    for r in working]
         in_model = [(r, t) for r, t in in_model if t]
         times = in_model or times
     share = 1.0

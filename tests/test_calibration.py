@@ -273,6 +273,26 @@ def test_a_model_with_records_of_its_own_is_predicted_from_them_not_from_the_oth
     assert "v's own measurements" in c.whole_describe("jax", "jit", model="v")
     # x (no batch series of its own): the other models' t0 (1 ms), its own e = 1 / (3 - 1) = 0.5
     assert c.whole_time_s(_bound_rows(4e-3), "jax", "jit", "x") == pytest.approx(1e-3 + 4e-3 / 0.5)
+    # a layer of v as v runs it: v's own e (0.8), not every model's; without the model, every model's
+    assert c.in_model_time_s("Conv2D", 1e-3, "jax", "jit", "bfloat16", "v") == pytest.approx(1e-3 / 0.8)
+    assert c.in_model_time_s("Conv2D", 1e-3, "jax", "jit", "bfloat16") == pytest.approx(1e-3 / e_all)
+
+
+def test_a_jit_models_layers_take_the_fit_of_its_own_whole_time_for_its_power():
+    from carm_advisor.predict import whole_model_layer_times
+
+    # v (own e 0.8 at both batch sizes) and w (e 0.5 and 0.4): every model's fit (the jit host form "max", each
+    # model weighing one) lands between them, away from v's own
+    whole = [_w("v", 32, 1.0, 1.25), _w("v", 64, 2.0, 2.5), _w("w", 32, 1.0, 2.0), _w("w", 64, 2.0, 5.0)]
+    c = Calibration([], whole)
+    rows = [SimpleNamespace(name=f"l{i}", type="Dense", known=True, flops=1.0, bytes=1.0, predicted_time_s=1e-3,
+                            calibrated_time_s=1e-3, dtype="bfloat16") for i in range(2)]
+    times, _ = whole_model_layer_times(rows, c, "jax", "jit", "v")
+    own = c.whole_fit("jax", "jit", "bfloat16", "v", 0)
+    assert own.bound_efficiency == pytest.approx(0.8, rel=0.03)          # the grid point nearest 0.8
+    assert [t for _, t in times] == pytest.approx([1e-3 / own.bound_efficiency] * 2)
+    shared = c.whole_fit("jax", "jit", "bfloat16")
+    assert shared.bound_efficiency < 0.75                                 # the other fit, not taken
 
 
 @pytest.mark.parametrize("jit_host", ["additive", "max"])
