@@ -36,7 +36,9 @@ RANGE = "xla_call"
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
 # Kernel names of library matmul/convolution calls (cuDNN, cuBLAS, cuBLASLt, CUTLASS); XLA's own fusions
 # are named after their HLO ("loop_add_fusion", "input_reduce_fusion", "fusion_12", ...).
-MATMUL_KERNEL = re.compile(r"gemm|xmma|cutlass|cudnn|conv|nvjet|implicit|fprop|wgmma|sm\d\d_", re.IGNORECASE)
+# XLA's own Triton matmuls are "triton_gemm_*" / "gemm_fusion_*" (matmuls too); "convert" is no convolution.
+MATMUL_KERNEL = re.compile(r"gemm|xmma|cutlass|cudnn|convolve|conv2d|depthwise|nvjet|implicit|fprop|wgmma|^sm\d\d_",
+                           re.IGNORECASE)
 
 
 def is_matmul_kernel(name: str) -> bool:
