@@ -37,8 +37,8 @@ METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.
 # Kernel names of library matmul/convolution calls (cuDNN, cuBLAS, cuBLASLt, CUTLASS); XLA's own fusions
 # are named after their HLO ("loop_add_fusion", "input_reduce_fusion", "fusion_12", ...).
 # XLA's own Triton matmuls are "triton_gemm_*" / "gemm_fusion_*" (matmuls too); "convert" is no convolution.
-MATMUL_KERNEL = re.compile(r"gemm|xmma|cutlass|cudnn|convolve|conv2d|depthwise|nvjet|implicit|fprop|wgmma|^sm\d\d_",
-                           re.IGNORECASE)
+MATMUL_KERNEL = re.compile(r"gemm|gemv|splitk|cublas|xmma|cutlass|cudnn|convolve|conv2d|depthwise|nvjet|implicit|"
+                           r"fprop|wgmma|^sm\d\d_", re.IGNORECASE)
 
 
 def is_matmul_kernel(name: str) -> bool:
@@ -47,7 +47,10 @@ def is_matmul_kernel(name: str) -> bool:
 
 def parse_kernels(text: str) -> list[dict]:
     """Kernels from `ncu --import R --csv --page raw --print-units base`: name, time_s, dram bytes. ncu's
-    ==PROF== lines before the header are skipped; the units row (blank ID) too."""
+    ==PROF== lines before the header are skipped; the units row (blank ID) scales each column to seconds and
+    bytes (counters._unit_scale)."""
+    from carm_advisor.measure.counters import _unit_scale
+
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
@@ -58,18 +61,22 @@ def parse_kernels(text: str) -> list[dict]:
     if missing:
         raise SystemExit(f"error: expected ncu columns {missing}; got {rows[0][:8]}")
 
+    body = rows[1:]
+    units = body[0] if body and not body[0][col["ID"]].strip() else []
+    scale = {m: _unit_scale(units[col[m]]) if col[m] < len(units) else 1.0 for m in METRICS}
+
     def number(row, metric):
         text = row[col[metric]].strip().replace(",", "")
         try:
-            return float(text)
+            return float(text) * scale[metric]
         except ValueError:
             return 0.0
 
     out = []
-    for row in rows[1:]:
+    for row in body:
         if len(row) < len(rows[0]) or not row[col["ID"]].strip():
             continue   # the units row, trailing lines
-        out.append({"name": row[col["Kernel Name"]][:160], "time_s": number(row, METRICS[0]) * 1e-9,
+        out.append({"name": row[col["Kernel Name"]][:160], "time_s": number(row, METRICS[0]),
                     "dram_bytes": number(row, METRICS[1]) + number(row, METRICS[2])})
     return out
 
@@ -184,21 +191,32 @@ def main(argv=None) -> int:
           args.precision, "--batch-size", str(args.batch_size)]
     with tempfile.TemporaryDirectory(prefix="xla-ncu-") as tmp:
         timing = Path(tmp) / "wall.json"
-        run = subprocess.run(me + ["--time-calls", "20", "--time-out", str(timing)], capture_output=True, text=True)
+        # one persistent compilation cache: the profiled child loads the executable the timed child compiled (its
+        # autotuned cuDNN/cuBLAS/Triton kernels), not a fresh compile that may pick others
+        env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(Path(tmp) / "jax-cache"),
+                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+                   XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        run = subprocess.run(me + ["--time-calls", "20", "--time-out", str(timing)], capture_output=True, text=True,
+                             env=env)
         if run.returncode:
             raise SystemExit(f"error: the timing child failed: {(run.stderr or run.stdout)[-300:]}")
         report = Path(tmp) / "report"
         run = subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none", "--nvtx", "--nvtx-include",
                               f"{RANGE}/", "--metrics", ",".join(METRICS), "--export", str(report),
-                              "--force-overwrite", *me], capture_output=True, text=True)
+                              "--force-overwrite", *me], capture_output=True, text=True, env=env)
         if run.returncode:
             raise SystemExit(f"error: ncu failed (exit {run.returncode}): {(run.stderr or run.stdout)[-300:]}")
         exported = subprocess.run([ncu, "--import", str(report.with_suffix(".ncu-rep")), "--csv", "--page", "raw",
-                                   "--print-units", "base"], capture_output=True, text=True)
+                                   "--print-units", "base", "--print-kernel-base", "demangled"],
+                                  capture_output=True, text=True)
         if exported.returncode:
-            raise SystemExit(f"error: ncu --import failed: {exported.stderr[-300:]}")
+            raise SystemExit(f"error: ncu --import failed (no kernel in range {RANGE}?): {exported.stderr[-300:]}")
+        kernels = parse_kernels(exported.stdout)
+        if not kernels:
+            raise SystemExit(f"error: ncu profiled no kernel inside NVTX range {RANGE} (was the call launched from "
+                             "another thread than the range?)")
         doc = {"model": args.model, "precision": args.precision, "batch_size": args.batch_size,
-               **json.loads(timing.read_text()), "kernels": parse_kernels(exported.stdout),
+               **json.loads(timing.read_text()), "kernels": kernels,
                "command": " ".join(["KERAS_BACKEND=jax", "python", "benchmarks/xla_kernel_breakdown.py",
                                     *(argv if argv is not None else sys.argv[1:])]),
                "ncu": "--clock-control none --cache-control none, metrics " + ",".join(METRICS)}

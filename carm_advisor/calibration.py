@@ -555,7 +555,11 @@ class Calibration:
         Own records are those of this name and, where both are known, of `kernels` kernels (kernel_calls): a
         name is no identity ("functional", "model" from model.keras), and a model of another architecture
         under it must not take its t0 and e."""
-        usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
+        # a fusion form needs what fusion saves: a sample written before that field (None) is left out, not
+        # taken as saving nothing
+        saved = {"epilogue": "fused_other_bound_s", "chain": "chained_other_bound_s"}.get(self.jit_fusion)
+        usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None
+                  and (saved is None or getattr(w, saved) is not None)]
         if not usable:
             return None
         same = [w for w in usable if JIT_PER_DTYPE and dtype and w.dtype == dtype]
@@ -811,6 +815,8 @@ class Calibration:
         if fit is None or fit.bound_efficiency is None:
             return None
         factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor
+        # (under a fusion form, JIT_FUSION not "none", each non-matmul layer keeps its whole bound here: the
+        # layers' times then sum above the fit's GPU time; only the forms' time errors decide jit_gpu_choice)
         return factor * bound_time_s + (fit.kernel_floor_s if is_kernel(layer_type) else 0.0)
 
     def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None, model: str | None = None) -> str:

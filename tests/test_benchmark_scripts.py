@@ -81,14 +81,15 @@ def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_th
     csv_text = "\n".join([
         "==PROF== Connected to process 1",
         '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum"',
-        '"","","ns","byte","byte"',
-        '"0","sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32","2,000","1000","500"',
-        '"1","loop_multiply_fusion","500","3000","1000"',
-        '"2","nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NTN","1000","200","100"',
-        '"3","input_reduce_fusion_2","300","600","0"'])
+        '"","","usecond","byte","Kbyte"',
+        '"0","sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32","2","1000","0.5"',
+        '"1","loop_multiply_fusion","0.5","3000","1"',
+        '"2","nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NTN","1","200","0.1"',
+        '"3","input_reduce_fusion_2","0.3","600","0"'])
     kernels = mod.parse_kernels(csv_text)
     assert not mod.is_matmul_kernel("loop_convert_fusion") and not mod.is_matmul_kernel("input_concatenate_fusion")
     assert mod.is_matmul_kernel("triton_gemm_dot_0") and mod.is_matmul_kernel("cudnn::detail::implicit_convolve_sgemm")
+    assert mod.is_matmul_kernel("void gemv2T_kernel_val<int, int, float>") and mod.is_matmul_kernel("cublasLt::splitKreduce_kernel")
     assert [k["name"] for k in kernels][1] == "loop_multiply_fusion" and kernels[0]["time_s"] == pytest.approx(2e-6)
     doc = {"model": "m", "precision": "mixed_bfloat16", "batch_size": 8, "wall_s": 5e-6, "wall_calls": 3,
            "kernels": kernels, "carm": {"matmul_bound_s": 1.5e-6, "other_bound_s": 1e-6, "chained_saving_s": 0.6e-6,
