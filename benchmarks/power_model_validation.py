@@ -125,10 +125,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
-from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FUSION, JIT_FUSION_FORMS, JIT_HOST,  # noqa: E402
-                                     JIT_HOST_FORMS, JIT_SPLIT_E,
-                                     JIT_OTHER_SHARE, JIT_OTHER_SHARES, KERNEL_FLOOR_EXECUTIONS,
-                                     REPLAYED_EXECUTIONS)
+from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
+                                     JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_SPLIT_E,
+                                     KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
@@ -207,6 +206,8 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
             others += [(_jit_gpu_suffix(fusion, split), {"jit_fusion": fusion, "jit_split_e": split})
                        for fusion, split in JIT_GPU_FORMS
                        if (fusion, split) != (calibration.jit_fusion, calibration.jit_split_e)]
+            others += [(f"jit_floor_{'idle' if calibration.jit_floor_busy else 'busy'}",
+                        {"jit_floor_busy": not calibration.jit_floor_busy})]
             for name, change in others:
                 lomo_cache.setdefault((model_name, name), replace(lomo_cache[model_name], **change))
                 calibrated[f"leave_one_model_out_{name}"] = _calibrated(rows, lomo_cache[(model_name, name)],
@@ -435,6 +436,19 @@ def jit_other_share_choice(models: list[dict]) -> dict:
                     f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
                     "is the test", "chosen": _lowest_on_choosing(table, "1", "time_median_abs_err"),
             "in_use": f"{JIT_OTHER_SHARE:g}", "candidates": table}
+
+
+def jit_floor_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_FLOOR_BUSY (the launch floors busy or at the constant power in a jit call's
+    GPU share): each's jit whole models (_jit_whole_table) before and in JIT_GPU_TEST; chosen: the lower
+    whole-model POWER error on the choosing records (what the share changes), the incumbent (busy) unless beaten."""
+    table = _jit_whole_table(models, {v: _variant_key(None if (v == "busy") == JIT_FLOOR_BUSY else f"jit_floor_{v}")
+                                      for v in ("busy", "idle")}, JIT_GPU_TEST)
+    return {"rule": "lower whole-model power (median |error|, leave one model out) over the jit records before "
+                    f"{JIT_GPU_TEST}; the incumbent (busy) stays unless beaten; {JIT_GPU_TEST} is the test (its "
+                    "incumbent errors motivated the candidate)",
+            "chosen": _lowest_on_choosing(table, "busy", "power_median_abs_err"),
+            "in_use": "busy" if JIT_FLOOR_BUSY else "idle", "candidates": table}
 
 
 # The GPU side of a jit call under the host form in use, seventh session of 2026-12-04: which fused layers' traffic
@@ -1086,6 +1100,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     validation["jit_host_choice"] = jit_host_choice(models)
     validation["jit_other_share_choice"] = jit_other_share_choice(models)
     validation["jit_gpu_choice"] = jit_gpu_choice(models)
+    validation["jit_floor_choice"] = jit_floor_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 

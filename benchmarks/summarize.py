@@ -258,7 +258,9 @@ def _form_choice_rows(v: dict) -> list[str]:
             + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul")
             + _jit_whole_rows(v.get("jit_split_choice"), "jit whole models, one efficiency or two (matmul, the rest)")
             + _jit_whole_rows(v.get("jit_gpu_choice"), "jit whole models, fused layers (none, epilogue, chain) x "
-                              "one efficiency or two (matmul, the rest)"))
+                              "one efficiency or two (matmul, the rest)")
+            + _jit_whole_rows(v.get("jit_floor_choice"), "jit whole models, the launch floors busy or idle in the "
+                              "GPU share (chosen by power)"))
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:

@@ -661,3 +661,30 @@ def test_jit_split_efficiency_fits_the_matmul_and_the_rest_apart():
     assert "matmul bound / 0.49 + other bound / 0.25" in fit.source   # the grid points nearest 0.5 and 0.25
     one = Calibration([], recs, jit_host="max").whole_fit("jax", "jit")   # one e: the two factors equal
     assert one.matmul_factor == one.other_factor
+
+
+def test_the_launch_floors_leave_a_jit_calls_gpu_share_where_they_are_idle():
+    # records made from whole = max(calls x 10 us, bound / 0.5 + kernels x 10 us): a and b host-paced at 100 calls
+    # (1 ms) and GPU-paced at a larger bound; 20 kernels each (0.2 ms of floors)
+    floor = {"kernel_floor": {"value_s": 10e-6, "source": "measured: test"}}
+
+    def rec(model, bound_ms, batch):
+        gpu_ms = bound_ms / 0.5 + 0.2
+        return WholeSample("jax", "jit", max(1.0, gpu_ms) * 1e-3, 0.0, 0.0, 100, model, 0, None, "bfloat16",
+                           bound_ms * 1e-3, 0.0, batch, "channels_last", "", 20, None, 100)
+    whole = [rec("a", 0.2, 8), rec("a", 2.0, 128), rec("b", 0.1, 8), rec("b", 3.0, 128)]
+    rows = [SimpleNamespace(type="Conv2D", predicted_time_s=0.01e-3, known=True, dtype="bfloat16")] * 20
+    busy = Calibration([], whole, provenance=floor)
+    fit = busy.whole_fit("jax", "jit")
+    assert fit.host_per_layer_s == pytest.approx(10e-6) and fit.bound_efficiency == pytest.approx(0.5, rel=0.03)
+    # 20 convolutions of 0.01 ms bound: GPU 0.2 / 0.5 + 20 x 0.01 = 0.6 ms; whole max(20 calls x 10 us, 0.6) = 0.6
+    # ms: GPU-paced, share 1 with the floors busy, (0.6 - 0.2) / 0.6 with them idle
+    assert busy.compiled_gpu_share(rows, "jax", "jit") == pytest.approx(1.0)
+    idle = dataclasses.replace(busy, jit_floor_busy=False)
+    assert idle.compiled_gpu_share(rows, "jax", "jit") == pytest.approx(0.4 / 0.6, rel=0.03)
+    # host-paced: 10 convolutions of 0.001 ms and 90 ReLUs of 0.0001 ms: GPU 0.019 / 0.5 + 10 x 0.01 = 0.138 ms
+    # under 100 calls x 10 us = 1 ms: share 0.138 with the floors busy, 0.038 with them idle
+    small = [SimpleNamespace(type="Conv2D", predicted_time_s=0.001e-3, known=True, dtype="bfloat16")] * 10 + \
+        [SimpleNamespace(type="ReLU", predicted_time_s=0.0001e-3, known=True, dtype="bfloat16")] * 90
+    assert busy.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.138, rel=0.03)
+    assert idle.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.038, rel=0.03)

@@ -1007,3 +1007,21 @@ def test_jit_gpu_choice_decides_among_fusion_and_efficiency_forms_on_jit_records
     assert choice["candidates"]["chain, two e"]["test"]["time_median_abs_err"] == pytest.approx(0.9)
     # a tie keeps the incumbent
     assert mod.jit_gpu_choice([row(early, {form: 0.1 for form in mod.JIT_GPU_FORMS})])["chosen"] == "none, one e"
+
+
+def test_jit_floor_choice_decides_by_whole_model_power_on_jit_records_before_the_seventh_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s6c3-after-choice", "nvidia-h200-records-2026-12-04-s7c1-whole"
+
+    def row(source, busy, idle, time_err=0.3):   # power errors; the time error is the same: not what decides
+        errs = {"busy": busy, "idle": idle}
+        return {"source": source, "reference_execution": "jit",
+                **{mod._variant_key(None if (v == "busy") == mod.JIT_FLOOR_BUSY else f"jit_floor_{v}"):
+                   {"time_err": time_err, "duty_lomo_power_err": e} for v, e in errs.items()}}
+    rows = [row(early, 0.10, -0.02), row(early, 0.20, 0.05), row(early, -0.04, -0.08), row(test, 0.0, 0.5)]
+    choice = mod.jit_floor_choice(rows)
+    # choosing: |busy| 0.10, 0.20, 0.04 -> 0.10; |idle| 0.02, 0.05, 0.08 -> 0.05: idle wins; the test only reports
+    assert choice["chosen"] == "idle"
+    assert choice["candidates"]["busy"]["choosing"]["power_median_abs_err"] == pytest.approx(0.10)
+    assert choice["candidates"]["idle"]["test"]["power_median_abs_err"] == pytest.approx(0.5)
+    assert mod.jit_floor_choice([row(early, 0.1, -0.1)])["chosen"] == "busy"   # a tie keeps the incumbent
