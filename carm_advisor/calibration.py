@@ -141,7 +141,10 @@ JIT_HOST = "max"
 # jax batches predicted 10-21% high (ResNet50 and MobileNetV2 at batch 8), where the floors are most of the GPU
 # time. Rule, written before the candidate's figures: the lower whole-model power (median |error|, leave one model
 # out) over the jit records before -s7 decides, the incumbent staying unless beaten; -s7 tests it, with the caveat
-# that its incumbent errors motivated the candidate (power_model_validation.py: jit_floor_choice).
+# that its incumbent errors motivated the candidate (power_model_validation.py: jit_floor_choice). Result
+# (nvidia-h200-power-model-2026-12-04-s7.json, commit d6ea68a), whole-model power on the choosing records (n=88) |
+# on -s7 (n=24): busy 8.7% | 5.6%, idle 10.7% | 6.8%: busy stays. The floors' time draws more than the constant:
+# a jit call's launches keep the GPU's clocks and front end busy between kernels.
 JIT_FLOOR_BUSY = True
 # A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
 # larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
