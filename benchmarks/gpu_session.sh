@@ -12,6 +12,8 @@
 #             the stage's first process runs under -X importtime (cli/importtime-cold.txt: the cold import profile
 #             of the very run timed), vgg16 runs a second time with a warm page cache (cli/vgg16-warm.*); then
 #             with CLI_VERIFY=1 `analyze vgg16 --verify` timed too
+#   xla       benchmarks/xla_kernel_breakdown.py under ncu on XLA_CONFIGS (default "resnet50:mixed_bfloat16:256
+#             mobilenetv2:mixed_bfloat16:256 vgg16:mixed_bfloat16:256 resnet50:float32:256"; jax), xla/*.json
 set -u
 export PYTHONUNBUFFERED=1 CARM_ADVISOR_NO_CLOCK_CONTROL=1 MPLBACKEND=Agg XLA_PYTHON_CLIENT_PREALLOCATE=false
 export CARM_ADVISOR_CACHE=${CARM_ADVISOR_CACHE:-/tmp/carm_cache} KERAS_BACKEND=${KERAS_BACKEND:-torch}
@@ -99,6 +101,15 @@ fi
 if has sweep; then
   step power-sweep
   timeout $(cap $(( ${SWEEP_BUDGET_S:-120} + 60 ))) python3 benchmarks/power_sweep.py --budget-s "${SWEEP_BUDGET_S:-120}" --out "$OUT" 2>&1 | tail -n 10
+fi
+if has xla; then
+  mkdir -p "$OUT/xla"
+  for cfg in ${XLA_CONFIGS:-resnet50:mixed_bfloat16:256 mobilenetv2:mixed_bfloat16:256 vgg16:mixed_bfloat16:256 resnet50:float32:256}; do
+    IFS=: read -r m p b <<< "$cfg"
+    step "xla kernel breakdown $m $p b$b"
+    KERAS_BACKEND=jax timeout $(cap 150) python3 benchmarks/xla_kernel_breakdown.py --model "$m" --precision "$p" \
+        --batch-size "$b" --out "$OUT/xla/$m-jax-$p-b$b.json" 2>&1 | grep -v '^I0000\|^W0000\|^E0000' | tail -n 8
+  done
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
 # The device tool brings back a limited number of files: pack the many small ones.
