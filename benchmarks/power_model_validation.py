@@ -114,6 +114,7 @@ Writes <out>/<gpu>-power-model-<date>.json; per-layer rows are one short list ea
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import statistics
@@ -1502,8 +1503,14 @@ def main(argv: list[str] | None = None) -> int:
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
     fit, limit = fit_power_runs(docs, drop)
     pm = power_model_of(fit, limit)
+    # the code that shapes the loaded runs is in the key too: a cache written before a change is not reused
+    import carm_advisor.calibration as calibration_code
+    import carm_advisor.predict as predict_code
+
+    code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in (__file__, calibration_code.__file__,
+                                                                  predict_code.__file__))).hexdigest()
     cache_key = json.dumps([sorted(str(f) for p in args.records for f in (p.rglob("*.json") if p.is_dir() else [p])),
-                            profile.name, calibration.provenance], sort_keys=True, default=str)
+                            profile.name, calibration.provenance, code], sort_keys=True, default=str)
     cached = json.loads(args.runs_cache.read_text()) if args.runs_cache and args.runs_cache.exists() else {}
     if cached.get("key") == cache_key:
         runs = cached["runs"]
