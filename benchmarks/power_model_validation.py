@@ -127,8 +127,8 @@ from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
 from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
-                                     JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_SPLIT_E,
-                                     KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
+                                     JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_PER_DTYPE,
+                                     JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
@@ -209,6 +209,8 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
                        if (fusion, split) != (calibration.jit_fusion, calibration.jit_split_e)]
             others += [(f"jit_floor_{'idle' if calibration.jit_floor_busy else 'busy'}",
                         {"jit_floor_busy": not calibration.jit_floor_busy})]
+            others += [(f"jit_per_dtype_{'off' if calibration.jit_per_dtype else 'on'}",
+                        {"jit_per_dtype": not calibration.jit_per_dtype})]
             for name, change in others:
                 lomo_cache.setdefault((model_name, name), replace(lomo_cache[model_name], **change))
                 calibrated[f"leave_one_model_out_{name}"] = _calibrated(rows, lomo_cache[(model_name, name)],
@@ -450,6 +452,19 @@ def jit_floor_choice(models: list[dict]) -> dict:
                     "incumbent errors motivated the candidate)",
             "chosen": _lowest_on_choosing(table, "busy", "power_median_abs_err"),
             "in_use": "busy" if JIT_FLOOR_BUSY else "idle", "candidates": table}
+
+
+def jit_dtype_choice(models: list[dict]) -> dict:
+    """The choice of calibration.JIT_PER_DTYPE under the host form in use (one fit over every dtype, or one per
+    compute dtype): each's jit whole models (_jit_whole_table) before and in JIT_GPU_TEST; chosen: the lower
+    time error on the choosing records, the incumbent (off) unless beaten."""
+    table = _jit_whole_table(models, {v: _variant_key(None if (v == "on") == JIT_PER_DTYPE else f"jit_per_dtype_{v}")
+                                      for v in ("off", "on")}, JIT_GPU_TEST)
+    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                    f"{JIT_GPU_TEST}, host form {JIT_HOST}; the incumbent (off: one fit over every dtype) stays "
+                    f"unless beaten; {JIT_GPU_TEST} is the test",
+            "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
+            "in_use": "on" if JIT_PER_DTYPE else "off", "candidates": table}
 
 
 # The GPU side of a jit call under the host form in use, seventh session of 2026-12-04: which fused layers' traffic
@@ -1102,6 +1117,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     validation["jit_other_share_choice"] = jit_other_share_choice(models)
     validation["jit_gpu_choice"] = jit_gpu_choice(models)
     validation["jit_floor_choice"] = jit_floor_choice(models)
+    validation["jit_dtype_choice"] = jit_dtype_choice(models)
     return {"layers": layers, "models": models, "duty_curves": curves, "validation": validation}
 
 

@@ -260,7 +260,8 @@ def _form_choice_rows(v: dict) -> list[str]:
             + _jit_whole_rows(v.get("jit_gpu_choice"), "jit whole models, fused layers (none, epilogue, chain) x "
                               "one efficiency or two (matmul, the rest)")
             + _jit_whole_rows(v.get("jit_floor_choice"), "jit whole models, the launch floors busy or idle in the "
-                              "GPU share (chosen by power)"))
+                              "GPU share (chosen by power)")
+            + _jit_whole_rows(v.get("jit_dtype_choice"), "jit whole models, one fit over every dtype or one per dtype"))
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:

@@ -103,6 +103,10 @@ JIT_FUSION = "none"
 # re-choice on later records may adopt it. Re-chosen in the seventh session with JIT_FUSION (jit_gpu_choice, see
 # JIT_FUSION_FORMS): off stays (choosing, n=88: time 10.2% vs 10.6%).
 JIT_SPLIT_E = False
+# Re-chosen in the seventh session under the host form "max" (power_model_validation.py: jit_dtype_choice): the
+# lower leave-one-model-out whole-model time over the jit records before -s7 decides, the incumbent (one e over
+# every dtype) staying unless beaten; -s7 tests it. Rule written before the per-dtype figures under "max" were seen;
+# seen before it: the incumbent's -s7 errors, float32 the worst for ResNet50 at large batch (+57% to +79%).
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
 # + kernels x floor, the kernels being the layers XLA does not fuse into a neighbour (is_kernel:
@@ -323,6 +327,7 @@ class Calibration:
     jit_fusion: str = JIT_FUSION   # JIT_FUSION_FORMS: which fused layers' traffic a compiled model's bound leaves out
     jit_split_e: bool = JIT_SPLIT_E  # JIT_HOST "max": an efficiency for the matmul-class bound, another for the rest
     jit_floor_busy: bool = JIT_FLOOR_BUSY  # the launch floors count as busy in a jit call's GPU share
+    jit_per_dtype: bool = JIT_PER_DTYPE  # a compiled fit over the records of the compute dtype predicted only
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
@@ -560,7 +565,7 @@ class Calibration:
         """Compiled execution (jit, torch.compile): whole = t0 + (matmul bound + JIT_OTHER_SHARE x other bound)
         / e. t0 is the fixed cost per call (_fixed_cost, from batch series); e is one efficiency shared by every
         model: the median over the models of each model's median bound / (whole - t0), so that a model measured
-        many times (the tuning trials are VGG16's) counts as one (of this compute dtype if JIT_PER_DTYPE and
+        many times (the tuning trials are VGG16's) counts as one (of this compute dtype if jit_per_dtype and
         there are any, else of every dtype).
         A measurement outranks a model: for a `model` that has records of its own here (of this dtype where
         it has any), e is the median of its own, and t0 its own batch series' intercept where it has one (the
@@ -575,7 +580,7 @@ class Calibration:
                   and (saved is None or getattr(w, saved) is not None)]
         if not usable:
             return None
-        same = [w for w in usable if JIT_PER_DTYPE and dtype and w.dtype == dtype]
+        same = [w for w in usable if self.jit_per_dtype and dtype and w.dtype == dtype]
         chosen = same or usable
         k = self.kernel_floor(execution)
         if self.jit_host == "max" and execution in KERNEL_FLOOR_EXECUTIONS:
@@ -611,7 +616,7 @@ class Calibration:
                 e, t0, series, chosen = statistics.median(own), own_t0, own_series, own_records
                 over = f"{model}'s own {dtype + ' ' if own_dtype else ''}measurements: median of"
         which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
-            f" of every dtype (none in {dtype})" if JIT_PER_DTYPE and dtype else "")
+            f" of every dtype (none in {dtype})" if self.jit_per_dtype and dtype else "")
         studies = sum(1 for w in chosen if w.source.startswith("study"))
         which += f" ({studies} of them tuning trials)" if studies else ""
         share = self.jit_other_share
@@ -735,7 +740,7 @@ class Calibration:
                   kernels: int | None = None) -> WholeFit | None:
         # the samples are not to be changed in place once fitted (as _cells' index); what may change is keyed
         key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, self.jit_fusion,
-               self.jit_split_e, len(self.whole),
+               self.jit_split_e, self.jit_per_dtype, len(self.whole),
                self.kernel_floor(execution))
         if key not in self._whole_fits:
             self._whole_fits[key] = self._whole_fit(backend, execution, dtype, model, kernels)

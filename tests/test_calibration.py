@@ -688,3 +688,17 @@ def test_the_launch_floors_leave_a_jit_calls_gpu_share_where_they_are_idle():
         [SimpleNamespace(type="ReLU", predicted_time_s=0.0001e-3, known=True, dtype="bfloat16")] * 90
     assert busy.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.138, rel=0.03)
     assert idle.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.038, rel=0.03)
+
+
+def test_a_per_dtype_jit_fit_takes_the_records_of_the_dtype_predicted_only():
+    # a and b GPU-paced (10 calls x h well under the GPU time) at e = 0.8 in bfloat16 and 0.4 in float32
+    def rec(model, dtype, bound_ms, e, batch):
+        return WholeSample("jax", "jit", bound_ms / e * 1e-3, 0.0, 0.0, 10, model, 0, None, dtype, bound_ms * 1e-3,
+                           0.0, batch, "channels_last", "", 0, None, 10)
+    whole = [rec(m, "bfloat16", b, 0.8, n) for m in ("a", "b") for b, n in ((1.0, 32), (2.0, 64))] + \
+            [rec(m, "float32", b, 0.4, n) for m in ("a", "b") for b, n in ((1.0, 32), (2.0, 64))]
+    per_dtype = Calibration([], whole, jit_per_dtype=True)
+    assert per_dtype.whole_fit("jax", "jit", "bfloat16").bound_efficiency == pytest.approx(0.8, rel=0.03)
+    assert per_dtype.whole_fit("jax", "jit", "float32").bound_efficiency == pytest.approx(0.4, rel=0.03)
+    shared = Calibration([], whole)   # one e over both dtypes, whichever is asked
+    assert shared.whole_fit("jax", "jit", "float32").bound_efficiency == shared.whole_fit("jax", "jit", "bfloat16").bound_efficiency

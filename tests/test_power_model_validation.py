@@ -1025,3 +1025,18 @@ def test_jit_floor_choice_decides_by_whole_model_power_on_jit_records_before_the
     assert choice["candidates"]["busy"]["choosing"]["power_median_abs_err"] == pytest.approx(0.10)
     assert choice["candidates"]["idle"]["test"]["power_median_abs_err"] == pytest.approx(0.5)
     assert mod.jit_floor_choice([row(early, 0.1, -0.1)])["chosen"] == "busy"   # a tie keeps the incumbent
+
+
+def test_jit_dtype_choice_decides_by_time_on_jit_records_before_the_seventh_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s5c4-whole", "nvidia-h200-records-2026-12-04-s7c1-whole"
+
+    def row(source, off, on):
+        return {"source": source, "reference_execution": "jit",
+                **{mod._variant_key(None if (v == "on") == mod.JIT_PER_DTYPE else f"jit_per_dtype_{v}"):
+                   {"time_err": e} for v, e in (("off", off), ("on", on))}}
+    rows = [row(early, 0.3, -0.1), row(early, -0.1, 0.2), row(early, 0.2, 0.05), row(test, 0.0, 0.9)]
+    choice = mod.jit_dtype_choice(rows)
+    # choosing: |off| 0.3, 0.1, 0.2 -> 0.2; |on| 0.1, 0.2, 0.05 -> 0.1: on wins; the test only reports
+    assert choice["chosen"] == "on" and choice["candidates"]["on"]["test"]["time_median_abs_err"] == pytest.approx(0.9)
+    assert mod.jit_dtype_choice([row(early, 0.1, 0.1)])["chosen"] == "off"
