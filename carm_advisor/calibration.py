@@ -106,7 +106,10 @@ JIT_SPLIT_E = False
 # Re-chosen in the seventh session under the host form "max" (power_model_validation.py: jit_dtype_choice): the
 # lower leave-one-model-out whole-model time over the jit records before -s7 decides, the incumbent (one e over
 # every dtype) staying unless beaten; -s7 tests it. Rule written before the per-dtype figures under "max" were seen;
-# seen before it: the incumbent's -s7 errors, float32 the worst for ResNet50 at large batch (+57% to +79%).
+# seen before it: the incumbent's -s7 errors, float32 the worst for ResNet50 at large batch (+57% to +79%). Result
+# (nvidia-h200-power-model-2026-12-04-s7.json), time on the choosing records (n=88) | on -s7 (n=24): one e 10.2% |
+# 16.9%, per dtype 16.9% | 29.7%: one e stays (the models differ more than the dtypes; a fit per dtype has a third
+# of the records).
 JIT_PER_DTYPE = False
 # jit (XLA) pays a GPU-side launch floor per kernel that bound / e misses (issue 10): whole = t0 + bound / e
 # + kernels x floor, the kernels being the layers XLA does not fuse into a neighbour (is_kernel:
