@@ -130,6 +130,7 @@ from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT
                                      JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_PER_DTYPE,
                                      JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
+from carm_advisor.errors import ProfileError  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
 
@@ -162,10 +163,10 @@ def _calibrated(rows, calibration, backend: str, execution: str | None, model: s
         return None
     whole_s = calibration.whole_time_s(rows, backend, execution, model)
     times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
-    layers = [(r.flops, r.bytes, r.path, r.level, t) for r, t in times]
+    layers = [(r.flops, r.bytes, r.path, r.level, t, getattr(r, "output_elements", 0)) for r, t in times]
     dispatch = None
     if execution in DISPATCHED_EXECUTIONS:
-        dispatch = [(r.flops, r.bytes, r.path, r.level, r.calibrated_time_s) for r in rows
+        dispatch = [(r.flops, r.bytes, r.path, r.level, r.calibrated_time_s, getattr(r, "output_elements", 0)) for r in rows
                     if r.known and (r.flops or r.bytes) and r.calibrated_time_s]
     return ({"whole_time_s": whole_s, "layers": layers, "gpu_share": share, "layers_dispatch": dispatch}
             if whole_s and layers else None)
@@ -191,6 +192,7 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
         if c is None or not c.known:
             continue
         out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes, "path": c.path,
+                    "output_elements": getattr(c, "output_elements", 0),
                     "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
                     "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
                     "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
@@ -315,6 +317,38 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
     headline power, on the choosing records (every folder recorded before REPLAY_TEST) and on REPLAY_TEST's;
     chosen: the lowest pooled per-layer figure on the choosing records, the incumbent ("none") staying unless
     beaten."""
+    table = _pooled_table(results, REPLAY_TEST)
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
+                    f"{REPLAY_TEST}); the incumbent (none) stays unless beaten; {REPLAY_TEST} is the test",
+            "chosen": _lowest_on_choosing(table, "none"), "in_use": REPLAY_IN_USE, "candidates": table}
+
+
+# The duty curve's size term, seventh session of 2026-12-04: "size_efficiency" (the incumbent, the CARM bound time
+# against t_size_s) or "fill_efficiency" (the layer's output elements against n_full: how far its work spreads over
+# the SMs). Proposed after binning the incumbent's per-layer errors of torch layers (left out) by output size on
+# every record before -s7: < 1e5 elements +86% (n=21), 1e5-1e6 +28% (n=357), 1e6-4e6 +3%, above -1%; Spearman
+# -0.31 against -0.21 for the bound time. Rule, written before the candidate's figures: the lowest pooled per-layer
+# headline power (leave one model out) on the records before DUTY_FILL_TEST decides, the incumbent staying unless
+# beaten; DUTY_FILL_TEST's records test it (whole models only: -s7 has no layer windows).
+DUTY_FILL_CANDIDATES = ("size_efficiency", "fill_efficiency")
+DUTY_FILL_TEST = "-s7"
+
+
+def duty_fill_choice(results: dict[str, dict]) -> dict:
+    """The choice of the duty curve's size term (DUTY_FILL_CANDIDATES), from validate() run once per candidate
+    (`results`: variable -> its result), by _pooled_table on the records before and in DUTY_FILL_TEST; chosen:
+    the lowest pooled per-layer figure on the choosing records, the incumbent (size_efficiency) unless beaten."""
+    table = _pooled_table(results, DUTY_FILL_TEST)
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
+                    f"{DUTY_FILL_TEST}); the incumbent (size_efficiency) stays unless beaten; {DUTY_FILL_TEST} is "
+                    "the test (whole models: no layer windows in it)",
+            "chosen": _lowest_on_choosing(table, "size_efficiency"), "in_use": DUTY_VARIABLE, "candidates": table}
+
+
+def _pooled_table(results: dict[str, dict], test: str) -> dict:
+    """Per candidate (name -> its validate() result): the per-layer headline power pooled over every scored layer
+    and over the torch ones, and the whole-model headline power (median |error|, n), on the records before `test`
+    ("choosing") and on its own ("test")."""
     def med(xs):
         xs = [x for x in xs if x is not None]
         return _median_abs(xs), len(xs)
@@ -322,8 +356,8 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
     table = {}
     for name, result in results.items():
         row = {}
-        for part, keep in (("choosing", lambda src: recorded_before(src, REPLAY_TEST)),
-                           ("test", lambda src: in_test(src, REPLAY_TEST))):
+        for part, keep in (("choosing", lambda src: recorded_before(src, test)),
+                           ("test", lambda src: in_test(src, test))):
             scored = [l for l in result["layers"] if l["scored"] and keep(l["source"])]
             pooled, n = med(l["headline_power_err"] for l in scored)
             replays, n_replays = med(l["headline_power_err"] for l in scored if l["backend"] == "torch")
@@ -333,9 +367,7 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
                          "torch_power_median_abs_err": replays, "models_n": n_whole,
                          "models_power_median_abs_err": whole}
         table[name] = row
-    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
-                    f"{REPLAY_TEST}); the incumbent (none) stays unless beaten; {REPLAY_TEST} is the test",
-            "chosen": _lowest_on_choosing(table, "none"), "in_use": REPLAY_IN_USE, "candidates": table}
+    return table
 
 
 def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_abs_err") -> str | None:
@@ -628,7 +660,7 @@ def bound_time_s(carm, pm, work) -> float:
 
 
 def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: float = 1.0) -> tuple:
-    """(work, time_s) pairs -> the power at each one's time, at each one's CARM operating point, and the
+    """(work, time_s, output elements) triples -> the power at each one's time, at each one's CARM operating point, and the
     latter scaled by `duty` at each one's time (None without a curve), time-weighted over the times; and
     the energy above the constant power of the duty-scaled layers (sum of (P - P_const) * t; None
     without a curve), to which the constant power x whole time is added for the gaps_at_constant figure.
@@ -637,17 +669,18 @@ def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: f
 
     from carm_advisor.carm.dvfs import predict_at_time
 
-    total = sum(t for _, t in parts)
+    total = sum(t for _, t, _ in parts)
     if not total:
         return None, None, None, None
-    at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t in parts) / total
-    busy = [(busy_power_w(carm, pm, w), t, bound_time_s(carm, pm, w)) for w, t in parts]
-    at_roofs = sum(p * t for p, t, _ in busy) / total
+    at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t, _ in parts) / total
+    busy = [(busy_power_w(carm, pm, w), t, bound_time_s(carm, pm, w), n) for w, t, n in parts]
+    at_roofs = sum(p * t for p, t, _, _ in busy) / total
     with_duty = above = None
     if duty is not None:
         pmd = dataclasses.replace(pm, duty=duty)
-        with_duty = pmd.mean_duty_power_w([(p, b, t) for p, t, b in busy], gpu_share)   # the product's sum
-        above = sum((pmd.duty_power_w(p, t, bound_time_s=b) - pm.constant_w) * t for p, t, b in busy)
+        with_duty = pmd.mean_duty_power_w([(p, b, t, n) for p, t, b, n in busy], gpu_share)   # the product's sum
+        above = sum((pmd.duty_power_w(p, t, bound_time_s=b, output_elements=n) - pm.constant_w) * t
+                    for p, t, b, n in busy)
     return at_time, at_roofs, with_duty, above
 
 
@@ -768,14 +801,16 @@ def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VAR
     """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
+    def fit(obs, source):   # None where no observation gives what the form needs (older reports: no output size)
+        try:
+            return fit_duty_curve(obs, constant_w, source=source, variable=variable)[0] if obs else None
+        except ProfileError:
+            return None
+
     every = [o for obs in obs_by_model.values() for o in obs]
-    in_sample = fit_duty_curve(every, constant_w, source="fitted on every scored layer (in sample)",
-                               variable=variable)[0] if every else None
-    lomo = {}
-    for model in obs_by_model:
-        train = [o for m, obs in obs_by_model.items() if m != model for o in obs]
-        lomo[model] = fit_duty_curve(train, constant_w, source=f"fitted on the scored layers of every model but {model}",
-                                     variable=variable)[0] if train else None
+    in_sample = fit(every, "fitted on every scored layer (in sample)")
+    lomo = {model: fit([o for m, obs in obs_by_model.items() if m != model for o in obs],
+                       f"fitted on the scored layers of every model but {model}") for model in obs_by_model}
     return lomo, in_sample
 
 
@@ -948,7 +983,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                     # a replay-paced layer: the duty curve describes the GPU's busy share of each replay
                     u = replay_share(l, replay_norm)
                     o = DutyObservation(l["time_s"], l["power_w"], pm.constant_w + (busy - pm.constant_w) * u,
-                                        roof.time_s)
+                                        roof.time_s, l.get("output_elements"))
                     obs_by_model.setdefault(run["model"], []).append(o)
                     cand_obs.append((run["model"], run.get("source"), o, l.get("calibrated_time_s_leave_one_model_out")))
         per_run.append(kept)
@@ -984,7 +1019,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
 
             def duty(p, t):
                 return (p.duty_power_w(busy, t_gpu, t) if t_gpu
-                        else p.duty_power_w(busy, t, bound_time_s=roof.time_s, gpu_share=u))
+                        else p.duty_power_w(busy, t, bound_time_s=roof.time_s, gpu_share=u,
+                                            output_elements=l.get("output_elements")))
 
             pred = {"measured_point": at.power_w, "carm_point": busy,
                     "calibrated_point": predict_at_time(pm, work, t_cal, f0_mhz).power_w if t_cal else None,
@@ -1063,7 +1099,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             if not cal:
                 row[f"calibrated_{variant}"] = None
                 continue
-            parts = [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers"]
+            parts = [(Work(fl, by, pa, le), t, n[0] if n else None) for fl, by, pa, le, t, *n in cal["layers"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
             # Host-paced whole model (eager slower than its GPU time): the GPU idles the rest of each call.
             u = cal.get("gpu_share", 1.0)
@@ -1074,7 +1110,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             if cal.get("layers_dispatch") and lomo_curves.get(run["model"]) is not None:
                 in_model_w = duty_w
                 dispatch_w = _time_weighted_power(
-                    [(Work(fl, by, pa, le), t) for fl, by, pa, le, t in cal["layers_dispatch"]
+                    [(Work(fl, by, pa, le), t, n[0] if n else None) for fl, by, pa, le, t, *n in cal["layers_dispatch"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)],
                     carm, pm, f0_mhz, lomo_curves.get(run["model"]))[2]
             whole_s = cal["whole_time_s"]
@@ -1541,6 +1577,12 @@ def main(argv: list[str] | None = None) -> int:
                                  args.form_fixed_on, replay=name))
                  for name in REPLAY_CANDIDATES}
     result["validation"]["replay_pacing_choice"] = replay_pacing_choice(by_replay)
+    # The duty curve's size term (DUTY_FILL_CANDIDATES): the same validation with the other term.
+    by_fill = {name: (result if name == DUTY_VARIABLE else
+                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                               args.form_fixed_on, duty_variable=name))
+               for name in DUTY_FILL_CANDIDATES}
+    result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

@@ -253,6 +253,7 @@ def _form_choice_rows(v: dict) -> list[str]:
                              f"choosing records, {_pct(t['test']['power_median_abs_err'])} (n={t['test']['n']}) on the test"
                              for name, t in w["candidates"].items()) + "."]
     return (rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
+            + _replay_choice_rows(v.get("duty_fill_choice"), "The duty curve's size term")
             + _jit_whole_rows(v.get("jit_host_choice"), "jit whole models, host and GPU time")
             + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound")
             + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul")
@@ -281,13 +282,13 @@ def _jit_whole_rows(c: dict | None, title: str) -> list[str]:
     return rows
 
 
-def _replay_choice_rows(c: dict | None) -> list[str]:
-    """The busy share of a torch layer replayed alone from a CUDA graph (validation.replay_pacing_choice): per
+def _replay_choice_rows(c: dict | None, title: str = "Replayed layers' busy share") -> list[str]:
+    """A choice scored by validate() once per candidate (validation.replay_pacing_choice, duty_fill_choice): per
     candidate, the per-layer headline pooled and on the torch layers, and the whole-model power, on the choosing
     and on the test records."""
     if not c:
         return []
-    rows = ["", f"Replayed layers' busy share: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+    rows = ["", f"{title}: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
             "| candidate | choosing: all layers | choosing: torch layers | choosing: whole models | test: all layers "
             "| test: torch layers | test: whole models |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in c["candidates"].items():

@@ -16,7 +16,7 @@ from carm_advisor.carm.dvfs import predicted_time_energy
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
 from carm_advisor.carm.roofline import apply_launch_floor
 from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
-from carm_advisor.mapping.registry import dtype_bytes_of
+from carm_advisor.mapping.registry import dtype_bytes_of, elems
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import LayerRow
 
@@ -107,6 +107,7 @@ class Predictor:
                 predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
                 notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
                 input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
+                output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )
             if c.known and (c.flops or c.bytes):
                 roof_time = carm.time_s(c.flops, c.bytes, path, level)
@@ -219,7 +220,8 @@ def whole_model_power_w(rows, power_model, calibration, backend: str, execution:
     if power_model is None or calibration is None:
         return None
     times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
-    layers = [(busy_w, bound_s, t) for r, t in times for busy_w, bound_s in [busy_and_bound(r)] if bound_s]
+    layers = [(busy_w, bound_s, t, getattr(r, "output_elements", None))
+              for r, t in times for busy_w, bound_s in [busy_and_bound(r)] if bound_s]
     return power_model.mean_duty_power_w(layers, share) if layers else None
 
 

@@ -1040,3 +1040,48 @@ def test_jit_dtype_choice_decides_by_time_on_jit_records_before_the_seventh_sess
     # choosing: |off| 0.3, 0.1, 0.2 -> 0.2; |on| 0.1, 0.2, 0.05 -> 0.1: on wins; the test only reports
     assert choice["chosen"] == "on" and choice["candidates"]["on"]["test"]["time_median_abs_err"] == pytest.approx(0.9)
     assert mod.jit_dtype_choice([row(early, 0.1, 0.1)])["chosen"] == "off"
+
+
+def test_duty_power_in_the_fill_efficiency_form_and_its_fit():
+    from carm_advisor.carm.power_fit import DutyObservation, fit_duty_curve
+    from carm_advisor.carm.power_model import DutyCurve
+
+    curve = DutyCurve(None, 0.5, variable="fill_efficiency", gamma_size=0.5, n_full=1e6)
+    pm = dataclasses.replace(_hand_model(), duty=curve)
+    # 2 ms call of a 0.5 ms bound: efficiency 0.25 ** 0.5 = 0.5; 250,000 of 1e6 output elements: 0.25 ** 0.5 = 0.5
+    # -> 100 + 600 * 0.25 = 250 W; a full-size output: 100 + 600 * 0.5 = 400 W; no size known: the same 400 W
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=5e-4, output_elements=2.5e5) == pytest.approx(250.0)
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=5e-4, output_elements=4e6) == pytest.approx(400.0)
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=5e-4) == pytest.approx(400.0)
+    assert DutyCurve.from_dict(curve.to_dict()) == curve
+    # the whole model: 250 W for 2 ms and 400 W for 2 ms (4-tuples carry the output size) -> 325 W
+    assert pm.mean_duty_power_w([(700.0, 5e-4, 2e-3, 2.5e5), (700.0, 5e-4, 2e-3, 4e6)]) == pytest.approx(325.0)
+    with pytest.raises(ProfileError, match="n_full > 0"):
+        DutyCurve(None, 0.5, variable="fill_efficiency", gamma_size=0.5)
+    # layers made from that curve (constant 100 W, busy 700 W, every one at its roof): the fit finds n_full and
+    # gamma_size on its grid (n_full 1e6 is a grid point of logspace(4, 8, 41); gamma_size 0.5 of 0..1 by 0.05)
+    obs = [DutyObservation(1e-3, 100.0 + 600.0 * min(1.0, (n / 1e6) ** 0.5), 700.0, 1e-3, n)
+           for n in (1e4, 3e4, 1e5, 3e5, 6e5, 2e6, 5e6)]
+    fitted, err = fit_duty_curve(obs, 100.0, variable="fill_efficiency")
+    assert err == pytest.approx(0.0, abs=1e-9)
+    assert fitted.n_full == pytest.approx(1e6) and fitted.gamma_size == pytest.approx(0.5)
+
+
+def test_duty_fill_choice_decides_by_the_pooled_layers_before_the_seventh_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s5c1-windows", "nvidia-h200-records-2026-12-04-s7c1-torch"
+
+    def result(errs, whole):
+        return {"layers": [{"scored": True, "source": early, "backend": "torch", "headline_power_err": e}
+                           for e in errs],
+                "models": [{"source": s, "calibrated_leave_one_model_out": {"duty_lomo_power_err": e}}
+                           for s, e in whole]}
+    results = {"size_efficiency": result([0.1, -0.3, 0.2], [(early, 0.05), (test, 0.2)]),
+               "fill_efficiency": result([0.05, -0.1, 0.15], [(early, 0.04), (test, 0.3)])}
+    choice = mod.duty_fill_choice(results)
+    # choosing layers: |size| 0.1, 0.3, 0.2 -> 0.2; |fill| 0.05, 0.1, 0.15 -> 0.1: fill wins; the test only reports
+    assert choice["chosen"] == "fill_efficiency"
+    assert choice["candidates"]["size_efficiency"]["choosing"]["power_median_abs_err"] == pytest.approx(0.2)
+    assert choice["candidates"]["fill_efficiency"]["test"]["models_power_median_abs_err"] == pytest.approx(0.3)
+    tie = {k: result([0.1], [(early, 0.1)]) for k in results}
+    assert mod.duty_fill_choice(tie)["chosen"] == "size_efficiency"

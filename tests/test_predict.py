@@ -182,3 +182,12 @@ def test_model_predictor_changes_only_the_setting_it_is_asked_to():
 def test_predictor_is_a_lazy_public_name_of_the_package():
     assert "Predictor" in carm_advisor.__all__
     assert carm_advisor.Predictor is Predictor
+
+
+def test_a_row_carries_the_elements_its_layer_writes():
+    cost = LayerCost(name="mm", type="Dense", flops=10, bytes_read=10, bytes_written=0, compute_dtype="bfloat16",
+                     op_class=OP_MATMUL, tensor_core=True, output_shapes=((8, 16, 16, 32), (8, 10)))
+    (row,) = Predictor(profile(), TORCH_MODE).rows_for_costs([cost])
+    assert row.output_elements == 8 * 16 * 16 * 32 + 8 * 10
+    (unknown,) = Predictor(profile(), TORCH_MODE).rows_for_costs([matmul()])   # no shape recorded: 0
+    assert unknown.output_elements == 0

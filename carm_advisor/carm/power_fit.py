@@ -399,6 +399,7 @@ class DutyObservation:
     measured_w: float
     busy_w: float
     bound_time_s: float | None = None
+    output_elements: float | None = None   # the fill_efficiency form's size: the elements the layer writes
 
 
 def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
@@ -411,7 +412,8 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     min(1, (t / t_full_s) ** gamma); "efficiency": gamma of P = P_const + (busy - P_const) * min(1,
     t_bound / t) ** gamma (observations without a bound time are left out); "size_efficiency": (t_size_s,
     gamma_size, gamma) of the efficiency form times min(1, (t_bound / t_size_s) ** gamma_size) (gamma_size
-    0 on its grid is the efficiency form itself). Returns (DutyCurve, that
+    0 on its grid is the efficiency form itself); "fill_efficiency": (n_full, gamma_size, gamma) of the
+    efficiency form times min(1, (output elements / n_full) ** gamma_size). Returns (DutyCurve, that
     median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
     import numpy as np
 
@@ -420,7 +422,8 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     if variable not in DUTY_VARIABLES:
         raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {variable!r}")
     obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w
-           and (variable == "time" or (o.bound_time_s or 0) > 0)]
+           and (variable == "time" or (o.bound_time_s or 0) > 0)
+           and (variable != "fill_efficiency" or (o.output_elements or 0) > 0)]
     if not obs:
         raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
                            "above the constant power" + ("" if variable == "time" else ", and a bound time"))
@@ -435,6 +438,19 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
+    if variable == "fill_efficiency":
+        e = np.minimum(1.0, np.array([o.bound_time_s for o in obs]) / t)
+        n = np.array([o.output_elements for o in obs], dtype=float)
+        g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
+        ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
+        for n_full in np.logspace(4, 8, 41):
+            for gs in (gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)):
+                d = np.minimum(1.0, (n / n_full) ** gs)[None, :] * ge
+                errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
+                i = int(np.argmin(errs))
+                if best is None or errs[i] < best[0] - 1e-12:
+                    best = (float(errs[i]), (float(n_full), float(gs)), float(g_grid[i]))
+        return DutyCurve(None, best[2], source, "fill_efficiency", None, best[1][1], best[1][0]), best[0]
     if variable == "size_efficiency":
         tb = np.array([o.bound_time_s for o in obs])
         e = np.minimum(1.0, tb / t)

@@ -127,8 +127,10 @@ class VoltageCurve:
 # layer's efficiency, its CARM bound time / its time per call (the form chosen on the same records in the
 # 2026-12-04 protocol of benchmarks/power_model_validation.py), or the efficiency times the layer's size,
 # its CARM bound time against a fitted size t_size_s (the third session's protocol: a layer whose work is
-# too small to fill the GPU draws little whatever share of its roof it reaches).
-DUTY_VARIABLES = ("time", "efficiency", "size_efficiency")
+# too small to fill the GPU draws little whatever share of its roof it reaches), or the efficiency times how far
+# the layer's output fills the GPU, its output elements against a fitted n_full (fill_efficiency, the seventh
+# session's candidate: small layers' power error follows their output size more than their bound time).
+DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency")
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,8 @@ class DutyCurve:
     source: str = "fitted on layer records"
     variable: str = "time"
     t_size_s: float | None = None       # size_efficiency: the bound time from which a layer fills the GPU
-    gamma_size: float = 0.0             # size_efficiency: the exponent of its size term
+    gamma_size: float = 0.0             # size_efficiency, fill_efficiency: the exponent of its size term
+    n_full: float | None = None         # fill_efficiency: the output elements from which a layer fills the GPU
 
     def __post_init__(self):
         if self.variable not in DUTY_VARIABLES:
@@ -167,25 +170,39 @@ class DutyCurve:
         size_ok = self.variable != "size_efficiency" or (
             isinstance(self.t_size_s, (int, float)) and math.isfinite(self.t_size_s) and self.t_size_s > 0
             and math.isfinite(self.gamma_size) and self.gamma_size >= 0)
+        size_ok = size_ok and (self.variable != "fill_efficiency" or (
+            isinstance(self.n_full, (int, float)) and math.isfinite(self.n_full) and self.n_full > 0
+            and math.isfinite(self.gamma_size) and self.gamma_size >= 0))
         if not size_ok:
-            raise ProfileError(f"the size_efficiency duty curve needs t_size_s > 0 and gamma_size >= 0, received: "
+            raise ProfileError(f"the {self.variable} duty curve needs "
+                               f"{'n_full' if self.variable == 'fill_efficiency' else 't_size_s'} > 0 and "
+                               f"gamma_size >= 0, received: n_full={self.n_full!r}, "
                                f"t_size_s={self.t_size_s!r}, gamma_size={self.gamma_size!r}")
 
-    def fraction(self, time_s: float | None, bound_time_s: float | None = None) -> float:
-        """The duty in (0, 1]; 1 where the time (or, for the efficiency form, the bound time) is unknown
-        (the busy power stands)."""
+    def fraction(self, time_s: float | None, bound_time_s: float | None = None,
+                 output_elements: float | None = None) -> float:
+        """The duty in (0, 1]; 1 where the time (or, for the efficiency forms, the bound time) is unknown
+        (the busy power stands); fill_efficiency without `output_elements`: the efficiency form alone."""
         if time_s is None or not time_s > 0:
             return 1.0
-        if self.variable in ("efficiency", "size_efficiency"):
+        if self.variable in ("efficiency", "size_efficiency", "fill_efficiency"):
             if bound_time_s is None or not bound_time_s > 0:
                 return 1.0
             d = min(1.0, bound_time_s / time_s) ** self.gamma
             if self.variable == "size_efficiency":
                 d *= min(1.0, (bound_time_s / self.t_size_s) ** self.gamma_size)
+            if self.variable == "fill_efficiency" and output_elements and output_elements > 0:
+                d *= min(1.0, (output_elements / self.n_full) ** self.gamma_size)
             return d
         return min(1.0, (time_s / self.t_full_s) ** self.gamma)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.variable == "fill_efficiency":
+            return {"variable": "fill_efficiency", "gamma": self.gamma, "n_full": self.n_full,
+                    "gamma_size": self.gamma_size, "source": self.source,
+                    "form": "P = P_const + (P_busy - P_const) * min(1, (n_out / n_full) ** gamma_size) * "
+                            "min(1, t_bound / t) ** gamma, n_out the elements the layer writes, t the time per "
+                            "call, t_bound its CARM bound time"}
         if self.variable == "size_efficiency":
             return {"variable": "size_efficiency", "gamma": self.gamma, "t_size_s": self.t_size_s,
                     "gamma_size": self.gamma_size, "source": self.source,
@@ -203,8 +220,11 @@ class DutyCurve:
         try:
             variable = str(d.get("variable", "time"))
             t_full = float(d["t_full_s"]) if variable == "time" else None
-            size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable == "size_efficiency" else (None, 0.0))
-            return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable, *size)
+            size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable == "size_efficiency" else
+                    (None, float(d["gamma_size"])) if variable == "fill_efficiency" else (None, 0.0))
+            n_full = float(d["n_full"]) if variable == "fill_efficiency" else None
+            return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable, *size,
+                       n_full)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"power_model.duty must hold numbers t_full_s (variable time), gamma, t_size_s and "
                                f"gamma_size (variable size_efficiency), received: "
@@ -274,7 +294,8 @@ class PowerModel:
         return max(roof_time_s, power_time_s)
 
     def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None,
-                     bound_time_s: float | None = None, gpu_share: float = 1.0) -> float:
+                     bound_time_s: float | None = None, gpu_share: float = 1.0,
+                     output_elements: float | None = None) -> float:
         """A layer's power from its busy power (the power model at its CARM operating point) and its time
         per call. GPU-paced calls (a CUDA graph replay, a layer inside a compiled model; wall_time_s None):
         P_const + (busy - P_const) * duty, the duty curve at time_s (and, for its efficiency form, at the
@@ -289,19 +310,20 @@ class PowerModel:
             return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
         if self.duty is None and gpu_share == 1.0:
             return busy_w
-        duty = self.duty.fraction(time_s, bound_time_s) if self.duty is not None else 1.0
+        duty = self.duty.fraction(time_s, bound_time_s, output_elements) if self.duty is not None else 1.0
         return self.constant_w + (busy_w - self.constant_w) * duty * gpu_share
 
     def mean_duty_power_w(self, layers, gpu_share: float = 1.0) -> float | None:
-        """A whole model's power from its layers, (busy_w, bound_time_s, time_s) each: their duty powers
-        (duty_power_w, GPU-paced) time-weighted over their times, then scaled above the constant power by
-        `gpu_share` (host_paced_fraction of a host-paced whole-model call, 1 otherwise). None without layers.
-        What benchmarks/power_model_validation.py validates as the whole-model headline."""
-        layers = [(b, bt, t) for b, bt, t in layers if t and t > 0]
-        total = sum(t for _, _, t in layers)
+        """A whole model's power from its layers, (busy_w, bound_time_s, time_s[, output_elements]) each: their
+        duty powers (duty_power_w, GPU-paced) time-weighted over their times, then scaled above the constant
+        power by `gpu_share` (host_paced_fraction of a host-paced whole-model call, 1 otherwise). None without
+        layers. What benchmarks/power_model_validation.py validates as the whole-model headline."""
+        layers = [(b, bt, t, *rest) for b, bt, t, *rest in layers if t and t > 0]
+        total = sum(layer[2] for layer in layers)
         if not total:
             return None
-        mean = sum(self.duty_power_w(b, t, bound_time_s=bt) * t for b, bt, t in layers) / total
+        mean = sum(self.duty_power_w(b, t, bound_time_s=bt, output_elements=rest[0] if rest else None) * t
+                   for b, bt, t, *rest in layers) / total
         return self.constant_w + (mean - self.constant_w) * gpu_share
 
     def energy_j(self, time_s: float, flops: float, bytes_: float, path: str, level: str) -> float:

@@ -40,6 +40,7 @@ class LayerRow:
     analytic_ai: float | None = None  # FLOP/byte from the cost model, kept when counters replace `ai`
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
+    output_elements: int = 0          # elements the layer writes, per batch (its outputs' sizes): how far it fills the GPU
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
     # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
