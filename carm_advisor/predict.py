@@ -161,7 +161,8 @@ class Predictor:
             # model by benchmarks/power_model_validation.py (whole models: whole_model_power_w below, jit ones
             # at the layers' in-model GPU times since the third session of 2026-12-04); the power at the
             # work's rates over the calibrated time misses real layers (carm/power_model.py).
-            power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s)
+            power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s,
+                                      output_elements=row.output_elements)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
 
 
