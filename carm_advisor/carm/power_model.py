@@ -129,7 +129,8 @@ class VoltageCurve:
 # its CARM bound time against a fitted size t_size_s (the third session's protocol: a layer whose work is
 # too small to fill the GPU draws little whatever share of its roof it reaches), or the efficiency times how far
 # the layer's output fills the GPU, its output elements against a fitted n_full (fill_efficiency, the seventh
-# session's candidate: small layers' power error follows their output size more than their bound time).
+# session's candidate: small layers' power error follows their output size more than their bound time; not chosen,
+# benchmarks/power_model_validation.py: duty_fill_choice).
 DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency")
 
 
