@@ -438,32 +438,26 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
-    if variable == "fill_efficiency":
-        e = np.minimum(1.0, np.array([o.bound_time_s for o in obs]) / t)
-        n = np.array([o.output_elements for o in obs], dtype=float)
-        g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
-        ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
-        for n_full in np.logspace(4, 8, 41):
-            for gs in (gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)):
-                d = np.minimum(1.0, (n / n_full) ** gs)[None, :] * ge
-                errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
-                i = int(np.argmin(errs))
-                if best is None or errs[i] < best[0] - 1e-12:
-                    best = (float(errs[i]), (float(n_full), float(gs)), float(g_grid[i]))
-        return DutyCurve(None, best[2], source, "fill_efficiency", None, best[1][1], best[1][0]), best[0]
-    if variable == "size_efficiency":
+    if variable in ("size_efficiency", "fill_efficiency"):
+        # the efficiency form times min(1, (size / size_full) ** gamma_size), the size the CARM bound time
+        # (size_efficiency) or the output elements (fill_efficiency)
         tb = np.array([o.bound_time_s for o in obs])
         e = np.minimum(1.0, tb / t)
+        fill = variable == "fill_efficiency"
+        size = np.array([o.output_elements for o in obs], dtype=float) if fill else tb
+        fulls = np.logspace(4, 8, 41) if fill else (t_sizes_s if t_sizes_s is not None else np.logspace(-7, -3, 41))
         g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
         ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
-        for t_size in (t_sizes_s if t_sizes_s is not None else np.logspace(-7, -3, 41)):
+        for full in fulls:
             for gs in (gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)):
-                d = np.minimum(1.0, (tb / t_size) ** gs)[None, :] * ge
+                d = np.minimum(1.0, (size / full) ** gs)[None, :] * ge
                 errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
                 i = int(np.argmin(errs))
                 if best is None or errs[i] < best[0] - 1e-12:
-                    best = (float(errs[i]), (float(t_size), float(gs)), float(g_grid[i]))
-        return DutyCurve(None, best[2], source, "size_efficiency", best[1][0], best[1][1]), best[0]
+                    best = (float(errs[i]), (float(full), float(gs)), float(g_grid[i]))
+        if fill:
+            return DutyCurve(None, best[2], source, variable, None, best[1][1], best[1][0]), best[0]
+        return DutyCurve(None, best[2], source, variable, best[1][0], best[1][1]), best[0]
     for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
         for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
             p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)
