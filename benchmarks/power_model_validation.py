@@ -805,10 +805,12 @@ def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VAR
     """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
-    def fit(obs, source):   # None where no observation gives what the form needs (older reports: no output size)
+    def fit(obs, source):   # fill_efficiency: None where no observation has an output size (older reports)
         try:
             return fit_duty_curve(obs, constant_w, source=source, variable=variable)[0] if obs else None
         except ProfileError:
+            if variable != "fill_efficiency":
+                raise
             return None
 
     every = [o for obs in obs_by_model.values() for o in obs]
@@ -1560,11 +1562,11 @@ def main(argv: list[str] | None = None) -> int:
     fit, limit = fit_power_runs(docs, drop)
     pm = power_model_of(fit, limit)
     # the code that shapes the loaded runs is in the key too: a cache written before a change is not reused
-    import carm_advisor.calibration as calibration_code
-    import carm_advisor.predict as predict_code
+    import carm_advisor
 
-    code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in (__file__, calibration_code.__file__,
-                                                                  predict_code.__file__))).hexdigest()
+    package = Path(carm_advisor.__file__).parent   # every module and the profiles (JSON) the runs are built from
+    code = hashlib.sha256(b"".join(f.read_bytes() for f in [Path(__file__), *sorted(package.rglob("*.py")),
+                                                            *sorted((package / "profiles").glob("*.json"))])).hexdigest()
     cache_key = json.dumps([sorted(str(f) for p in args.records for f in (p.rglob("*.json") if p.is_dir() else [p])),
                             profile.name, calibration.provenance, code], sort_keys=True, default=str)
     cached = json.loads(args.runs_cache.read_text()) if args.runs_cache and args.runs_cache.exists() else {}
@@ -1587,6 +1589,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.form_fixed_on, duty_variable=name))
                for name in DUTY_FILL_CANDIDATES}
     result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
+    result["validation"]["duty_fill_choice"]["fill_curves"] = by_fill["fill_efficiency"].get("duty_curves")
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

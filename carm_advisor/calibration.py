@@ -149,9 +149,10 @@ JIT_HOST = "max"
 # time. Rule, written before the candidate's figures: the lower whole-model power (median |error|, leave one model
 # out) over the jit records before -s7 decides, the incumbent staying unless beaten; -s7 tests it, with the caveat
 # that its incumbent errors motivated the candidate (power_model_validation.py: jit_floor_choice). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json, commit d6ea68a), whole-model power on the choosing records (n=88) |
-# on -s7 (n=24): busy 8.7% | 5.6%, idle 10.7% | 6.8%: busy stays. The floors' time draws more than the constant:
-# a jit call's launches keep the GPU's clocks and front end busy between kernels.
+# (commit d6ea68a), whole-model power on the choosing records (n=88) | on -s7 (n=24): busy 8.7% | 5.6%, idle
+# 10.7% | 6.8%. A review found the idle candidate took the floors out of the GPU share but left them in the layers'
+# time weights (in_model_time_s), taking their share off every layer; rescored with the layers weighted over their
+# working time (with_floor), result in nvidia-h200-power-model-2026-12-04-s7.json (jit_floor_choice).
 JIT_FLOOR_BUSY = True
 # A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
 # larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
@@ -824,14 +825,15 @@ class Calibration:
 
     def in_model_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, execution: str,
                         dtype: str | None = None, model: str | None = None,
-                        kernels: int | None = None) -> float | None:
+                        kernels: int | None = None, with_floor: bool = True) -> float | None:
         """A layer's GPU time as a compiled model (jit, torch.compile: BOUND_EXECUTIONS) runs it: its share
         of the whole-model fit, factor x its CARM bound plus the GPU-side launch floor if it is a kernel of
         its own (is_kernel); the fixed cost per model call is not shared out. None without such a fit. What
         the GPU works per call of the layer jitted alone too: the rest of that call is host dispatch.
         `model` and `kernels` (its name and kernel_calls, as whole_fit): the fit of the model the layer is in,
         its own records first, so that a whole model's layers share the fit of its whole time
-        (compiled_gpu_share); without them, the fit over every model."""
+        (compiled_gpu_share); without them, the fit over every model. `with_floor` False: the GPU's working
+        time alone, without the launch floor (jit_floor_busy off: the floors at the constant power)."""
         if execution not in BOUND_EXECUTIONS or not bound_time_s or bound_time_s <= 0:
             return None
         fit = self.whole_fit(backend, execution, dtype, model, kernels)
@@ -840,7 +842,7 @@ class Calibration:
         factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor
         # (under a fusion form, JIT_FUSION not "none", each non-matmul layer keeps its whole bound here: the
         # layers' times then sum above the fit's GPU time; only the forms' time errors decide jit_gpu_choice)
-        return factor * bound_time_s + (fit.kernel_floor_s if is_kernel(layer_type) else 0.0)
+        return factor * bound_time_s + (fit.kernel_floor_s if with_floor and is_kernel(layer_type) else 0.0)
 
     def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None, model: str | None = None) -> str:
         """How the whole-model calibrated prediction is made ("none": no record of this backend and execution);

@@ -195,7 +195,11 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     if execution in DISPATCHED_EXECUTIONS and in_model_time_s is not None:
         # the fit of this model's whole time (its own records first), as compiled_gpu_share takes it
         dtype, kernels = rows_dtype(rows), kernel_calls(rows)
-        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels))
+        # jit_floor_busy off: the layers weighted over their working time, the floors at the constant power
+        # (compiled_gpu_share leaves them out of the GPU share too)
+        busy_floor = getattr(calibration, "jit_floor_busy", True)
+        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels,
+                                        **({} if busy_floor else {"with_floor": False})))
                     for r in working]
         in_model = [(r, t) for r, t in in_model if t]
         times = in_model or times

@@ -688,6 +688,16 @@ def test_the_launch_floors_leave_a_jit_calls_gpu_share_where_they_are_idle():
         [SimpleNamespace(type="ReLU", predicted_time_s=0.0001e-3, known=True, dtype="bfloat16")] * 90
     assert busy.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.138, rel=0.03)
     assert idle.compiled_gpu_share(small, "jax", "jit") == pytest.approx(0.038, rel=0.03)
+    # the layers' power weights: with the floors idle, each convolution's working time alone (0.001 / 0.5 ms),
+    # with them busy, that plus its 0.01 ms floor
+    from carm_advisor.predict import whole_model_layer_times
+
+    work = [SimpleNamespace(name=f"c{i}", type="Conv2D", predicted_time_s=0.001e-3, known=True, dtype="bfloat16",
+                            flops=1.0, bytes=1.0, calibrated_time_s=1e-6) for i in range(10)]
+    t_idle = [t for _, t in whole_model_layer_times(work, idle, "jax", "jit")[0]]
+    t_busy = [t for _, t in whole_model_layer_times(work, busy, "jax", "jit")[0]]
+    assert t_idle == pytest.approx([0.002e-3] * 10, rel=0.03)
+    assert t_busy == pytest.approx([0.012e-3] * 10, rel=0.03)
 
 
 def test_a_per_dtype_jit_fit_takes_the_records_of_the_dtype_predicted_only():
