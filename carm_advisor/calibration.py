@@ -152,7 +152,9 @@ JIT_HOST = "max"
 # (commit d6ea68a), whole-model power on the choosing records (n=88) | on -s7 (n=24): busy 8.7% | 5.6%, idle
 # 10.7% | 6.8%. A review found the idle candidate took the floors out of the GPU share but left them in the layers'
 # time weights (in_model_time_s), taking their share off every layer; rescored with the layers weighted over their
-# working time (with_floor), result in nvidia-h200-power-model-2026-12-04-s7.json (jit_floor_choice).
+# working time (with_floor) (nvidia-h200-power-model-2026-12-04-s7.json, commit 7585796): busy 8.7% | 5.6%, idle
+# 10.8% | 6.7%: busy stays. The floors' time draws more than the constant: a jit call's launches keep the GPU's
+# clocks and front end busy between kernels.
 JIT_FLOOR_BUSY = True
 # A layer jitted alone and called in a loop (how the jax layer records time each layer) takes per call the
 # larger of the host's dispatch and the GPU's work, which overlap: wall = (gpu ** p + host ** p) ** (1 / p),
