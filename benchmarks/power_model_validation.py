@@ -453,54 +453,57 @@ def _variant_key(suffix: str | None) -> str:
     return "calibrated_leave_one_model_out" + (f"_{suffix}" if suffix else "")
 
 
+def _jit_choice(models: list[dict], suffixes: dict[str, str], in_use: str, incumbent: str, test: str, metric: str,
+                rule: str) -> dict:
+    """A choice over the jit whole models: candidates (name -> the suffix of its variant key; the one `in_use`
+    under the headline's key) tabled by _jit_whole_table before and in `test`; chosen: the lowest `metric` on the
+    choosing records, `incumbent` staying unless beaten."""
+    table = _jit_whole_table(models, {name: _variant_key(None if name == in_use else suffix)
+                                      for name, suffix in suffixes.items()}, test)
+    return {"rule": rule, "chosen": _lowest_on_choosing(table, incumbent, metric), "in_use": in_use,
+            "candidates": table}
+
+
 def jit_host_choice(models: list[dict]) -> dict:
     """The choice of calibration.JIT_HOST: each form's jit whole models (_jit_whole_table) before and in
     JIT_HOST_TEST; chosen: the lowest time error on the choosing records."""
-    table = _jit_whole_table(models, {form: _variant_key(None if form == JIT_HOST else f"jit_host_{form}")
-                                      for form in JIT_HOST_FORMS}, JIT_HOST_TEST)
-    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_HOST_TEST}; the incumbent (additive) stays unless beaten; {JIT_HOST_TEST} is the test",
-            "chosen": _lowest_on_choosing(table, "additive", "time_median_abs_err"), "in_use": JIT_HOST,
-            "candidates": table}
+    return _jit_choice(models, {form: f"jit_host_{form}" for form in JIT_HOST_FORMS}, JIT_HOST, "additive",
+                       JIT_HOST_TEST, "time_median_abs_err",
+                       "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                       f"{JIT_HOST_TEST}; the incumbent (additive) stays unless beaten; {JIT_HOST_TEST} is the test")
 
 
 def jit_other_share_choice(models: list[dict]) -> dict:
     """The choice of calibration.JIT_OTHER_SHARE under the host form in use: each share's jit whole models
     (_jit_whole_table) before and in JIT_HOST_TEST; chosen: the lowest time error on the choosing records, the
     incumbent (1) unless beaten."""
-    table = _jit_whole_table(models, {f"{share:g}": _variant_key(None if share == JIT_OTHER_SHARE else
-                                                                  f"jit_other_share_{share:g}")
-                                      for share in JIT_OTHER_SHARES}, JIT_HOST_TEST)
-    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
-                    "is the test", "chosen": _lowest_on_choosing(table, "1", "time_median_abs_err"),
-            "in_use": f"{JIT_OTHER_SHARE:g}", "candidates": table}
+    return _jit_choice(models, {f"{share:g}": f"jit_other_share_{share:g}" for share in JIT_OTHER_SHARES},
+                       f"{JIT_OTHER_SHARE:g}", "1", JIT_HOST_TEST, "time_median_abs_err",
+                       "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                       f"{JIT_HOST_TEST}, host form {JIT_HOST}; the incumbent (1) stays unless beaten; {JIT_HOST_TEST} "
+                       "is the test")
 
 
 def jit_floor_choice(models: list[dict]) -> dict:
     """The choice of calibration.JIT_FLOOR_BUSY (the launch floors busy or at the constant power in a jit call's
     GPU share): each's jit whole models (_jit_whole_table) before and in JIT_GPU_TEST; chosen: the lower
     whole-model POWER error on the choosing records (what the share changes), the incumbent (busy) unless beaten."""
-    table = _jit_whole_table(models, {v: _variant_key(None if (v == "busy") == JIT_FLOOR_BUSY else f"jit_floor_{v}")
-                                      for v in ("busy", "idle")}, JIT_GPU_TEST)
-    return {"rule": "lower whole-model power (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_GPU_TEST}; the incumbent (busy) stays unless beaten; {JIT_GPU_TEST} is the test (its "
-                    "incumbent errors motivated the candidate)",
-            "chosen": _lowest_on_choosing(table, "busy", "power_median_abs_err"),
-            "in_use": "busy" if JIT_FLOOR_BUSY else "idle", "candidates": table}
+    return _jit_choice(models, {v: f"jit_floor_{v}" for v in ("busy", "idle")}, "busy" if JIT_FLOOR_BUSY else "idle",
+                       "busy", JIT_GPU_TEST, "power_median_abs_err",
+                       "lower whole-model power (median |error|, leave one model out) over the jit records before "
+                       f"{JIT_GPU_TEST}; the incumbent (busy) stays unless beaten; {JIT_GPU_TEST} is the test (its "
+                       "incumbent errors motivated the candidate)")
 
 
 def jit_dtype_choice(models: list[dict]) -> dict:
     """The choice of calibration.JIT_PER_DTYPE under the host form in use (one fit over every dtype, or one per
     compute dtype): each's jit whole models (_jit_whole_table) before and in JIT_GPU_TEST; chosen: the lower
     time error on the choosing records, the incumbent (off) unless beaten."""
-    table = _jit_whole_table(models, {v: _variant_key(None if (v == "on") == JIT_PER_DTYPE else f"jit_per_dtype_{v}")
-                                      for v in ("off", "on")}, JIT_GPU_TEST)
-    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_GPU_TEST}, host form {JIT_HOST}; the incumbent (off: one fit over every dtype) stays "
-                    f"unless beaten; {JIT_GPU_TEST} is the test",
-            "chosen": _lowest_on_choosing(table, "off", "time_median_abs_err"),
-            "in_use": "on" if JIT_PER_DTYPE else "off", "candidates": table}
+    return _jit_choice(models, {v: f"jit_per_dtype_{v}" for v in ("off", "on")}, "on" if JIT_PER_DTYPE else "off",
+                       "off", JIT_GPU_TEST, "time_median_abs_err",
+                       "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                       f"{JIT_GPU_TEST}, host form {JIT_HOST}; the incumbent (off: one fit over every dtype) stays "
+                       f"unless beaten; {JIT_GPU_TEST} is the test")
 
 
 # The GPU side of a jit call under the host form in use, seventh session of 2026-12-04: which fused layers' traffic
@@ -528,15 +531,12 @@ def jit_gpu_choice(models: list[dict]) -> dict:
     """The choice of calibration.JIT_FUSION and JIT_SPLIT_E together (JIT_GPU_FORMS): each form's jit whole
     models (_jit_whole_table) before and in JIT_GPU_TEST; chosen: the lowest time error on the choosing records,
     the incumbent (none, one e) unless beaten."""
-    table = _jit_whole_table(models, {
-        _jit_gpu_name(fusion, split): _variant_key(None if (fusion, split) == (JIT_FUSION, JIT_SPLIT_E)
-                                                   else _jit_gpu_suffix(fusion, split))
-        for fusion, split in JIT_GPU_FORMS}, JIT_GPU_TEST)
-    return {"rule": "lower whole-model time (median |error|, leave one model out) over the jit records before "
-                    f"{JIT_GPU_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (none, one e) "
-                    f"stays unless beaten; {JIT_GPU_TEST} is the test",
-            "chosen": _lowest_on_choosing(table, _jit_gpu_name("none", False), "time_median_abs_err"),
-            "in_use": _jit_gpu_name(JIT_FUSION, JIT_SPLIT_E), "candidates": table}
+    return _jit_choice(models, {_jit_gpu_name(*form): _jit_gpu_suffix(*form) for form in JIT_GPU_FORMS},
+                       _jit_gpu_name(JIT_FUSION, JIT_SPLIT_E), _jit_gpu_name("none", False), JIT_GPU_TEST,
+                       "time_median_abs_err",
+                       "lower whole-model time (median |error|, leave one model out) over the jit records before "
+                       f"{JIT_GPU_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (none, one e) "
+                       f"stays unless beaten; {JIT_GPU_TEST} is the test")
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:

@@ -503,8 +503,8 @@ class Calibration:
 
     def _compiled_other(self, w: WholeSample) -> float:
         """A record's non-matmul CARM bound as a compiled fit counts it (jit_fusion: less what fusion saves)."""
-        saved = {"epilogue": w.fused_other_bound_s, "chain": w.chained_other_bound_s}.get(self.jit_fusion)
-        return w.other_bound_s - (saved or 0.0)
+        saved = FUSION_SAVED.get(self.jit_fusion)
+        return w.other_bound_s - ((getattr(w, saved[0]) or 0.0) if saved else 0.0)
 
     def _bound_of(self, w: WholeSample) -> float:
         return w.matmul_bound_s + self.jit_other_share * self._compiled_other(w)
@@ -521,8 +521,8 @@ class Calibration:
         """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: less what
         fusion saves)."""
         mm, other = bound_sums(rows)
-        saved = {"epilogue": fused_bound_s, "chain": chained_bound_s}.get(self.jit_fusion)
-        return mm, other - (saved(rows) if saved else 0.0)
+        saved = FUSION_SAVED.get(self.jit_fusion)
+        return mm, other - (saved[1](rows) if saved else 0.0)
 
     def _other_label(self) -> str:
         """How a compiled fit counts the non-matmul bound, in words (its share, jit_fusion)."""
@@ -581,9 +581,9 @@ class Calibration:
         under it must not take its t0 and e."""
         # a fusion form needs what fusion saves: a sample written before that field (None) is left out, not
         # taken as saving nothing
-        saved = {"epilogue": "fused_other_bound_s", "chain": "chained_other_bound_s"}.get(self.jit_fusion)
+        saved = FUSION_SAVED.get(self.jit_fusion)
         usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None
-                  and (saved is None or getattr(w, saved) is not None)]
+                  and (saved is None or getattr(w, saved[0]) is not None)]
         if not usable:
             return None
         same = [w for w in usable if self.jit_per_dtype and dtype and w.dtype == dtype]
@@ -1008,6 +1008,17 @@ def chained_bound_s(rows: Sequence) -> float:
     return total
 
 
+# What a fusion form (JIT_FUSION_FORMS) leaves out of the non-matmul bound: the WholeSample field that holds it
+# for a record, and the function that computes it from a model's rows.
+FUSION_SAVED = {"epilogue": ("fused_other_bound_s", fused_bound_s), "chain": ("chained_other_bound_s", chained_bound_s)}
+
+
+def _compiled_counts(rows: Sequence) -> tuple[int, float, int, float]:
+    """The WholeSample fields a compiled fit reads from a model's rows, in field order: kernel_calls,
+    fused_other_bound_s, bounded_calls, chained_other_bound_s."""
+    return kernel_calls(rows), fused_bound_s(rows), len(bounded_rows(rows)), chained_bound_s(rows)
+
+
 def kernel_calls(rows: Sequence) -> int:
     """How many known rows run as kernels of their own when compiled (is_kernel)."""
     return sum(1 for r in bounded_rows(rows) if is_kernel(r.type))
@@ -1031,8 +1042,7 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         if m is not None and m.time_s:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
                                    graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
-                                   run.batch_size, run.layout, "", kernel_calls(rows), fused_bound_s(rows),
-                                   len(bounded_rows(rows)), chained_bound_s(rows)))
+                                   run.batch_size, run.layout, "", *_compiled_counts(rows)))
     return out
 
 
@@ -1102,8 +1112,8 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
             known = [r for r in rows if r.known]
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
                                    sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
-                                   *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"], kernel_calls(rows),
-                                   fused_bound_s(rows), len(bounded_rows(rows)), chained_bound_s(rows)))
+                                   *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"],
+                                   *_compiled_counts(rows)))
     return out
 
 

@@ -197,10 +197,9 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
         dtype, kernels = rows_dtype(rows), kernel_calls(rows)
         # jit_floor_busy off: the layers weighted over their working time, the floors at the constant power
         # (compiled_gpu_share leaves them out of the GPU share too)
-        busy_floor = getattr(calibration, "jit_floor_busy", True)
+        with_floor = getattr(calibration, "jit_floor_busy", True)
         in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels,
-                                        **({} if busy_floor else {"with_floor": False})))
-                    for r in working]
+                                        with_floor)) for r in working]
         in_model = [(r, t) for r, t in in_model if t]
         times = in_model or times
     share = 1.0

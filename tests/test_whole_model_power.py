@@ -23,7 +23,8 @@ class FakeCalibration:
     def whole_time_s(self, rows, backend, execution, model=None):
         return {"cuda_graph": 6e-3, "eager": 12e-3, "jit": 3e-3}[execution]
 
-    def in_model_time_s(self, layer_type, bound_s, backend, execution, dtype=None, model=None, kernels=None):
+    def in_model_time_s(self, layer_type, bound_s, backend, execution, dtype=None, model=None, kernels=None,
+                        with_floor=True):
         return {1e-3: 1e-3, 2e-3: 2e-3}[bound_s]
 
 
