@@ -126,7 +126,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result_path, write  # noqa: E402
 
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
-from carm_advisor.calibration import (DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
+from carm_advisor.calibration import (CELL_STATISTIC, CELL_STATISTICS, DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
                                      JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_PER_DTYPE,
                                      JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
@@ -428,11 +428,11 @@ def whole_model_power_choice(models: list[dict]) -> dict:
 JIT_HOST_TEST = "-s6"
 
 
-def _jit_whole_table(models: list[dict], variants: dict[str, str], test: str) -> dict:
+def _jit_whole_table(models: list[dict], variants: dict[str, str], test: str, jit_only: bool = True) -> dict:
     """Per candidate (name -> its whole-model row key, "calibrated_leave_one_model_out..."): the jit whole models'
-    time, power and energy per sample (median |error|, leave one model out) on the choosing records (before
-    `test`) and on the test ones."""
-    jit = [r for r in models if r.get("reference_execution") in KERNEL_FLOOR_EXECUTIONS]
+    (`jit_only` False: every other whole model's) time, power and energy per sample (median |error|, leave one
+    model out) on the choosing records (before `test`) and on the test ones."""
+    jit = [r for r in models if (r.get("reference_execution") in KERNEL_FLOOR_EXECUTIONS) == jit_only]
     table = {}
     for name, key in variants.items():
         row = {}
@@ -537,6 +537,35 @@ def jit_gpu_choice(models: list[dict]) -> dict:
                        "lower whole-model time (median |error|, leave one model out) over the jit records before "
                        f"{JIT_GPU_TEST}, host form {JIT_HOST}, share {JIT_OTHER_SHARE:g}; the incumbent (none, one e) "
                        f"stays unless beaten; {JIT_GPU_TEST} is the test")
+
+
+# What a calibration cell says of its layers' efficiency (calibration.CELL_STATISTIC: median, time_weighted; the
+# rule and why it was proposed are there), eighth session of 2026-12-04. CELL_STATISTIC_TEST's torch whole models
+# (recorded in the seventh session, before any change of that session; no layer windows) test it.
+CELL_STATISTIC_TEST = "-s7"
+
+
+def cell_statistic_choice(results: dict[str, dict]) -> dict:
+    """The choice of calibration.CELL_STATISTIC, from the records loaded and validated once per candidate
+    (`results`: statistic -> its validate() result): the whole models the cells predict (every execution but jit:
+    _jit_whole_table with jit_only False) and the pooled per-layer headline power (_pooled_table), before and in
+    CELL_STATISTIC_TEST; chosen: the lowest whole-model time on the choosing records among the candidates whose
+    pooled per-layer power there meets its target, the incumbent (median) staying unless beaten."""
+    pooled = _pooled_table(results, CELL_STATISTIC_TEST)
+    table = {}
+    for name, result in results.items():
+        whole = _jit_whole_table(result["models"], {name: _variant_key(None)}, CELL_STATISTIC_TEST, jit_only=False)[name]
+        table[name] = {part: {**{f"whole_{k}": v for k, v in whole[part].items()},
+                              **{f"layers_{k}": v for k, v in pooled[name][part].items()}}
+                       for part in ("choosing", "test")}
+    eligible = {n: row for n, row in table.items()
+                if (row["choosing"]["layers_power_median_abs_err"] or 0.0) <= TARGETS["layer_power"]}
+    return {"rule": "lower whole-model time (median |error|, leave one model out) over the whole models recorded "
+                    f"before {CELL_STATISTIC_TEST} the cells predict (every execution but jit); the incumbent (median) "
+                    "stays unless beaten; a candidate whose pooled per-layer headline power on those records is above "
+                    f"its target ({TARGETS['layer_power']:.0%}) is not taken; {CELL_STATISTIC_TEST} is the test",
+            "chosen": _lowest_on_choosing(eligible, "median", "whole_time_median_abs_err"),
+            "in_use": CELL_STATISTIC, "candidates": table}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
@@ -1569,13 +1598,18 @@ def main(argv: list[str] | None = None) -> int:
                                                             *sorted((package / "profiles").glob("*.json"))])).hexdigest()
     cache_key = json.dumps([sorted(str(f) for p in args.records for f in (p.rglob("*.json") if p.is_dir() else [p])),
                             profile.name, calibration.provenance, code], sort_keys=True, default=str)
-    cached = json.loads(args.runs_cache.read_text()) if args.runs_cache and args.runs_cache.exists() else {}
-    if cached.get("key") == cache_key:
-        runs = cached["runs"]
-    else:
-        runs = load_runs(args.records, profile, calibration if calibration.samples else None)
-        if args.runs_cache:
-            args.runs_cache.write_text(json.dumps({"key": cache_key, "runs": runs}))
+
+    def runs_for(cal, suffix: str = "") -> list[dict]:   # the records loaded under `cal` (cached apart per suffix)
+        cache = args.runs_cache.with_name(args.runs_cache.stem + suffix + args.runs_cache.suffix) if args.runs_cache else None
+        cached = json.loads(cache.read_text()) if cache and cache.exists() else {}
+        if cached.get("key") == cache_key:
+            return cached["runs"]
+        loaded = load_runs(args.records, profile, cal if cal.samples else None)
+        if cache:
+            cache.write_text(json.dumps({"key": cache_key, "runs": loaded}))
+        return loaded
+
+    runs = runs_for(calibration)
     result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on)
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
     by_replay = {name: (result if name == REPLAY_IN_USE else
@@ -1590,6 +1624,12 @@ def main(argv: list[str] | None = None) -> int:
                for name in DUTY_FILL_CANDIDATES}
     result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
     result["validation"]["duty_fill_choice"]["fill_curves"] = by_fill["fill_efficiency"].get("duty_curves")
+    # What a calibration cell says of its layers (CELL_STATISTICS): the records loaded again under each other one.
+    by_cell = {name: (result if name == calibration.cell_statistic else
+                      validate(runs_for(replace(calibration, cell_statistic=name), f"-{name}"), profile.carm(), pm,
+                               fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
+               for name in CELL_STATISTICS}
+    result["validation"]["cell_statistic_choice"] = cell_statistic_choice(by_cell)
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

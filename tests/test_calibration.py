@@ -712,3 +712,17 @@ def test_a_per_dtype_jit_fit_takes_the_records_of_the_dtype_predicted_only():
     assert per_dtype.whole_fit("jax", "jit", "float32").bound_efficiency == pytest.approx(0.4, rel=0.03)
     shared = Calibration([], whole)   # one e over both dtypes, whichever is asked
     assert shared.whole_fit("jax", "jit", "float32").bound_efficiency == shared.whole_fit("jax", "jit", "bfloat16").bound_efficiency
+
+
+def test_a_time_weighted_cell_takes_its_summed_bound_over_its_summed_time():
+    # three layers of one cell: bound 1e-4 s at e 0.2, 0.4 and 0.8 -> times 5e-4, 2.5e-4, 1.25e-4 s (sum 8.75e-4)
+    samples = [_s(0.2), _s(0.4), _s(0.8)]
+    median = Calibration(samples).estimate("torch", "Conv2D", "bfloat16", 1e-4)
+    weighted = Calibration(samples, cell_statistic="time_weighted").estimate("torch", "Conv2D", "bfloat16", 1e-4)
+    assert median.efficiency == pytest.approx(0.4)
+    assert weighted.efficiency == pytest.approx(3e-4 / 8.75e-4)
+    # the three layers' predicted times then sum to their measured sum; the median's sum is 7.5e-4 s, short
+    assert 3 * weighted.time_s(1e-4) == pytest.approx(8.75e-4)
+    assert 3 * median.time_s(1e-4) == pytest.approx(7.5e-4)
+    with pytest.raises(ValueError, match="cell_statistic"):
+        Calibration(samples, cell_statistic="mean")

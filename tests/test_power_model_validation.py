@@ -1085,3 +1085,35 @@ def test_duty_fill_choice_decides_by_the_pooled_layers_before_the_seventh_sessio
     assert choice["candidates"]["fill_efficiency"]["test"]["models_power_median_abs_err"] == pytest.approx(0.3)
     tie = {k: result([0.1], [(early, 0.1)]) for k in results}
     assert mod.duty_fill_choice(tie)["chosen"] == "size_efficiency"
+
+
+def _cell_result(layers, models):
+    """A validate() result: scored layers (source, headline error) and whole models (source, execution, time error)."""
+    return {"layers": [{"scored": True, "source": s, "backend": "torch", "headline_power_err": e} for s, e in layers],
+            "models": [{"source": s, "reference_execution": x,
+                        "calibrated_leave_one_model_out": {"time_err": t, "duty_lomo_power_err": 0.05,
+                                                           "duty_lomo_energy_per_sample_err": t}}
+                       for s, x, t in models]}
+
+
+def test_cell_statistic_choice_decides_on_the_cells_whole_models_before_its_test_within_the_layer_target():
+    mod = _load("power_model_validation")
+    old, test = "nvidia-h200-records-2026-12-04-s6c1-torch", "nvidia-h200-records-2026-12-04-s7c1-torch"
+    layers = [(old, 0.05), (old, -0.08), (test, 0.5)]
+    median = _cell_result(layers, [(old, "cuda_graph", -0.20), (old, "eager", 0.10), (old, "cuda_graph", -0.30),
+                                   (old, "jit", 0.0), (test, "cuda_graph", 0.01)])
+    weighted = _cell_result(layers, [(old, "cuda_graph", -0.05), (old, "eager", 0.12), (old, "cuda_graph", 0.02),
+                                     (old, "jit", 0.9), (test, "cuda_graph", 0.40)])
+    choice = mod.cell_statistic_choice({"median": median, "time_weighted": weighted})
+    c = choice["candidates"]
+    # choosing, jit left out: |-0.20, 0.10, -0.30| -> 0.20 against |-0.05, 0.12, 0.02| -> 0.05
+    assert c["median"]["choosing"]["whole_time_median_abs_err"] == pytest.approx(0.20)
+    assert c["time_weighted"]["choosing"]["whole_time_median_abs_err"] == pytest.approx(0.05)
+    assert c["time_weighted"]["choosing"]["whole_n"] == 3
+    assert c["time_weighted"]["choosing"]["layers_power_median_abs_err"] == pytest.approx(0.065)
+    assert choice["chosen"] == "time_weighted"       # the test record (0.40, worse) only reports
+    assert c["time_weighted"]["test"]["whole_time_median_abs_err"] == pytest.approx(0.40)
+    assert mod.cell_statistic_choice({"time_weighted": median, "median": median})["chosen"] == "median"   # a tie
+    # a candidate above the per-layer power target (10%) on the choosing records is not taken, however good its time
+    worse_layers = _cell_result([(old, 0.15), (old, -0.12)], [(old, "cuda_graph", 0.0)])
+    assert mod.cell_statistic_choice({"median": median, "time_weighted": worse_layers})["chosen"] == "median"
