@@ -20,6 +20,11 @@ def _s(eff, dtype="bfloat16", bound=1e-4, cls="Conv2D", backend="torch", model="
     return Sample(backend, cls, dtype, bound, bound / eff, model)
 
 
+# The fixture's bfloat16 cell by hand: bound 1e-4 s at efficiencies 0.2, 0.4, 0.6, so times 5e-4, 2.5e-4, 1.6667e-4 s;
+# a cell's efficiency (CELL_STATISTIC "time_weighted") is its summed bound over its summed time: 3e-4 / 9.1667e-4.
+BF16_CELL_E = 3e-4 / (5e-4 + 2.5e-4 + 1e-4 / 0.6)     # 0.3273 (the median would be 0.4)
+
+
 @pytest.fixture
 def calib():
     return Calibration([_s(0.2), _s(0.4), _s(0.6), _s(0.5, "float32"), _s(0.7, "float32", model="other")])
@@ -33,24 +38,24 @@ def test_size_buckets_are_half_decades_of_the_bound():
 
 def test_the_finest_key_with_three_samples_wins(calib):
     found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-4)
-    assert found.efficiency == pytest.approx(0.4) and found.n == 3 and len(found.key) == 4
+    assert found.efficiency == pytest.approx(BF16_CELL_E) and found.n == 3 and len(found.key) == 4
 
 
 def test_another_size_takes_the_nearest_populated_size_of_the_same_class_and_dtype(calib):
     found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-3)         # bucket -6; the -8 cell is 2 away
     assert found.key == ("torch", "Conv2D", "bfloat16", -8) and found.source == "nearest size"
-    assert found.efficiency == pytest.approx(0.4)
+    assert found.efficiency == pytest.approx(BF16_CELL_E)
 
 
 def test_two_samples_are_too_few_so_the_same_class_in_another_dtype_is_used(calib):
     found = calib.estimate("torch", "Conv2D", "float32", 1e-4)
     assert found.key == ("torch", "Conv2D", "bfloat16", -8) and found.source == "other dtype"
-    assert found.efficiency == pytest.approx(0.4)
+    assert found.efficiency == pytest.approx(BF16_CELL_E)
 
 
 def test_an_unseen_class_borrows_its_family_and_an_unseen_backend_gets_none(calib):
     found = calib.estimate("torch", "Dense", "bfloat16", 1e-4)          # Dense is matmul-class like Conv2D
-    assert found.source == "same family" and found.efficiency == pytest.approx(0.4)
+    assert found.source == "same family" and found.efficiency == pytest.approx(BF16_CELL_E)
     assert calib.estimate("jax", "Conv2D", "bfloat16", 1e-4) is None
 
 
@@ -99,7 +104,7 @@ def test_calibrated_time_is_bound_over_efficiency_and_never_below_the_bound(cali
     row = SimpleNamespace(name="c", type="Conv2D", dtype="bfloat16", predicted_time_s=1e-4, predicted_energy_j=None,
                           path="p", level="l", flops=1, bytes=1)
     apply_calibration([row], calib, "torch")
-    assert row.calibrated_time_s == pytest.approx(2.5e-4)
+    assert row.calibrated_time_s == pytest.approx(9.1667e-4 / 3, rel=1e-4)   # the cell's mean time per layer
     assert "n=3" in row.calibration
     fast = Calibration([_s(2.0), _s(2.0), _s(2.0)])
     apply_calibration([row], fast, "torch")
@@ -173,7 +178,7 @@ def test_eager_whole_model_is_the_slower_of_the_cuda_graph_fit_and_the_fastest_h
 
 def test_round_trip_and_bad_schema(tmp_path, calib):
     path = calib.save(tmp_path / "c.json")
-    assert Calibration.load(path).estimate("torch", "Conv2D", "bfloat16", 1e-4).efficiency == pytest.approx(0.4)
+    assert Calibration.load(path).estimate("torch", "Conv2D", "bfloat16", 1e-4).efficiency == pytest.approx(BF16_CELL_E)
     with pytest.raises(ProfileError, match="schema"):
         Calibration.from_dict({"schema": "nope"})
 
@@ -717,8 +722,8 @@ def test_a_per_dtype_jit_fit_takes_the_records_of_the_dtype_predicted_only():
 def test_a_time_weighted_cell_takes_its_summed_bound_over_its_summed_time():
     # three layers of one cell: bound 1e-4 s at e 0.2, 0.4 and 0.8 -> times 5e-4, 2.5e-4, 1.25e-4 s (sum 8.75e-4)
     samples = [_s(0.2), _s(0.4), _s(0.8)]
-    median = Calibration(samples).estimate("torch", "Conv2D", "bfloat16", 1e-4)
-    weighted = Calibration(samples, cell_statistic="time_weighted").estimate("torch", "Conv2D", "bfloat16", 1e-4)
+    median = Calibration(samples, cell_statistic="median").estimate("torch", "Conv2D", "bfloat16", 1e-4)
+    weighted = Calibration(samples).estimate("torch", "Conv2D", "bfloat16", 1e-4)     # the statistic in use
     assert median.efficiency == pytest.approx(0.4)
     assert weighted.efficiency == pytest.approx(3e-4 / 8.75e-4)
     # the three layers' predicted times then sum to their measured sum; the median's sum is 7.5e-4 s, short
