@@ -330,7 +330,7 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
 # -0.31 against -0.21 for the bound time. Rule, written before the candidate's figures: the lowest pooled per-layer
 # headline power (leave one model out) on the records before DUTY_FILL_TEST decides, the incumbent staying unless
 # beaten; DUTY_FILL_TEST's records test it (whole models only: -s7 has no layer windows). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json): choosing, per layer (n=4900) / whole models (n=176):
+# (nvidia-h200-power-model-2026-12-04-s7.json.gz): choosing, per layer (n=4900) / whole models (n=176):
 # size_efficiency 9.5% / 7.6%, fill_efficiency 10.0% / 10.0%; -s7 whole models (n=32) 5.3% / 7.4%: the incumbent
 # stays. The output size alone does not say how a layer fills the GPU better than its bound time: the bins' bias
 # comes from a minority of layers, and the median fit follows the rest.

@@ -262,7 +262,26 @@ def _form_choice_rows(v: dict) -> list[str]:
                               "one efficiency or two (matmul, the rest)")
             + _jit_whole_rows(v.get("jit_floor_choice"), "jit whole models, the launch floors busy or idle in the "
                               "GPU share (chosen by power)")
-            + _jit_whole_rows(v.get("jit_dtype_choice"), "jit whole models, one fit over every dtype or one per dtype"))
+            + _jit_whole_rows(v.get("jit_dtype_choice"), "jit whole models, one fit over every dtype or one per dtype")
+            + _cell_choice_rows(v.get("cell_statistic_choice")))
+
+
+def _cell_choice_rows(c: dict | None) -> list[str]:
+    """What a calibration cell says of its layers (validation.cell_statistic_choice): per candidate, the whole models
+    the cells predict (time, power, energy per sample) and the pooled per-layer power, choosing and test records."""
+    if not c:
+        return []
+    keys = ("whole_time_median_abs_err", "whole_power_median_abs_err", "whole_energy_per_sample_median_abs_err",
+            "layers_power_median_abs_err")
+    rows = ["", f"A calibration cell's efficiency: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | choosing: time | power | energy per sample | per-layer power | test: time | power "
+            "| energy per sample | per-layer power |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, t in c["candidates"].items():
+        rows.append(f"| {name} | " + " | ".join(
+            f"{_pct(t[part][k])}" + (f" (n={t[part]['whole_n']})" if k == keys[0] else "")
+            + (f" (n={t[part]['layers_n']})" if k == keys[-1] else "") for part in ("choosing", "test")
+            for k in keys) + " |")
+    return rows
 
 
 def _jit_whole_rows(c: dict | None, title: str) -> list[str]:

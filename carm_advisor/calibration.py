@@ -108,7 +108,7 @@ JIT_SPLIT_E = False
 # lower leave-one-model-out whole-model time over the jit records before -s7 decides, the incumbent (one e over
 # every dtype) staying unless beaten; -s7 tests it. Rule written before the per-dtype figures under "max" were seen;
 # seen before it: the incumbent's -s7 errors, float32 the worst for ResNet50 at large batch (+57% to +79%). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json), time on the choosing records (n=88) | on -s7 (n=24): one e 10.2% |
+# (nvidia-h200-power-model-2026-12-04-s7.json.gz), time on the choosing records (n=88) | on -s7 (n=24): one e 10.2% |
 # 16.9%, per dtype 16.9% | 29.7%: one e stays (the models differ more than the dtypes; a fit per dtype has a third
 # of the records).
 JIT_PER_DTYPE = False
@@ -153,7 +153,7 @@ JIT_HOST = "max"
 # (commit d6ea68a), whole-model power on the choosing records (n=88) | on -s7 (n=24): busy 8.7% | 5.6%, idle
 # 10.7% | 6.8%. A review found the idle candidate took the floors out of the GPU share but left them in the layers'
 # time weights (in_model_time_s), taking their share off every layer; rescored with the layers weighted over their
-# working time (with_floor) (nvidia-h200-power-model-2026-12-04-s7.json, commit 7585796): busy 8.7% | 5.6%, idle
+# working time (with_floor) (nvidia-h200-power-model-2026-12-04-s7.json.gz, commit 7585796): busy 8.7% | 5.6%, idle
 # 10.8% | 6.7%: busy stays. The floors' time draws more than the constant: a jit call's launches keep the GPU's
 # clocks and front end busy between kernels.
 JIT_FLOOR_BUSY = True
@@ -168,7 +168,7 @@ DISPATCH_OVERLAP_NORM = 2.0
 # samples' bound / time; "time_weighted", sum(bound) / sum(time) over its samples: the efficiency at which the cell's
 # layers take their summed time. Where efficiencies spread within a cell, bound / median misses that sum (the mean
 # of 1 / e is above 1 / the median of e), and a whole model's time is a sum of layers. Proposed in the eighth
-# session of 2026-12-04 (no device lent: no fresh test set) after seeing, in nvidia-h200-power-model-2026-12-04-s7.json,
+# session of 2026-12-04 (no device lent: no fresh test set) after seeing, in nvidia-h200-power-model-2026-12-04-s7.json.gz,
 # the torch whole models' calibrated time predicted short IN SAMPLE (median VGG16 -17%, ResNet50 -6%, the other
 # models -9%, MobileNetV2 +2%) while their measured layer sums match their whole time within ~4%. Rule, written
 # and committed before the candidate's figures were seen (power_model_validation.py: cell_statistic_choice): the

@@ -76,6 +76,17 @@ def test_summarize_form_choice_rows_print_a_dash_where_a_side_has_no_records():
     assert rows[-1].endswith("10.0% vs 4.0% (n=1), on the test records - vs - (n=0).")
 
 
+def test_summarize_cell_choice_rows_show_each_statistic_on_both_sides():
+    mod = _load("summarize")
+    side = {"whole_n": 3, "whole_time_median_abs_err": 0.111, "whole_power_median_abs_err": 0.05,
+            "whole_energy_per_sample_median_abs_err": None, "layers_n": 9, "layers_power_median_abs_err": 0.095}
+    rows = mod._cell_choice_rows({"chosen": "median", "in_use": "median", "rule": "r",
+                                  "candidates": {"median": {"choosing": side, "test": side}}})
+    assert rows[1] == "A calibration cell's efficiency: chosen median, in use median (r):"
+    assert rows[-1] == ("| median | 11.1% (n=3) | 5.0% | - | 9.5% (n=9) | 11.1% (n=3) | 5.0% | - | 9.5% (n=9) |")
+    assert mod._cell_choice_rows(None) == []
+
+
 def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_the_carm_bounds(tmp_path):
     mod = _load("xla_kernel_breakdown")
     csv_text = "\n".join([

@@ -40,7 +40,7 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s7.json"   # the shipped profile's duty source
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s8.json"   # the shipped profile's duty source
 
 
 def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_profile(tmp_path):
