@@ -558,8 +558,10 @@ def cell_statistic_choice(results: dict[str, dict]) -> dict:
         table[name] = {part: {**{f"whole_{k}": v for k, v in whole[part].items()},
                               **{f"layers_{k}": v for k, v in pooled[name][part].items()}}
                        for part in ("choosing", "test")}
-    eligible = {n: row for n, row in table.items()
-                if (row["choosing"]["layers_power_median_abs_err"] or 0.0) <= TARGETS["layer_power"]}
+    # the guard keeps a candidate out; the incumbent stays whatever its own figure
+    eligible = {n: row for n, row in table.items() if n == "median"
+                or (row["choosing"]["layers_power_median_abs_err"] is not None
+                    and row["choosing"]["layers_power_median_abs_err"] <= TARGETS["layer_power"])}
     return {"rule": "lower whole-model time (median |error|, leave one model out) over the whole models recorded "
                     f"before {CELL_STATISTIC_TEST} the cells predict (every execution but jit); the incumbent (median) "
                     "stays unless beaten; a candidate whose pooled per-layer headline power on those records is above "
@@ -1602,11 +1604,11 @@ def main(argv: list[str] | None = None) -> int:
     def runs_for(cal, suffix: str = "") -> list[dict]:   # the records loaded under `cal` (cached apart per suffix)
         cache = args.runs_cache.with_name(args.runs_cache.stem + suffix + args.runs_cache.suffix) if args.runs_cache else None
         cached = json.loads(cache.read_text()) if cache and cache.exists() else {}
-        if cached.get("key") == cache_key:
+        if cached.get("key") == cache_key and cached.get("cell_statistic") == cal.cell_statistic:
             return cached["runs"]
         loaded = load_runs(args.records, profile, cal if cal.samples else None)
         if cache:
-            cache.write_text(json.dumps({"key": cache_key, "runs": loaded}))
+            cache.write_text(json.dumps({"key": cache_key, "cell_statistic": cal.cell_statistic, "runs": loaded}))
         return loaded
 
     runs = runs_for(calibration)

@@ -289,7 +289,7 @@ class WholeSample:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Where a layer's calibration comes from: the cell's efficiency (CELL_STATISTIC), its key and sample count,
+    """Where a layer's calibration comes from: the cell's efficiency (its calibration's cell_statistic), its key and sample count,
     how it was found (`source`), and the per-call floor (the shortest time layers of this class were
     measured to take, whatever their bound) under which no calibrated time goes."""
 
@@ -372,18 +372,18 @@ class Calibration:
         if self._index is None:
             index: dict[tuple, list[Sample]] = {}
             for s in self.samples:
-                if s.measured_time_s > 0 and s.bound_time_s > 0:
+                if 0 < s.measured_time_s < math.inf and 0 < s.bound_time_s < math.inf:
                     index.setdefault(s.keys()[0], []).append(s)
             self._index = index
         return self._index
 
-    def _buckets(self) -> dict[tuple, list[float]]:
-        """Every key of every sample (finest to the backend alone) -> efficiencies (the summary)."""
-        out: dict[tuple, list[float]] = {}
+    def _buckets(self) -> dict[tuple, list[Sample]]:
+        """Every key of every sample (finest to the backend alone) -> its samples (the summary)."""
+        out: dict[tuple, list[Sample]] = {}
         for cell in self._cells().values():
             for s in cell:
                 for key in s.keys():
-                    out.setdefault(key, []).append(s.efficiency)
+                    out.setdefault(key, []).append(s)
         return out
 
     def _nearest(self, match, size: int, reach: int | None = None) -> tuple | None:
@@ -897,12 +897,18 @@ class Calibration:
                        provenance={**self.provenance, "fitted_on": sorted(keep)})
 
     def summary(self) -> dict[str, Any]:
-        """Per key: median efficiency and count (what a reader checks; the samples are the truth)."""
-        return {"/".join(str(k) for k in key): {"median_efficiency": statistics.median(v), "n": len(v)}
+        """Per key: the efficiency a cell of those samples gives (cell_statistic), their median efficiency and count
+        (what a reader checks; the samples are the truth)."""
+        return {"/".join(str(k) for k in key): {"efficiency": self._cell_eff(v),
+                                                "median_efficiency": statistics.median(s.efficiency for s in v),
+                                                "n": len(v)}
                 for key, v in sorted(self._buckets().items(), key=lambda kv: str(kv[0]))}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "provenance": self.provenance, "buckets": self.summary(),
+        # cell_statistic says what the buckets' "efficiency" is; loading takes the product's (CELL_STATISTIC): a model
+        # choice, not data
+        return {"schema": SCHEMA, "provenance": self.provenance, "cell_statistic": self.cell_statistic,
+                "buckets": self.summary(),
                 "samples": [asdict(s) for s in self.samples], "whole": [asdict(w) for w in self.whole]}
 
     def save(self, path: str | Path) -> Path:

@@ -731,3 +731,16 @@ def test_a_time_weighted_cell_takes_its_summed_bound_over_its_summed_time():
     assert 3 * median.time_s(1e-4) == pytest.approx(7.5e-4)
     with pytest.raises(ValueError, match="cell_statistic"):
         Calibration(samples, cell_statistic="mean")
+
+
+def test_the_summary_gives_each_key_the_efficiency_in_use_beside_its_median():
+    calib = Calibration([_s(0.2), _s(0.4), _s(0.6)])
+    cell = calib.to_dict()["buckets"]["torch/Conv2D/bfloat16/-8"]
+    assert cell == {"efficiency": pytest.approx(BF16_CELL_E), "median_efficiency": pytest.approx(0.4), "n": 3}
+    assert calib.to_dict()["cell_statistic"] == "time_weighted"
+
+
+def test_a_sample_of_infinite_time_is_left_out_of_its_cell():
+    calib = Calibration([_s(0.2), _s(0.4), _s(0.6), Sample("torch", "Conv2D", "bfloat16", 1e-4, math.inf, "m")])
+    found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-4)
+    assert found.n == 3 and found.efficiency == pytest.approx(BF16_CELL_E)

@@ -1117,3 +1117,7 @@ def test_cell_statistic_choice_decides_on_the_cells_whole_models_before_its_test
     # a candidate above the per-layer power target (10%) on the choosing records is not taken, however good its time
     worse_layers = _cell_result([(old, 0.15), (old, -0.12)], [(old, "cuda_graph", 0.0)])
     assert mod.cell_statistic_choice({"median": median, "time_weighted": worse_layers})["chosen"] == "median"
+    # the guard keeps a candidate out, never the incumbent: median above the target still stays against a slower one
+    assert mod.cell_statistic_choice({"median": worse_layers, "time_weighted": median})["chosen"] == "median"
+    no_layers = _cell_result([], [(old, "cuda_graph", 0.0)])          # no scored layer: no figure, not taken
+    assert mod.cell_statistic_choice({"median": median, "time_weighted": no_layers})["chosen"] == "median"
