@@ -349,6 +349,30 @@ def duty_fill_choice(results: dict[str, dict]) -> dict:
             "chosen": _lowest_on_choosing(table, "size_efficiency"), "in_use": DUTY_VARIABLE, "candidates": table}
 
 
+# The duty curve's size terms together, eighth session of 2026-12-04: "size_efficiency" (the incumbent, the bound-time
+# term) or "size_fill_efficiency" (the bound-time term times the output-elements one, min(1, (n_out / n_full) **
+# gamma_fill); carm/power_fit.fit_duty_curve). Proposed after fill_efficiency alone lost (above), and after seeing, in
+# nvidia-h200-power-model-2026-12-04-s8-with-unseen.json.gz, EfficientNetB0's torch Conv2D layers (its squeeze-excite
+# 1x1 convolutions on 1x1 maps) predicted +47% (median) and the per-layer figure with the unseen models pooled at
+# 12.1%. Rule, written and committed before the candidate's figures: the lowest pooled per-layer headline power
+# (leave one model out) on the records before DUTY_SIZE_FILL_TEST decides, the incumbent staying unless beaten;
+# DUTY_SIZE_FILL_TEST's whole models test it (it has no layer windows); the same validation with the unseen-model
+# records pooled in is reported as a further check, not deciding.
+DUTY_SIZE_FILL_CANDIDATES = ("size_efficiency", "size_fill_efficiency")
+DUTY_SIZE_FILL_TEST = "-s7"
+
+
+def duty_size_fill_choice(results: dict[str, dict]) -> dict:
+    """The choice of the duty curve's size terms (DUTY_SIZE_FILL_CANDIDATES), from validate() run once per candidate
+    (`results`: variable -> its result), by _pooled_table on the records before and in DUTY_SIZE_FILL_TEST; chosen:
+    the lowest pooled per-layer figure on the choosing records, the incumbent (size_efficiency) unless beaten."""
+    table = _pooled_table(results, DUTY_SIZE_FILL_TEST)
+    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
+                    f"{DUTY_SIZE_FILL_TEST}); the incumbent (size_efficiency) stays unless beaten; {DUTY_SIZE_FILL_TEST} "
+                    "is the test (whole models: no layer windows in it)",
+            "chosen": _lowest_on_choosing(table, "size_efficiency"), "in_use": DUTY_VARIABLE, "candidates": table}
+
+
 def _pooled_table(results: dict[str, dict], test: str) -> dict:
     """Per candidate (name -> its validate() result): the per-layer headline power pooled over every scored layer
     and over the torch ones, and the whole-model headline power (median |error|, n), on the records before `test`
@@ -836,11 +860,11 @@ def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VAR
     """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
-    def fit(obs, source):   # fill_efficiency: None where no observation has an output size (older reports)
+    def fit(obs, source):   # the output-size forms: None where no observation has an output size (older reports)
         try:
             return fit_duty_curve(obs, constant_w, source=source, variable=variable)[0] if obs else None
         except ProfileError:
-            if variable != "fill_efficiency":
+            if variable not in ("fill_efficiency", "size_fill_efficiency"):
                 raise
             return None
 
@@ -1626,6 +1650,12 @@ def main(argv: list[str] | None = None) -> int:
                for name in DUTY_FILL_CANDIDATES}
     result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
     result["validation"]["duty_fill_choice"]["fill_curves"] = by_fill["fill_efficiency"].get("duty_curves")
+    # The duty curve's size terms together (DUTY_SIZE_FILL_CANDIDATES): the same validation with both.
+    by_size_fill = {name: by_fill.get(name) or validate(runs, profile.carm(), pm, fit.voltage.f0_mhz,
+                                                        args.min_layer_window_s, args.form_fixed_on, duty_variable=name)
+                    for name in DUTY_SIZE_FILL_CANDIDATES}
+    result["validation"]["duty_size_fill_choice"] = duty_size_fill_choice(by_size_fill)
+    result["validation"]["duty_size_fill_choice"]["size_fill_curves"] = by_size_fill["size_fill_efficiency"].get("duty_curves")
     # What a calibration cell says of its layers (CELL_STATISTICS): the records loaded again under each other one.
     by_cell = {name: (result if name == calibration.cell_statistic else
                       validate(runs_for(replace(calibration, cell_statistic=name), f"-{name}"), profile.carm(), pm,

@@ -254,6 +254,7 @@ def _form_choice_rows(v: dict) -> list[str]:
                              for name, t in w["candidates"].items()) + "."]
     return (rows + _dispatch_choice_rows(v.get("dispatch_overlap_choice")) + _replay_choice_rows(v.get("replay_pacing_choice"))
             + _replay_choice_rows(v.get("duty_fill_choice"), "The duty curve's size term")
+            + _replay_choice_rows(v.get("duty_size_fill_choice"), "The duty curve's size terms together")
             + _jit_whole_rows(v.get("jit_host_choice"), "jit whole models, host and GPU time")
             + _jit_whole_rows(v.get("jit_other_share_choice"), "jit whole models, the non-matmul layers' share of the bound")
             + _jit_whole_rows(v.get("jit_fusion_choice"), "jit whole models, the bound without the layers fused into a matmul")

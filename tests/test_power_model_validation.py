@@ -1087,6 +1087,52 @@ def test_duty_fill_choice_decides_by_the_pooled_layers_before_the_seventh_sessio
     assert mod.duty_fill_choice(tie)["chosen"] == "size_efficiency"
 
 
+def test_duty_power_in_the_size_fill_efficiency_form_and_its_fit():
+    from carm_advisor.carm.power_fit import DutyObservation, fit_duty_curve
+    from carm_advisor.carm.power_model import DutyCurve
+
+    curve = DutyCurve(None, 0.5, variable="size_fill_efficiency", t_size_s=1e-3, gamma_size=0.5, n_full=1e6,
+                      gamma_fill=0.5)
+    pm = dataclasses.replace(_hand_model(), duty=curve)
+    # 2 ms call of a 0.25 ms bound: efficiency 0.125 ** 0.5; size (0.25 / 1) ** 0.5 = 0.5; 250,000 of 1e6 output
+    # elements: 0.5 -> duty 0.3536 * 0.5 * 0.5 = 0.08839 -> 100 + 600 * 0.08839 = 153.03 W; no output size known: the
+    # bound-time term alone, 100 + 600 * 0.17678 = 206.07 W
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=2.5e-4, output_elements=2.5e5) == pytest.approx(153.033, rel=1e-4)
+    assert pm.duty_power_w(700.0, 2e-3, bound_time_s=2.5e-4) == pytest.approx(206.066, rel=1e-4)
+    assert DutyCurve.from_dict(curve.to_dict()) == curve
+    with pytest.raises(ProfileError, match="gamma_fill"):
+        DutyCurve(None, 0.5, variable="size_fill_efficiency", t_size_s=1e-3, gamma_size=0.5, n_full=1e6, gamma_fill=-1)
+    # layers drawn from a curve with both terms binding (at their roofs, bound times under 1 ms, outputs under 1e7):
+    # the bound-time term alone cannot follow the output term; both together nearly fit them. Where neither term is
+    # clipped only t_size_s ** gamma_size * n_full ** gamma_fill counts, so the search (coordinate-wise after a coarse
+    # joint grid) may trade one full size for the other: the exponents are what it must find
+    truth = DutyCurve(None, 0.0, variable="size_fill_efficiency", t_size_s=1e-3, gamma_size=0.3, n_full=1e7,
+                      gamma_fill=0.4)
+    obs = [DutyObservation(tb, 100.0 + 600.0 * truth.fraction(tb, tb, n), 700.0, tb, n)
+           for tb in (1e-6, 1e-5, 1e-4, 5e-4) for n in (1e4, 1e5, 1e6, 5e6)]
+    _, size_err = fit_duty_curve(obs, 100.0, variable="size_efficiency")
+    fitted, err = fit_duty_curve(obs, 100.0, variable="size_fill_efficiency")
+    assert size_err > 0.2 and err < 0.01
+    assert (fitted.gamma_size, fitted.gamma_fill) == pytest.approx((0.3, 0.4))
+
+
+def test_duty_size_fill_choice_decides_by_the_pooled_layers_before_the_seventh_session():
+    mod = _load("power_model_validation")
+    early, test = "nvidia-h200-records-2026-12-04-s5c1-windows", "nvidia-h200-records-2026-12-04-s7c1-torch"
+    results = {"size_efficiency": _replay_result({"layers": [(early, "torch", 0.1), (early, "jax", -0.3), (test, "torch", 0.0)],
+                                                  "models": [(early, 0.05), (test, 0.2)]}),
+               "size_fill_efficiency": _replay_result({"layers": [(early, "torch", 0.2), (early, "jax", -0.25)],
+                                                       "models": [(early, 0.01), (test, 0.01)]})}
+    choice = mod.duty_size_fill_choice(results)
+    # choosing layers: |size| 0.1, 0.3 -> 0.2; |both| 0.2, 0.25 -> 0.225: the incumbent stays, whatever the models say
+    assert choice["chosen"] == "size_efficiency"
+    assert choice["candidates"]["size_fill_efficiency"]["choosing"]["power_median_abs_err"] == pytest.approx(0.225)
+    assert choice["candidates"]["size_efficiency"]["test"]["n"] == 1
+    better = dict(results, size_fill_efficiency=_replay_result({"layers": [(early, "torch", 0.1), (early, "jax", 0.2)],
+                                                                "models": []}))
+    assert mod.duty_size_fill_choice(better)["chosen"] == "size_fill_efficiency"     # 0.15 against 0.2
+
+
 def _cell_result(layers, models):
     """A validate() result: scored layers (source, headline error) and whole models (source, execution, time error)."""
     return {"layers": [{"scored": True, "source": s, "backend": "torch", "headline_power_err": e} for s, e in layers],

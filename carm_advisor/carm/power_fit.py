@@ -413,7 +413,8 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     t_bound / t) ** gamma (observations without a bound time are left out); "size_efficiency": (t_size_s,
     gamma_size, gamma) of the efficiency form times min(1, (t_bound / t_size_s) ** gamma_size) (gamma_size
     0 on its grid is the efficiency form itself); "fill_efficiency": (n_full, gamma_size, gamma) of the
-    efficiency form times min(1, (output elements / n_full) ** gamma_size). Returns (DutyCurve, that
+    efficiency form times min(1, (output elements / n_full) ** gamma_size); "size_fill_efficiency": both size terms
+    (the fill term's exponent gamma_fill). Returns (DutyCurve, that
     median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
     import numpy as np
 
@@ -421,9 +422,10 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
 
     if variable not in DUTY_VARIABLES:
         raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {variable!r}")
+    fill_terms = ("fill_efficiency", "size_fill_efficiency")
     obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w
            and (variable == "time" or (o.bound_time_s or 0) > 0)
-           and (variable != "fill_efficiency" or (o.output_elements or 0) > 0)]
+           and (variable not in fill_terms or (o.output_elements or 0) > 0)]
     if not obs:
         raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
                            "above the constant power" + ("" if variable == "time" else ", and a bound time"))
@@ -438,26 +440,53 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
-    if variable in ("size_efficiency", "fill_efficiency"):
+    if variable in ("size_efficiency", *fill_terms):
         # the efficiency form times min(1, (size / size_full) ** gamma_size), the size the CARM bound time
-        # (size_efficiency) or the output elements (fill_efficiency)
+        # (size_efficiency) or the output elements (fill_efficiency); size_fill_efficiency: both terms, first on a
+        # coarse joint grid (half-decades, exponents by 0.2), then each term on its fine grid given the other, twice
+        # (each fine grid holds the coarse points and the previous optimum, so the error never rises)
         tb = np.array([o.bound_time_s for o in obs])
         e = np.minimum(1.0, tb / t)
-        fill = variable == "fill_efficiency"
-        size = np.array([o.output_elements for o in obs], dtype=float) if fill else tb
-        fulls = np.logspace(4, 8, 41) if fill else (t_sizes_s if t_sizes_s is not None else np.logspace(-7, -3, 41))
+        n_out = np.array([o.output_elements or 0.0 for o in obs], dtype=float)
+        t_grid = t_sizes_s if t_sizes_s is not None else np.logspace(-7, -3, 41)
+        n_grid = np.logspace(4, 8, 41)
+        gs_grid = gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)
         g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
         ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
-        for full in fulls:
-            for gs in (gammas_size if gammas_size is not None else np.linspace(0.0, 1.0, 21)):
-                d = np.minimum(1.0, (size / full) ** gs)[None, :] * ge
-                errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
-                i = int(np.argmin(errs))
-                if best is None or errs[i] < best[0] - 1e-12:
-                    best = (float(errs[i]), (float(full), float(gs)), float(g_grid[i]))
-        if fill:
+
+        def size_grid(size, fulls, other):   # best (error, (full, gamma_size), gamma) with `other` term fixed
+            found = None
+            for full in fulls:
+                for gs in gs_grid:
+                    d = (np.minimum(1.0, (size / full) ** gs) * other)[None, :] * ge
+                    errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
+                    i = int(np.argmin(errs))
+                    if found is None or errs[i] < found[0] - 1e-12:
+                        found = (float(errs[i]), (float(full), float(gs)), float(g_grid[i]))
+            return found
+
+        if variable == "fill_efficiency":
+            best = size_grid(n_out, n_grid, 1.0)
             return DutyCurve(None, best[2], source, variable, None, best[1][1], best[1][0]), best[0]
-        return DutyCurve(None, best[2], source, variable, best[1][0], best[1][1]), best[0]
+        if variable == "size_efficiency":
+            best = size_grid(tb, t_grid, 1.0)
+            return DutyCurve(None, best[2], source, variable, best[1][0], best[1][1]), best[0]
+        best = fill = None
+        for n_full in np.logspace(4, 8, 9):
+            for gf in np.linspace(0.0, 1.0, 6):
+                other = np.minimum(1.0, (n_out / n_full) ** gf)
+                for t_size in np.logspace(-7, -3, 9):
+                    for gs in np.linspace(0.0, 1.0, 6):
+                        d = (np.minimum(1.0, (tb / t_size) ** gs) * other)[None, :] * ge
+                        errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
+                        i = int(np.argmin(errs))
+                        if best is None or errs[i] < best[0] - 1e-12:
+                            best = (float(errs[i]), (float(t_size), float(gs)), float(g_grid[i]))
+                            fill = (best[0], (float(n_full), float(gf)), best[2])
+        for _ in range(2):
+            fill = size_grid(n_out, n_grid, np.minimum(1.0, (tb / best[1][0]) ** best[1][1]))
+            best = size_grid(tb, t_grid, np.minimum(1.0, (n_out / fill[1][0]) ** fill[1][1]))
+        return DutyCurve(None, best[2], source, variable, best[1][0], best[1][1], fill[1][0], fill[1][1]), best[0]
     for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
         for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
             p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)

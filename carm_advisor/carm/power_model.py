@@ -130,8 +130,9 @@ class VoltageCurve:
 # too small to fill the GPU draws little whatever share of its roof it reaches), or the efficiency times how far
 # the layer's output fills the GPU, its output elements against a fitted n_full (fill_efficiency, the seventh
 # session's candidate: small layers' power error follows their output size more than their bound time; not chosen,
-# benchmarks/power_model_validation.py: duty_fill_choice).
-DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency")
+# benchmarks/power_model_validation.py: duty_fill_choice), or both size terms together (size_fill_efficiency, the
+# eighth session's candidate: power_model_validation.py: duty_size_fill_choice).
+DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class DutyCurve:
     t_size_s: float | None = None       # size_efficiency: the bound time from which a layer fills the GPU
     gamma_size: float = 0.0             # size_efficiency, fill_efficiency: the exponent of its size term
     n_full: float | None = None         # fill_efficiency: the output elements from which a layer fills the GPU
+    gamma_fill: float = 0.0             # size_fill_efficiency: the exponent of its output-elements term
 
     def __post_init__(self):
         if self.variable not in DUTY_VARIABLES:
@@ -168,17 +170,19 @@ class DutyCurve:
         if not time_ok or not (math.isfinite(self.gamma) and self.gamma >= 0):
             raise ProfileError(f"duty curve needs t_full_s > 0 and gamma >= 0, received: t_full_s={self.t_full_s!r}, "
                                f"gamma={self.gamma!r}")
-        size_ok = self.variable != "size_efficiency" or (
+        size_ok = self.variable not in ("size_efficiency", "size_fill_efficiency") or (
             isinstance(self.t_size_s, (int, float)) and math.isfinite(self.t_size_s) and self.t_size_s > 0
             and math.isfinite(self.gamma_size) and self.gamma_size >= 0)
-        size_ok = size_ok and (self.variable != "fill_efficiency" or (
+        size_ok = size_ok and (self.variable not in ("fill_efficiency", "size_fill_efficiency") or (
             isinstance(self.n_full, (int, float)) and math.isfinite(self.n_full) and self.n_full > 0
-            and math.isfinite(self.gamma_size) and self.gamma_size >= 0))
+            and math.isfinite(self.gamma_size) and self.gamma_size >= 0
+            and math.isfinite(self.gamma_fill) and self.gamma_fill >= 0))
         if not size_ok:
             raise ProfileError(f"the {self.variable} duty curve needs "
                                f"{'n_full' if self.variable == 'fill_efficiency' else 't_size_s'} > 0 and "
                                f"gamma_size >= 0, received: n_full={self.n_full!r}, "
-                               f"t_size_s={self.t_size_s!r}, gamma_size={self.gamma_size!r}")
+                               f"t_size_s={self.t_size_s!r}, gamma_size={self.gamma_size!r}, "
+                               f"gamma_fill={self.gamma_fill!r}")
 
     def fraction(self, time_s: float | None, bound_time_s: float | None = None,
                  output_elements: float | None = None) -> float:
@@ -186,18 +190,27 @@ class DutyCurve:
         (the busy power stands); fill_efficiency without `output_elements`: the efficiency form alone."""
         if time_s is None or not time_s > 0:
             return 1.0
-        if self.variable in ("efficiency", "size_efficiency", "fill_efficiency"):
+        if self.variable in ("efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency"):
             if bound_time_s is None or not bound_time_s > 0:
                 return 1.0
             d = min(1.0, bound_time_s / time_s) ** self.gamma
-            if self.variable == "size_efficiency":
+            if self.variable in ("size_efficiency", "size_fill_efficiency"):
                 d *= min(1.0, (bound_time_s / self.t_size_s) ** self.gamma_size)
             if self.variable == "fill_efficiency" and output_elements and output_elements > 0:
                 d *= min(1.0, (output_elements / self.n_full) ** self.gamma_size)
+            if self.variable == "size_fill_efficiency" and output_elements and output_elements > 0:
+                d *= min(1.0, (output_elements / self.n_full) ** self.gamma_fill)
             return d
         return min(1.0, (time_s / self.t_full_s) ** self.gamma)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.variable == "size_fill_efficiency":
+            return {"variable": "size_fill_efficiency", "gamma": self.gamma, "t_size_s": self.t_size_s,
+                    "gamma_size": self.gamma_size, "n_full": self.n_full, "gamma_fill": self.gamma_fill,
+                    "source": self.source,
+                    "form": "P = P_const + (P_busy - P_const) * min(1, (t_bound / t_size_s) ** gamma_size) * "
+                            "min(1, (n_out / n_full) ** gamma_fill) * min(1, t_bound / t) ** gamma, n_out the "
+                            "elements the layer writes, t the time per call, t_bound its CARM bound time"}
         if self.variable == "fill_efficiency":
             return {"variable": "fill_efficiency", "gamma": self.gamma, "n_full": self.n_full,
                     "gamma_size": self.gamma_size, "source": self.source,
@@ -221,14 +234,16 @@ class DutyCurve:
         try:
             variable = str(d.get("variable", "time"))
             t_full = float(d["t_full_s"]) if variable == "time" else None
-            size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable == "size_efficiency" else
-                    (None, float(d["gamma_size"])) if variable == "fill_efficiency" else (None, 0.0))
-            n_full = float(d["n_full"]) if variable == "fill_efficiency" else None
+            size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable in ("size_efficiency", "size_fill_efficiency")
+                    else (None, float(d["gamma_size"])) if variable == "fill_efficiency" else (None, 0.0))
+            n_full = float(d["n_full"]) if variable in ("fill_efficiency", "size_fill_efficiency") else None
+            gamma_fill = float(d["gamma_fill"]) if variable == "size_fill_efficiency" else 0.0
             return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable, *size,
-                       n_full)
+                       n_full, gamma_fill)
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"power_model.duty must hold numbers t_full_s (variable time), gamma, t_size_s and "
-                               f"gamma_size (variable size_efficiency), received: "
+                               f"gamma_size (variable size_efficiency; with n_full and gamma_fill, "
+                               f"size_fill_efficiency), received: "
                                f"{d!r}") from exc
 
 
