@@ -357,7 +357,10 @@ def duty_fill_choice(results: dict[str, dict]) -> dict:
 # 12.1%. Rule, written and committed before the candidate's figures: the lowest pooled per-layer headline power
 # (leave one model out) on the records before DUTY_SIZE_FILL_TEST decides, the incumbent staying unless beaten;
 # DUTY_SIZE_FILL_TEST's whole models test it (it has no layer windows); the same validation with the unseen-model
-# records pooled in is reported as a further check, not deciding.
+# records pooled in is reported as a further check, not deciding. Result (nvidia-h200-power-model-2026-12-04-s8.json,
+# code a51a680), choosing per layer (n=4900) / whole models (n=176) | -s7 whole models (n=32): size_efficiency 9.75% /
+# 7.2% | 5.9%, size_fill_efficiency 9.76% / 8.8% | 8.6%: the incumbent stays. Fitted on every layer, the pair leans on
+# the output term (gamma_fill 0.45, gamma_size 0.05) and loses the whole models.
 DUTY_SIZE_FILL_CANDIDATES = ("size_efficiency", "size_fill_efficiency")
 DUTY_SIZE_FILL_TEST = "-s7"
 
