@@ -340,12 +340,17 @@ DUTY_FILL_TEST = "-s7"
 
 def duty_fill_choice(results: dict[str, dict]) -> dict:
     """The choice of the duty curve's size term (DUTY_FILL_CANDIDATES), from validate() run once per candidate
-    (`results`: variable -> its result), by _pooled_table on the records before and in DUTY_FILL_TEST; chosen:
-    the lowest pooled per-layer figure on the choosing records, the incumbent (size_efficiency) unless beaten."""
-    table = _pooled_table(results, DUTY_FILL_TEST)
+    (`results`: variable -> its result): _size_term_choice before and in DUTY_FILL_TEST."""
+    return _size_term_choice(results, DUTY_FILL_TEST)
+
+
+def _size_term_choice(results: dict[str, dict], test: str) -> dict:
+    """A choice of the duty curve's size term(s) by _pooled_table on the records before and in `test`; chosen: the
+    lowest pooled per-layer figure on the choosing records, the incumbent (size_efficiency) unless beaten."""
+    table = _pooled_table(results, test)
     return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
-                    f"{DUTY_FILL_TEST}); the incumbent (size_efficiency) stays unless beaten; {DUTY_FILL_TEST} is "
-                    "the test (whole models: no layer windows in it)",
+                    f"{test}); the incumbent (size_efficiency) stays unless beaten; {test} is the test (whole models: "
+                    "no layer windows in it)",
             "chosen": _lowest_on_choosing(table, "size_efficiency"), "in_use": DUTY_VARIABLE, "candidates": table}
 
 
@@ -367,13 +372,8 @@ DUTY_SIZE_FILL_TEST = "-s7"
 
 def duty_size_fill_choice(results: dict[str, dict]) -> dict:
     """The choice of the duty curve's size terms (DUTY_SIZE_FILL_CANDIDATES), from validate() run once per candidate
-    (`results`: variable -> its result), by _pooled_table on the records before and in DUTY_SIZE_FILL_TEST; chosen:
-    the lowest pooled per-layer figure on the choosing records, the incumbent (size_efficiency) unless beaten."""
-    table = _pooled_table(results, DUTY_SIZE_FILL_TEST)
-    return {"rule": "lowest pooled per-layer headline power on the choosing records (every folder before "
-                    f"{DUTY_SIZE_FILL_TEST}); the incumbent (size_efficiency) stays unless beaten; {DUTY_SIZE_FILL_TEST} "
-                    "is the test (whole models: no layer windows in it)",
-            "chosen": _lowest_on_choosing(table, "size_efficiency"), "in_use": DUTY_VARIABLE, "candidates": table}
+    (`results`: variable -> its result): _size_term_choice before and in DUTY_SIZE_FILL_TEST."""
+    return _size_term_choice(results, DUTY_SIZE_FILL_TEST)
 
 
 def _pooled_table(results: dict[str, dict], test: str) -> dict:
