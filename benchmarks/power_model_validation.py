@@ -129,7 +129,7 @@ from _common import result_path, write  # noqa: E402
 from carm_advisor.calibration import (CELL_STATISTIC, CELL_STATISTICS, DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
                                      JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_PER_DTYPE,
                                      JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
-from carm_advisor.carm.power_model import REPLAY_OVERLAP_NORM  # noqa: E402
+from carm_advisor.carm.power_model import OUTPUT_SIZE_VARIABLES, REPLAY_OVERLAP_NORM  # noqa: E402
 from carm_advisor.errors import ProfileError  # noqa: E402
 
 MEASUREMENTS_SCHEMA = "carm-advisor/measurements/1"
@@ -867,7 +867,7 @@ def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VAR
         try:
             return fit_duty_curve(obs, constant_w, source=source, variable=variable)[0] if obs else None
         except ProfileError:
-            if variable not in ("fill_efficiency", "size_fill_efficiency"):
+            if variable not in OUTPUT_SIZE_VARIABLES:
                 raise
             return None
 

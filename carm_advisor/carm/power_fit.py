@@ -418,14 +418,13 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
     import numpy as np
 
-    from carm_advisor.carm.power_model import DUTY_VARIABLES, DutyCurve
+    from carm_advisor.carm.power_model import DUTY_VARIABLES, OUTPUT_SIZE_VARIABLES, DutyCurve
 
     if variable not in DUTY_VARIABLES:
         raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {variable!r}")
-    fill_terms = ("fill_efficiency", "size_fill_efficiency")
     obs = [o for o in observations if o.time_s > 0 and o.measured_w > 0 and o.busy_w > constant_w
            and (variable == "time" or (o.bound_time_s or 0) > 0)
-           and (variable not in fill_terms or (o.output_elements or 0) > 0)]
+           and (variable not in OUTPUT_SIZE_VARIABLES or (o.output_elements or 0) > 0)]
     if not obs:
         raise ProfileError("fitting a duty curve needs at least one layer with a time, a power and a busy power "
                            "above the constant power" + ("" if variable == "time" else ", and a bound time"))
@@ -440,7 +439,7 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
-    if variable in ("size_efficiency", *fill_terms):
+    if variable in ("size_efficiency", *OUTPUT_SIZE_VARIABLES):
         # the efficiency form times min(1, (size / size_full) ** gamma_size), the size the CARM bound time
         # (size_efficiency) or the output elements (fill_efficiency); size_fill_efficiency: both terms, first on a
         # coarse joint grid (half-decades, exponents by 0.2), then each term on its fine grid given the other, twice
@@ -454,10 +453,10 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
         g_grid = np.asarray(gammas if gammas is not None else np.linspace(0.0, 0.5, 26), dtype=float)
         ge = e[None, :] ** g_grid[:, None]                     # (gammas, layers)
 
-        def size_grid(size, fulls, other):   # best (error, (full, gamma_size), gamma) with `other` term fixed
-            found = None
+        def size_grid(size, fulls, other, exponents=gs_grid, found=None):
+            # the best (error, (full, gamma_size), gamma) with the `other` term fixed, improving on `found`
             for full in fulls:
-                for gs in gs_grid:
+                for gs in exponents:
                     d = (np.minimum(1.0, (size / full) ** gs) * other)[None, :] * ge
                     errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
                     i = int(np.argmin(errs))
@@ -474,15 +473,10 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
         best = fill = None
         for n_full in np.logspace(4, 8, 9):
             for gf in np.linspace(0.0, 1.0, 6):
-                other = np.minimum(1.0, (n_out / n_full) ** gf)
-                for t_size in np.logspace(-7, -3, 9):
-                    for gs in np.linspace(0.0, 1.0, 6):
-                        d = (np.minimum(1.0, (tb / t_size) ** gs) * other)[None, :] * ge
-                        errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
-                        i = int(np.argmin(errs))
-                        if best is None or errs[i] < best[0] - 1e-12:
-                            best = (float(errs[i]), (float(t_size), float(gs)), float(g_grid[i]))
-                            fill = (best[0], (float(n_full), float(gf)), best[2])
+                found = size_grid(tb, np.logspace(-7, -3, 9), np.minimum(1.0, (n_out / n_full) ** gf),
+                                  np.linspace(0.0, 1.0, 6), best)
+                if found is not best:
+                    best, fill = found, (found[0], (float(n_full), float(gf)), found[2])
         for _ in range(2):
             fill = size_grid(n_out, n_grid, np.minimum(1.0, (tb / best[1][0]) ** best[1][1]))
             best = size_grid(tb, t_grid, np.minimum(1.0, (n_out / fill[1][0]) ** fill[1][1]))

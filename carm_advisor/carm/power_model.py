@@ -133,6 +133,7 @@ class VoltageCurve:
 # benchmarks/power_model_validation.py: duty_fill_choice), or both size terms together (size_fill_efficiency, the
 # eighth session's candidate: power_model_validation.py: duty_size_fill_choice).
 DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency")
+OUTPUT_SIZE_VARIABLES = ("fill_efficiency", "size_fill_efficiency")   # the forms with an output-elements term
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class DutyCurve:
         size_ok = self.variable not in ("size_efficiency", "size_fill_efficiency") or (
             isinstance(self.t_size_s, (int, float)) and math.isfinite(self.t_size_s) and self.t_size_s > 0
             and math.isfinite(self.gamma_size) and self.gamma_size >= 0)
-        size_ok = size_ok and (self.variable not in ("fill_efficiency", "size_fill_efficiency") or (
+        size_ok = size_ok and (self.variable not in OUTPUT_SIZE_VARIABLES or (
             isinstance(self.n_full, (int, float)) and math.isfinite(self.n_full) and self.n_full > 0
             and math.isfinite(self.gamma_size) and self.gamma_size >= 0
             and math.isfinite(self.gamma_fill) and self.gamma_fill >= 0))
@@ -190,7 +191,7 @@ class DutyCurve:
         (the busy power stands); fill_efficiency without `output_elements`: the efficiency form alone."""
         if time_s is None or not time_s > 0:
             return 1.0
-        if self.variable in ("efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency"):
+        if self.variable != "time":   # the efficiency forms
             if bound_time_s is None or not bound_time_s > 0:
                 return 1.0
             d = min(1.0, bound_time_s / time_s) ** self.gamma
@@ -236,7 +237,7 @@ class DutyCurve:
             t_full = float(d["t_full_s"]) if variable == "time" else None
             size = ((float(d["t_size_s"]), float(d["gamma_size"])) if variable in ("size_efficiency", "size_fill_efficiency")
                     else (None, float(d["gamma_size"])) if variable == "fill_efficiency" else (None, 0.0))
-            n_full = float(d["n_full"]) if variable in ("fill_efficiency", "size_fill_efficiency") else None
+            n_full = float(d["n_full"]) if variable in OUTPUT_SIZE_VARIABLES else None
             gamma_fill = float(d["gamma_fill"]) if variable == "size_fill_efficiency" else 0.0
             return cls(t_full, float(d["gamma"]), str(d.get("source", "fitted on layer records")), variable, *size,
                        n_full, gamma_fill)
