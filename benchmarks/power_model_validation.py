@@ -128,7 +128,7 @@ from _common import result_path, write  # noqa: E402
 # DISPATCHED_EXECUTIONS: layers timed one host-dispatched call at a time (jax: each layer jitted alone).
 from carm_advisor.calibration import (CELL_STATISTIC, CELL_STATISTICS, DISPATCHED_EXECUTIONS, JIT_FLOOR_BUSY, JIT_FUSION, JIT_FUSION_FORMS,  # noqa: E402
                                      JIT_HOST, JIT_HOST_FORMS, JIT_OTHER_SHARE, JIT_OTHER_SHARES, JIT_PER_DTYPE,
-                                     JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, REPLAYED_EXECUTIONS)
+                                     JIT_SPLIT_E, KERNEL_FLOOR_EXECUTIONS, KIN_DTYPES, REPLAYED_EXECUTIONS)
 from carm_advisor.carm.power_model import OUTPUT_SIZE_VARIABLES, REPLAY_OVERLAP_NORM  # noqa: E402
 from carm_advisor.errors import ProfileError  # noqa: E402
 
@@ -597,6 +597,46 @@ def cell_statistic_choice(results: dict[str, dict]) -> dict:
             "in_use": CELL_STATISTIC, "candidates": table}
 
 
+# A kin dtype's cell of the same size before another size of the layer's own dtype (calibration.KIN_DTYPES; why it
+# was proposed is there), tenth session (2026-12-05). Rule, written and committed before the candidate's figures
+# were seen: the lower median |error| of the leave-one-model-out calibrated whole-model time over the whole models
+# the cells predict (every execution but jit) recorded before KIN_DTYPE_CHOOSING_BEFORE decides, the incumbent (off)
+# staying unless beaten; a candidate whose pooled per-layer headline power on those records is above its target
+# (10%) is not taken. KIN_DTYPE_TEST's records (recorded this session before the candidate's figures were seen)
+# test it; the ninth session's (KIN_DTYPE_CHOOSING_BEFORE) are a weak test, as their first scoring prompted it.
+KIN_DTYPE_CHOOSING_BEFORE = "-s9"
+KIN_DTYPE_TEST = "-s10"
+
+
+def kin_dtype_choice(results: dict[str, dict]) -> dict:
+    """The choice of calibration.KIN_DTYPES, from the records loaded and validated once per candidate (`results`:
+    "off" / "on" -> its validate() result): the whole models the cells predict and the pooled per-layer headline
+    power, on the records before KIN_DTYPE_CHOOSING_BEFORE ("choosing"), in it ("weak_test") and in KIN_DTYPE_TEST
+    ("test"); chosen: the lower whole-model time on the choosing records among the candidates whose pooled per-layer
+    power there meets its target, the incumbent (off) staying unless beaten."""
+    table = {}
+    for name, result in results.items():
+        row = {}
+        for part, test in (("choosing", KIN_DTYPE_CHOOSING_BEFORE), ("weak_test", KIN_DTYPE_CHOOSING_BEFORE),
+                           ("test", KIN_DTYPE_TEST)):
+            whole = _jit_whole_table(result["models"], {name: _variant_key(None)}, test, jit_only=False)[name]
+            pooled = _pooled_table({name: result}, test)[name]
+            side = "choosing" if part == "choosing" else "test"
+            row[part] = {**{f"whole_{k}": v for k, v in whole[side].items()},
+                         **{f"layers_{k}": v for k, v in pooled[side].items()}}
+        table[name] = row
+    eligible = {n: row for n, row in table.items() if n == "off"
+                or (row["choosing"]["layers_power_median_abs_err"] is not None
+                    and row["choosing"]["layers_power_median_abs_err"] <= TARGETS["layer_power"])}
+    return {"rule": "lower whole-model time (median |error|, leave one model out) over the whole models recorded "
+                    f"before {KIN_DTYPE_CHOOSING_BEFORE} the cells predict (every execution but jit); the incumbent "
+                    f"(off) stays unless beaten; a candidate whose pooled per-layer headline power on those records is "
+                    f"above its target ({TARGETS['layer_power']:.0%}) is not taken; {KIN_DTYPE_TEST} is the test, "
+                    f"{KIN_DTYPE_CHOOSING_BEFORE} a weak one",
+            "chosen": _lowest_on_choosing(eligible, "off", "whole_time_median_abs_err"),
+            "in_use": "on" if KIN_DTYPES else "off", "candidates": table}
+
+
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
     """The whole-model measurement to compare with: the CUDA graph replay where there is one (torch),
     else `inference` (jax jit, torch eager)."""
@@ -838,8 +878,13 @@ def session_of(source: str | None) -> tuple[str, int]:
     return (found.group(1), int(found.group(2) or 1)) if found else ("", 0)
 
 
+# Sessions are numbered on from TEST_DATE's: the ninth and later ones were recorded on the dates here.
+SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05"}
+
+
 def _test_session(test: str) -> tuple[str, int]:
-    return (TEST_DATE, int(test.lstrip("-s")))
+    n = int(test.lstrip("-s"))
+    return (SESSION_DATES.get(n, TEST_DATE), n)
 
 
 def recorded_before(source: str | None, test: str) -> bool:
@@ -1631,11 +1676,12 @@ def main(argv: list[str] | None = None) -> int:
     def runs_for(cal, suffix: str = "") -> list[dict]:   # the records loaded under `cal` (cached apart per suffix)
         cache = args.runs_cache.with_name(args.runs_cache.stem + suffix + args.runs_cache.suffix) if args.runs_cache else None
         cached = json.loads(cache.read_text()) if cache and cache.exists() else {}
-        if cached.get("key") == cache_key and cached.get("cell_statistic") == cal.cell_statistic:
+        variant = {"cell_statistic": cal.cell_statistic, "kin_dtypes": cal.kin_dtypes}
+        if cached.get("key") == cache_key and cached.get("variant") == variant:
             return cached["runs"]
         loaded = load_runs(args.records, profile, cal if cal.samples else None)
         if cache:
-            cache.write_text(json.dumps({"key": cache_key, "cell_statistic": cal.cell_statistic, "runs": loaded}))
+            cache.write_text(json.dumps({"key": cache_key, "variant": variant, "runs": loaded}))
         return loaded
 
     runs = runs_for(calibration)
@@ -1665,6 +1711,12 @@ def main(argv: list[str] | None = None) -> int:
                                fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
                for name in CELL_STATISTICS}
     result["validation"]["cell_statistic_choice"] = cell_statistic_choice(by_cell)
+    # A kin dtype's cell of the same size (calibration.KIN_DTYPES): the records loaded again with the other setting.
+    by_kin = {name: (result if on == calibration.kin_dtypes else
+                     validate(runs_for(replace(calibration, kin_dtypes=on), f"-kin-{name}"), profile.carm(), pm,
+                              fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
+              for name, on in (("off", False), ("on", True))}
+    result["validation"]["kin_dtype_choice"] = kin_dtype_choice(by_kin)
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

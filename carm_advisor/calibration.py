@@ -184,6 +184,17 @@ DISPATCH_OVERLAP_NORM = 2.0
 # time and power are worse, its energy better).
 CELL_STATISTICS = ("median", "time_weighted")
 CELL_STATISTIC = "time_weighted"
+# Compute dtypes that run at the same Tensor Core rate on the GPUs this product targets (Ampere, Hopper: dense
+# float16 and bfloat16 share one roof and cuDNN/cuBLAS pick kernels of the same shapes for them), so a layer's
+# efficiency in one is evidence for the other at the SAME size. Calibration.kin_dtypes (KIN_DTYPES, off: the
+# incumbent) takes a kin dtype's cell of the layer's own size before the layer's dtype at another size (estimate()).
+# Proposed in the tenth session (2026-12-05) after seeing, in the ninth session's first scoring, torch VGG16 at
+# float16 predicted +101% to +141% in time when VGG16 is left out (b24-b128, every float16 record), at +2% in
+# bfloat16: without VGG16, no float16 Conv2D cell of its large convolutions' size (half-decade -8) holds
+# MIN_SAMPLES, and the nearest float16 size (-9, efficiency 0.12) stood in for the bfloat16 cell of the
+# same size (0.40). The rule is kin_dtype_choice's (power_model_validation.py).
+KIN_DTYPES_OF = {"float16": ("bfloat16",), "bfloat16": ("float16",)}
+KIN_DTYPES = False
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
 
@@ -356,6 +367,7 @@ class Calibration:
     jit_floor_busy: bool = JIT_FLOOR_BUSY  # the launch floors count as busy in a jit call's GPU share
     jit_per_dtype: bool = JIT_PER_DTYPE  # a compiled fit over the records of the compute dtype predicted only
     cell_statistic: str = CELL_STATISTIC  # CELL_STATISTICS: a cell's efficiency from its samples
+    kin_dtypes: bool = KIN_DTYPES  # a kin dtype's cell of the same size (KIN_DTYPES_OF) before another size
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
@@ -435,6 +447,7 @@ class Calibration:
     def estimate(self, backend: str, layer_type: str, dtype: str, bound_time_s: float) -> Estimate | None:
         """The calibration of one layer, from the first of (each needs a cell of >= MIN_SAMPLES):
         1. its own cell (backend, class, dtype, size);
+        1b. where kin_dtypes: the same backend, class and size in a dtype of the same Tensor Core rate (KIN_DTYPES_OF);
         2. the same backend, class and dtype, nearest size;
         3. the same backend and class, another dtype, nearest size;
         3b. a similar class (SIMILAR_CLASS: LayerNormalization -> BatchNormalization, ...), this dtype then any;
@@ -449,6 +462,10 @@ class Calibration:
         own = (backend, cls, dtype, size)
         if len(cells.get(own, [])) >= MIN_SAMPLES:
             return Estimate(self._cell_eff(cells[own]), own, len(cells[own]), "cell", floor)
+        for kin in KIN_DTYPES_OF.get(dtype, ()) if self.kin_dtypes else ():
+            key = (backend, cls, kin, size)
+            if len(cells.get(key, [])) >= MIN_SAMPLES:
+                return Estimate(self._cell_eff(cells[key]), key, len(cells[key]), f"kin dtype {kin}, same size", floor)
         steps = [
             ("nearest size", lambda k: k[:3] == (backend, cls, dtype)),
             ("other dtype", lambda k: k[:2] == (backend, cls)),

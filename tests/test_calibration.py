@@ -68,6 +68,24 @@ def test_a_near_cell_of_another_dtype_beats_a_far_cell_of_the_same_dtype():
     assert only_far.key == ("torch", "Conv2D", "float32", -12) and only_far.efficiency == pytest.approx(0.9)
 
 
+def test_kin_dtypes_take_the_same_size_in_the_other_16_bit_dtype_before_another_size_of_their_own():
+    small_fp16 = [_s(0.1, "float16", bound=1e-5, model=str(i)) for i in range(3)]   # bucket -10, 2 from -8
+    large_bf16 = [_s(0.4, "bfloat16", bound=1e-4, model=str(i)) for i in range(3)]  # bucket -8
+    fp32 = [_s(0.7, "float32", bound=1e-5, model=str(i)) for i in range(3)]         # bucket -10
+    cells = small_fp16 + large_bf16 + fp32
+    incumbent = Calibration(cells).estimate("torch", "Conv2D", "float16", 1e-4)      # the float16 -10 cell
+    assert incumbent.source == "nearest size" and incumbent.efficiency == pytest.approx(0.1)
+    kin = Calibration(cells, kin_dtypes=True)
+    found = kin.estimate("torch", "Conv2D", "float16", 1e-4)
+    assert found.key == ("torch", "Conv2D", "bfloat16", -8) and found.efficiency == pytest.approx(0.4)
+    assert found.source == "kin dtype bfloat16, same size"
+    # its own cell still comes first; float32 has no kin (another roof) and keeps the nearest float32 size
+    assert kin.estimate("torch", "Conv2D", "float16", 1e-5).efficiency == pytest.approx(0.1)
+    assert kin.estimate("torch", "Conv2D", "float32", 1e-4).key == ("torch", "Conv2D", "float32", -10)
+    # bucket -9, one from each: a kin cell of another size is no kin step, the dtype's own nearest size comes first
+    assert kin.estimate("torch", "Conv2D", "float16", 3.2e-5).key == ("torch", "Conv2D", "float16", -10)
+
+
 def test_another_backend_is_borrowed_scaled_by_the_backend_ratio_where_both_have_cells():
     both = [_s(0.6, "float32", cls="Activation", model=str(i)) for i in range(3)] \
         + [_s(0.3, "float32", cls="Activation", backend="jax", model=str(i)) for i in range(3)]

@@ -863,6 +863,12 @@ def test_records_before_a_test_exclude_its_folders_and_every_later_sessions():
     assert mod.recorded_before("nvidia-h200-records-2026-12-04-call3", "-s2")           # the date's first session
     assert not mod.recorded_before("nvidia-h200-records-2026-12-05", "-s5")              # a later date: later
     assert mod.in_test("nvidia-h200-records-2026-12-04-s5c3-after-choice", "-s5")
+    # the ninth and tenth sessions were recorded on 2026-12-05: their tags compare on from the eighth's
+    assert mod.recorded_before("nvidia-h200-records-2026-12-04-s8", "-s9")
+    assert not mod.recorded_before("nvidia-h200-records-2026-12-05-s9c1-torch", "-s9")
+    assert mod.in_test("nvidia-h200-records-2026-12-05-s9c2-whole", "-s9")
+    assert mod.recorded_before("nvidia-h200-records-2026-12-05-s9c2-whole", "-s10")
+    assert mod.in_test("nvidia-h200-unseen-model-records-2026-12-05-s10", "-s10")
     assert not mod.in_test("nvidia-h200-records-2026-12-04-s50", "-s5")                 # not a substring match
     with pytest.raises(ValueError, match="norm > 0"):
         __import__("carm_advisor.carm.power_model", fromlist=["x"]).replay_paced_fraction(1e-6, 1e-6, 0.0)
@@ -1167,3 +1173,27 @@ def test_cell_statistic_choice_decides_on_the_cells_whole_models_before_its_test
     assert mod.cell_statistic_choice({"median": worse_layers, "time_weighted": median})["chosen"] == "median"
     no_layers = _cell_result([], [(old, "cuda_graph", 0.0)])          # no scored layer: no figure, not taken
     assert mod.cell_statistic_choice({"median": median, "time_weighted": no_layers})["chosen"] == "median"
+
+
+def test_kin_dtype_choice_decides_on_the_whole_models_before_the_ninth_session_and_reports_both_tests():
+    mod = _load("power_model_validation")
+    old, weak = "nvidia-h200-records-2026-12-04-s6c1-torch", "nvidia-h200-records-2026-12-05-s9c1-torch"
+    test = "nvidia-h200-records-2026-12-05-s10c1-torch"
+    layers = [(old, 0.05), (old, -0.08), (weak, 0.3), (test, 0.5)]
+    off = _cell_result(layers, [(old, "cuda_graph", 1.40), (old, "eager", 0.10), (old, "cuda_graph", -0.04),
+                                (old, "jit", 0.0), (weak, "cuda_graph", 1.0), (test, "cuda_graph", 0.9)])
+    on = _cell_result(layers, [(old, "cuda_graph", 0.02), (old, "eager", 0.10), (old, "cuda_graph", -0.04),
+                               (old, "jit", 0.9), (weak, "cuda_graph", 0.1), (test, "cuda_graph", -0.2)])
+    choice = mod.kin_dtype_choice({"off": off, "on": on})
+    c = choice["candidates"]
+    # choosing, jit left out: |1.40, 0.10, -0.04| -> 0.10 against |0.02, 0.10, -0.04| -> 0.04
+    assert c["off"]["choosing"]["whole_time_median_abs_err"] == pytest.approx(0.10)
+    assert c["on"]["choosing"]["whole_time_median_abs_err"] == pytest.approx(0.04)
+    assert c["on"]["choosing"]["whole_n"] == 3 and c["on"]["choosing"]["layers_n"] == 2
+    assert choice["chosen"] == "on" and choice["in_use"] == "off"
+    assert c["on"]["weak_test"]["whole_time_median_abs_err"] == pytest.approx(0.1)
+    assert c["on"]["test"]["whole_time_median_abs_err"] == pytest.approx(0.2)
+    assert c["off"]["test"]["layers_power_median_abs_err"] == pytest.approx(0.5)
+    assert mod.kin_dtype_choice({"on": off, "off": off})["chosen"] == "off"              # a tie: the incumbent
+    worse_layers = _cell_result([(old, 0.15), (old, -0.12)], [(old, "cuda_graph", 0.0)])  # above the 10% target
+    assert mod.kin_dtype_choice({"off": off, "on": worse_layers})["chosen"] == "off"
