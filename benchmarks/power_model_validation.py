@@ -1296,6 +1296,54 @@ def compact_layers(layers: list[dict]) -> dict:
             "excluded_null_means": "scored", "rows": rows}
 
 
+# The sessions whose records were recorded as a test set before that session's changes (README): scored apart by
+# session_test_scores, the issue's four figures on their rows alone.
+SESSION_TESTS = ("-s9", "-s10")
+
+
+def session_test_scores(doc: dict, test: str) -> dict:
+    """The issue's four figures on the rows of test `test`'s folders alone (in_test), read from a written result
+    (its compact layers and whole models): per-layer headline power and energy given the measured time over the
+    scored layers; whole-model power, energy per sample and time with the leave-one-model-out calibrated time;
+    the whole models also by (backend, model) with their signed medians."""
+    layers = doc["layers"]
+    col = {c: i for i, c in enumerate(layers["columns"])}
+    source = [run[1] for run in layers["runs"]]
+    head = f"power_w:{doc['validation']['headline_variant']}"
+    power, energy = [], []
+    for row in layers["rows"]:
+        if row[col["excluded"]] is not None or not in_test(source[row[col["run"]]], test):
+            continue
+        predicted, measured = row[col[head]], row[col["measured_power_w"]]
+        if predicted is None or not measured:
+            continue
+        power.append(predicted / measured - 1)
+        e, t = row[col["measured_energy_j"]], row[col["measured_time_s"]]
+        energy.append(predicted * t / e - 1 if e and t else None)
+    whole: dict[str, list] = {"power": [], "energy_per_sample": [], "time": []}
+    groups: dict[str, dict[str, list]] = {}
+    for m in doc["models"]:
+        c = m.get("calibrated_leave_one_model_out") or {}
+        if not in_test(m.get("source"), test) or c.get("duty_lomo_power_err") is None:
+            continue
+        g = groups.setdefault(f"{m['backend']} {m['model']}", {k: [] for k in whole})
+        for k, key in (("power", "duty_lomo_power_err"), ("energy_per_sample", "duty_lomo_energy_per_sample_err"),
+                       ("time", "time_err")):
+            if c.get(key) is not None:
+                whole[k].append(c[key])
+                g[k].append(c[key])
+
+    def figures(errs: dict[str, list]) -> dict:
+        return {"n": len(errs["power"]), **{f"{k}_median_abs_err": _median_abs(v) for k, v in errs.items()},
+                **{f"{k}_median_signed_err": statistics.median(v) if v else None for k, v in errs.items()}}
+
+    return {"test": test, "layers": {"n": len(power), "power_median_abs_err": _median_abs(power),
+                                     "energy_median_abs_err_given_time": _median_abs(energy)},
+            "models": figures(whole), "models_by_backend_model": {k: figures(v) for k, v in sorted(groups.items())},
+            "targets": {k: TARGETS[k] for k in ("layer_power", "layer_energy_given_time", "model_power",
+                                                 "model_energy_per_sample_calibrated_time")}}
+
+
 def write_compact(path: Path, doc: dict) -> Path:
     """The result JSON, indented except the per-layer rows (one line each)."""
     import datetime as dt
@@ -1618,6 +1666,31 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
     }
 
 
+def rescore(argv: list[str]) -> int:
+    """`--rescore IN OUT [NOTE]`: a written result (.json or .json.gz) with validation.session_tests (SESSION_TESTS)
+    added from its own rows, written compactly to OUT (a "file_note" NOTE where given); nothing is refitted."""
+    import gzip
+
+    if len(argv) not in (2, 3):
+        print("error: usage: power_model_validation.py --rescore IN OUT [NOTE]", file=sys.stderr)
+        return 2
+    src, out = Path(argv[0]), Path(argv[1])
+    try:
+        raw = src.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if src.suffix == ".gz" else raw)
+    except (OSError, ValueError) as exc:
+        print(f"error: not a readable result: {src} ({exc})", file=sys.stderr)
+        return 2
+    doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
+    if len(argv) == 3:
+        doc["file_note"] = argv[2]
+    write_compact(out, doc)
+    for t, st in doc["validation"]["session_tests"].items():
+        print(f"{t}: layers n={st['layers']['n']} power {st['layers']['power_median_abs_err']}, whole n={st['models']['n']} "
+              f"power {st['models']['power_median_abs_err']} energy/sample {st['models']['energy_per_sample_median_abs_err']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from carm_advisor.calibration import Calibration, shipped_calibration
     from carm_advisor.carm.power_fit import fit_power_runs
@@ -1625,6 +1698,10 @@ def main(argv: list[str] | None = None) -> int:
     from carm_advisor.profiles.profile import load_profile
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--rescore"]:   # a written result: its session tests added, written compactly again
+        return rescore(argv[1:])
     ap.add_argument("--records", type=Path, action="append", required=True,
                     help="RunMeasurement JSON files or folders of them (repeatable: old and new record folders)")
     ap.add_argument("--ceilings", type=Path, action="append", required=True)
@@ -1751,6 +1828,7 @@ def main(argv: list[str] | None = None) -> int:
         records = [r for d in docs for r in records_from_benchmarks(d.get("benchmarks") or []) if r.name not in drop]
         doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
                                                                 limit, profile.carm(), pm, args.min_layer_window_s)
+    doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
     path = write_compact(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
     m = v["models"]

@@ -1197,3 +1197,44 @@ def test_kin_dtype_choice_decides_on_the_whole_models_before_the_ninth_session_a
     assert mod.kin_dtype_choice({"on": off, "off": off})["chosen"] == "off"              # a tie: the incumbent
     worse_layers = _cell_result([(old, 0.15), (old, -0.12)], [(old, "cuda_graph", 0.0)])  # above the 10% target
     assert mod.kin_dtype_choice({"off": off, "on": worse_layers})["chosen"] == "off"
+
+
+def test_session_test_scores_take_the_test_folders_rows_alone_and_rescore_writes_them(tmp_path):
+    mod = _load("power_model_validation")
+    test, old = "nvidia-h200-records-2026-12-05-s9c1-torch", "nvidia-h200-records-2026-12-04-s6c1-torch"
+    cols = ["run", "excluded", "measured_time_s", "measured_power_w", "measured_energy_j", "power_w:h"]
+    rows = [[0, None, 0.5, 400.0, 200.0, 440.0],    # +10% power; energy 440 * 0.5 / 200 - 1 = +10%
+            [0, None, 0.5, 500.0, 250.0, 400.0],    # -20%
+            [0, None, 0.5, 500.0, 250.0, 475.0],    # -5%
+            [0, "short window", 0.1, 500.0, 50.0, 100.0],   # excluded: not scored
+            [1, None, 0.5, 500.0, 250.0, 900.0]]    # another session's folder
+    models = [{"source": test, "backend": "torch", "model": "vgg16",
+               "calibrated_leave_one_model_out": {"duty_lomo_power_err": -0.08, "duty_lomo_energy_per_sample_err": 0.9,
+                                                  "time_err": 1.0}},
+              {"source": test, "backend": "torch", "model": "resnet50",
+               "calibrated_leave_one_model_out": {"duty_lomo_power_err": 0.02, "duty_lomo_energy_per_sample_err": -0.2,
+                                                  "time_err": -0.18}},
+              {"source": old, "backend": "torch", "model": "vgg16",
+               "calibrated_leave_one_model_out": {"duty_lomo_power_err": 0.5, "duty_lomo_energy_per_sample_err": 0.5,
+                                                  "time_err": 0.5}}]
+    doc = {"validation": {"headline_variant": "h"}, "models": models,
+           "layers": {"runs": [["a.json", test], ["b.json", old]], "columns": cols, "rows": rows}}
+    st = mod.session_test_scores(doc, "-s9")
+    assert st["layers"]["n"] == 3 and st["layers"]["power_median_abs_err"] == pytest.approx(0.10)
+    assert st["layers"]["energy_median_abs_err_given_time"] == pytest.approx(0.10)
+    m = st["models"]
+    assert m["n"] == 2 and m["power_median_abs_err"] == pytest.approx(0.05)          # |-0.08|, |0.02|
+    assert m["energy_per_sample_median_abs_err"] == pytest.approx(0.55)              # 0.9, 0.2
+    assert m["time_median_signed_err"] == pytest.approx(0.41)                        # (1.0 - 0.18) / 2
+    assert st["models_by_backend_model"]["torch vgg16"]["time_median_abs_err"] == pytest.approx(1.0)
+    assert mod.session_test_scores(doc, "-s10")["layers"]["n"] == 0
+    # --rescore: the same figures from a written (gzipped) file, a note added; a bad file is one line and exit 2
+    import gzip
+    import json
+    src = tmp_path / "in.json.gz"
+    src.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert mod.main(["--rescore", str(src), str(tmp_path / "out.json"), "a note"]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["file_note"] == "a note" and out["validation"]["session_tests"]["-s9"]["models"]["n"] == 2
+    (tmp_path / "bad.json").write_text("{")
+    assert mod.main(["--rescore", str(tmp_path / "bad.json"), str(tmp_path / "o.json")]) == 2
