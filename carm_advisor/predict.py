@@ -162,7 +162,7 @@ class Predictor:
             # at the layers' in-model GPU times since the third session of 2026-12-04); the power at the
             # work's rates over the calibrated time misses real layers (carm/power_model.py).
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s,
-                                      output_elements=row.output_elements)
+                                      output_elements=row.output_elements, path=row.path)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
 
 
@@ -224,7 +224,7 @@ def whole_model_power_w(rows, power_model, calibration, backend: str, execution:
     if power_model is None or calibration is None:
         return None
     times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
-    layers = [(busy_w, bound_s, t, getattr(r, "output_elements", None))
+    layers = [(busy_w, bound_s, t, getattr(r, "output_elements", None), getattr(r, "path", None))
               for r, t in times for busy_w, bound_s in [busy_and_bound(r)] if bound_s]
     return power_model.mean_duty_power_w(layers, share) if layers else None
 

@@ -1238,3 +1238,61 @@ def test_session_test_scores_take_the_test_folders_rows_alone_and_rescore_writes
     assert out["file_note"] == "a note" and out["validation"]["session_tests"]["-s9"]["models"]["n"] == 2
     (tmp_path / "bad.json").write_text("{")
     assert mod.main(["--rescore", str(tmp_path / "bad.json"), str(tmp_path / "o.json")]) == 2
+
+
+def test_duty_unit_choice_decides_by_the_pooled_layers_before_the_ninth_session_within_the_incumbents_models():
+    mod = _load("power_model_validation")
+    old, weak = "nvidia-h200-records-2026-12-04-s6c1-torch", "nvidia-h200-records-2026-12-05-s9c1-torch"
+    test = "nvidia-h200-records-2026-12-05-s10c1-torch"
+    one = _replay_result({"layers": [(old, "torch", 0.30), (old, "jax", -0.10), (old, "torch", 0.20), (weak, "torch", 0.3),
+                                     (test, "torch", 0.4)],
+                          "models": [(old, 0.06), (old, -0.10), (weak, 0.07)]})
+    by_unit = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", -0.10), (old, "torch", 0.02),
+                                         (weak, "torch", 0.1), (test, "torch", -0.2)],
+                              "models": [(old, 0.05), (old, -0.08), (weak, 0.02)]})
+    choice = mod.duty_unit_choice({"one": one, "by_unit": by_unit})
+    c = choice["candidates"]
+    # choosing layers |0.30, 0.10, 0.20| -> 0.20 against |0.05, 0.10, 0.02| -> 0.05; models 0.08 against 0.065
+    assert c["one"]["choosing"]["power_median_abs_err"] == pytest.approx(0.20)
+    assert c["by_unit"]["choosing"]["power_median_abs_err"] == pytest.approx(0.05)
+    assert c["by_unit"]["choosing"]["models_power_median_abs_err"] == pytest.approx(0.065)
+    assert choice["chosen"] == "by_unit" and choice["in_use"] == "one"
+    assert c["by_unit"]["weak_test"]["n"] == 1 and c["by_unit"]["weak_test"]["power_median_abs_err"] == pytest.approx(0.1)
+    assert c["by_unit"]["test"]["power_median_abs_err"] == pytest.approx(0.2)
+    # better layers but worse whole models than the incumbent (0.09 > 0.08): not taken
+    worse_models = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.09), (old, 0.09)]})
+    assert mod.duty_unit_choice({"one": one, "by_unit": worse_models})["chosen"] == "one"
+    assert mod.duty_unit_choice({"one": one, "by_unit": one})["chosen"] == "one"                 # a tie
+
+
+def test_validate_by_unit_fits_the_tensor_core_layers_apart_and_predicts_each_with_its_curve():
+    import dataclasses
+
+    from carm_advisor.carm.power_model import DutyCurve
+
+    mod = _load("power_model_validation")
+    pm = dataclasses.replace(_hand_model(), power_limit_w=None, joules_per_flop={"tc_bf16": 1e-12, "fp32": 1e-12})
+    carm = __import__("carm_advisor.carm.roofline", fromlist=["CARM"]).CARM({"tc_bf16": 1e15, "fp32": 1e14}, {"hbm": 4e12})
+    # Measured powers made by two known curves of the efficiency form: Tensor Core layers at gamma 0.4, the rest at 0.
+    truth = {"tc_bf16": DutyCurve(None, 0.4, variable="efficiency"), "fp32": DutyCurve(None, 0.0, variable="efficiency")}
+    from carm_advisor.carm.dvfs import Work
+
+    def layer(name, path, flops, bytes_, eff):
+        work = Work(flops, bytes_, path, "hbm")
+        busy, bound = mod.busy_power_w(carm, pm, work), mod.bound_time_s(carm, pm, work)
+        t = bound / eff
+        power = pm.constant_w + (busy - pm.constant_w) * truth[path].fraction(t, bound)
+        return {**_layer(name, flops, bytes_, t, power), "path": path, "calibrated_time_s_leave_one_model_out": t}
+
+    runs = []
+    for m in ("m1", "m2", "m3"):
+        layers = [layer(f"tc{i}", "tc_bf16", 2e11, 1e8, e) for i, e in enumerate((0.2, 0.4, 0.6, 0.8))]
+        layers += [layer(f"ew{i}", "fp32", 1e8, 1e9, e) for i, e in enumerate((0.2, 0.4, 0.6, 0.8))]
+        runs.append({**_run(f"{m}.json", "layer-windows", 0.5, layers), "model": m})
+    one = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=False)
+    two = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True)
+    assert "tensor_core_in_sample" in two["duty_curves"] and "tensor_core_in_sample" not in one["duty_curves"]
+    assert two["duty_curves"]["tensor_core_in_sample"]["gamma"] == pytest.approx(0.4, abs=0.02)
+    errs = [abs(l["headline_power_err"]) for l in two["layers"] if l["scored"]]
+    assert len(errs) == 24 and max(errs) < 0.02                      # each curve recovered, left out by model
+    assert max(abs(l["headline_power_err"]) for l in one["layers"] if l["scored"]) > 0.1   # one curve cannot

@@ -142,6 +142,23 @@ def test_a_duty_curve_round_trips_through_a_saved_profile(tmp_path):
     assert again.power_model.duty.source == "fitted on H200 layer records"
 
 
+def test_a_tensor_core_duty_curve_round_trips_and_a_malformed_one_is_a_profile_error(tmp_path):
+    from carm_advisor.errors import ProfileError
+    from carm_advisor.profiles.profile import load_profile, profile_from_dict
+
+    p = profile(duty={"t_full_s": 4e-4, "gamma": 0.2})
+    doc = p.to_dict()
+    doc["power_model"]["duty_tensor_core"] = {"variable": "efficiency", "gamma": 0.7}
+    tc = profile_from_dict(doc)
+    tc.save(tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json")
+    assert again.power_model.duty_tensor_core.gamma == 0.7 and again.power_model.duty == p.power_model.duty
+    assert p.power_model.duty_tensor_core is None and "duty_tensor_core" not in p.to_dict()["power_model"]
+    doc["power_model"]["duty_tensor_core"] = [0.7]
+    with pytest.raises(ProfileError, match="power_model.duty_tensor_core must be an object"):
+        profile_from_dict(doc)
+
+
 def test_a_calibration_never_makes_a_layer_faster_than_its_bound():
     (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(2.0)).rows_for_costs([matmul()])
     assert row.calibrated_time_s == pytest.approx(2e-3) and row.calibrated_energy_j == pytest.approx(0.226)

@@ -70,3 +70,20 @@ def test_jit_whole_model_power_keeps_the_gpu_share_of_a_host_paced_call_above_th
     times, share = whole_model_layer_times(ROWS, HostPacedJit(), "jax", "jit")
     assert share == 0.5
     assert whole_model_power_w(ROWS, PM, HostPacedJit(), "jax", "jit") == pytest.approx(100 + (1700 / 3 - 100) / 2)
+
+
+def test_a_tensor_core_curve_applies_to_the_layers_on_a_tensor_core_path_only():
+    import dataclasses
+
+    # the rest at gamma 0.5 (above), the Tensor Core layers at gamma 1: conv at efficiency 0.25 -> 0.25 of the
+    # 600 W above the constant -> 250 W; the dense layer at its roof stays 500 W: (250 x 4 + 500 x 2) / 6 W
+    pm = dataclasses.replace(PM, duty_tensor_core=DutyCurve(None, 1.0, variable="efficiency"))
+    rows = [SimpleNamespace(**{**vars(r), "path": "tc_bf16"}) for r in ROWS]
+    assert whole_model_power_w(rows, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2000 / 6)
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="tc_fp16") == pytest.approx(250.0)
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="fp16x2") == pytest.approx(400.0)   # the rest
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3) == pytest.approx(400.0)                 # path unknown
+    # CUDA-core rows (or rows without a path) keep the one curve: 433.33 W as above
+    fp32 = [SimpleNamespace(**{**vars(r), "path": "fp32"}) for r in ROWS]
+    assert whole_model_power_w(fp32, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
+    assert whole_model_power_w(ROWS, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)

@@ -135,7 +135,7 @@ def layer_power_w(carm: CARM, pm: PowerModel, work: Work, time_s: float | None =
     (PowerModel.duty_power_w)."""
     f0 = reference_clock_mhz(pm, reference_sm_clock_mhz)
     at_roofs = predict_at_clock(carm, pm, work, f0, f0)
-    return pm.duty_power_w(at_roofs.power_w, time_s, bound_time_s=at_roofs.time_s)
+    return pm.duty_power_w(at_roofs.power_w, time_s, bound_time_s=at_roofs.time_s, path=work.path)
 
 
 def predict_model_at_clock(carm: CARM, pm: PowerModel, works: Iterable[Work], sm_clock_mhz: float,

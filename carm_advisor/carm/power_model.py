@@ -132,6 +132,8 @@ class VoltageCurve:
 # session's candidate: small layers' power error follows their output size more than their bound time; not chosen,
 # benchmarks/power_model_validation.py: duty_fill_choice), or both size terms together (size_fill_efficiency, the
 # eighth session's candidate: power_model_validation.py: duty_size_fill_choice).
+# Compute paths of the Tensor Cores (the CARM's "tc_bf16", "tc_fp16", "tc_tf32", "tc_fp8_e4m3", ...).
+TENSOR_CORE_PATH_PREFIX = "tc_"
 DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency")
 OUTPUT_SIZE_VARIABLES = ("fill_efficiency", "size_fill_efficiency")   # the forms with an output-elements term
 
@@ -258,6 +260,9 @@ class PowerModel:
     voltage: VoltageCurve | None = None                 # energy per operation vs SM clock (None: clock-blind)
     fit: dict = field(default_factory=dict)            # fit quality: n, r2, median/max abs relative error
     duty: DutyCurve | None = None                      # busy power vs time per call (None: the busy power)
+    # Layers on a Tensor Core path (TENSOR_CORE_PATH_PREFIX) follow this curve where set, the rest `duty`
+    # (DUTY_BY_UNIT: power_model_validation.py duty_unit_choice); None: one curve for every layer.
+    duty_tensor_core: DutyCurve | None = None
 
     def __post_init__(self):
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
@@ -310,9 +315,16 @@ class PowerModel:
         power_time_s = self.dynamic_energy_j(flops, bytes_, path, level) / (self.power_limit_w - self.constant_w)
         return max(roof_time_s, power_time_s)
 
+    def duty_curve_for(self, path: str | None) -> DutyCurve | None:
+        """The duty curve of a layer on compute path `path`: duty_tensor_core for a Tensor Core path where the
+        model has one, else duty."""
+        if self.duty_tensor_core is not None and path and path.startswith(TENSOR_CORE_PATH_PREFIX):
+            return self.duty_tensor_core
+        return self.duty
+
     def duty_power_w(self, busy_w: float, time_s: float | None, wall_time_s: float | None = None,
                      bound_time_s: float | None = None, gpu_share: float = 1.0,
-                     output_elements: float | None = None) -> float:
+                     output_elements: float | None = None, path: str | None = None) -> float:
         """A layer's power from its busy power (the power model at its CARM operating point) and its time
         per call. GPU-paced calls (a CUDA graph replay, a layer inside a compiled model; wall_time_s None):
         P_const + (busy - P_const) * duty, the duty curve at time_s (and, for its efficiency form, at the
@@ -322,16 +334,18 @@ class PowerModel:
         curve: the idle share of each call is the gap the host leaves, which the duty curve (fitted on
         GPU-paced replays) would count a second time. `gpu_share` (GPU-paced form): the share of each
         call the GPU works (replay_paced_fraction: a small layer replayed alone from a CUDA graph idles the
-        GPU while the host launches the next replay); 1 for a layer inside a model."""
+        GPU while the host launches the next replay); 1 for a layer inside a model. `path`: the layer's compute
+        path, which picks its curve (duty_curve_for)."""
         if wall_time_s is not None:
             return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
-        if self.duty is None and gpu_share == 1.0:
+        curve = self.duty_curve_for(path)
+        if curve is None and gpu_share == 1.0:
             return busy_w
-        duty = self.duty.fraction(time_s, bound_time_s, output_elements) if self.duty is not None else 1.0
+        duty = curve.fraction(time_s, bound_time_s, output_elements) if curve is not None else 1.0
         return self.constant_w + (busy_w - self.constant_w) * duty * gpu_share
 
     def mean_duty_power_w(self, layers, gpu_share: float = 1.0) -> float | None:
-        """A whole model's power from its layers, (busy_w, bound_time_s, time_s[, output_elements]) each: their
+        """A whole model's power from its layers, (busy_w, bound_time_s, time_s[, output_elements[, path]]) each: their
         duty powers (duty_power_w, GPU-paced) time-weighted over their times, then scaled above the constant
         power by `gpu_share` (host_paced_fraction of a host-paced whole-model call, 1 otherwise). None without
         layers. What benchmarks/power_model_validation.py validates as the whole-model headline."""
@@ -339,7 +353,8 @@ class PowerModel:
         total = sum(layer[2] for layer in layers)
         if not total:
             return None
-        mean = sum(self.duty_power_w(b, t, bound_time_s=bt, output_elements=rest[0] if rest else None) * t
+        mean = sum(self.duty_power_w(b, t, bound_time_s=bt, output_elements=rest[0] if rest else None,
+                                     path=rest[1] if len(rest) > 1 else None) * t
                    for b, bt, t, *rest in layers) / total
         return self.constant_w + (mean - self.constant_w) * gpu_share
 

@@ -119,6 +119,8 @@ class Profile:
                 d["power_model"]["fit"] = pm.fit
             if pm.duty is not None:
                 d["power_model"]["duty"] = pm.duty.to_dict()
+            if pm.duty_tensor_core is not None:
+                d["power_model"]["duty_tensor_core"] = pm.duty_tensor_core.to_dict()
         if self.launch_floor is not None:
             d["launch_floor"] = self.launch_floor
         d.update(self.extra)
@@ -252,6 +254,10 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
         if not isinstance(pm["duty"], dict):
             raise ProfileError(f"{origin}: power_model.duty must be an object")
         out["duty"] = DutyCurve.from_dict(pm["duty"])
+    if pm.get("duty_tensor_core") is not None:
+        if not isinstance(pm["duty_tensor_core"], dict):
+            raise ProfileError(f"{origin}: power_model.duty_tensor_core must be an object")
+        out["duty_tensor_core"] = DutyCurve.from_dict(pm["duty_tensor_core"])
     if pm.get("fit") is not None:
         if not isinstance(pm["fit"], dict):
             raise ProfileError(f"{origin}: power_model.fit must be an object")
