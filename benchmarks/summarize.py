@@ -207,8 +207,39 @@ def power_table(session: str) -> str:
         f"| the same with the in-sample calibrated time | {h['energy_per_sample_median_abs_err_in_sample_calibrated_time']:.1%} "
         f"| {h['n']} | - |",
         *_measured_time_row(v),
+        *_session_test_rows(v),
         *_form_choice_rows(v),
     ])
+
+
+def _session_test_rows(v: dict) -> list[str]:
+    """The issue's four figures on each test session's rows alone (validation.session_tests), whole models by backend
+    and model beside them (signed medians)."""
+    rows = []
+    for test, st in (v.get("session_tests") or {}).items():
+        lay, m, t = st["layers"], st["models"], st["targets"]
+        if not lay["n"] and not m["n"]:
+            continue
+        rows += ["", f"Test {test}, its rows alone:", "", "| figure | median abs. error | n | target |",
+                 "| --- | --- | --- | --- |",
+                 f"| per-layer power | {_pct(lay['power_median_abs_err'])} | {lay['n']} | <= {t['layer_power']:.0%} |",
+                 f"| per-layer energy, measured time | {_pct(lay['energy_median_abs_err_given_time'])} | {lay['n']} | "
+                 f"<= {t['layer_energy_given_time']:.0%} |",
+                 f"| whole-model power | {_pct(m['power_median_abs_err'])} | {m['n']} | <= {t['model_power']:.0%} |",
+                 f"| whole-model energy per sample, calibrated time (leave one model out) | "
+                 f"{_pct(m['energy_per_sample_median_abs_err'])} | {m['n']} | "
+                 f"<= {t['model_energy_per_sample_calibrated_time']:.0%} |",
+                 "", "| whole models | n | power (signed) | energy per sample (signed) | time (signed) |",
+                 "| --- | --- | --- | --- | --- |"]
+        for name, g in st["models_by_backend_model"].items():
+            rows.append(f"| {name} | {g['n']} | " + " | ".join(
+                f"{_pct(g[f'{k}_median_abs_err'])} ({_signed(g[f'{k}_median_signed_err'])})"
+                for k in ("power", "energy_per_sample", "time")) + " |")
+    return rows
+
+
+def _signed(x) -> str:
+    return "-" if x is None else f"{x:+.1%}"
 
 
 def _measured_time_row(v: dict) -> list[str]:
@@ -264,23 +295,44 @@ def _form_choice_rows(v: dict) -> list[str]:
             + _jit_whole_rows(v.get("jit_floor_choice"), "jit whole models, the launch floors busy or idle in the "
                               "GPU share (chosen by power)")
             + _jit_whole_rows(v.get("jit_dtype_choice"), "jit whole models, one fit over every dtype or one per dtype")
-            + _cell_choice_rows(v.get("cell_statistic_choice")))
+            + _cell_choice_rows(v.get("cell_statistic_choice"))
+            + _cell_choice_rows(v.get("kin_dtype_choice"), "A kin dtype's cell of the same size",
+                                ("choosing", "weak_test", "test"))
+            + _unit_choice_rows(v.get("duty_unit_choice")))
 
 
-def _cell_choice_rows(c: dict | None) -> list[str]:
-    """What a calibration cell says of its layers (validation.cell_statistic_choice): per candidate, the whole models
-    the cells predict (time, power, energy per sample) and the pooled per-layer power, choosing and test records."""
+def _unit_choice_rows(c: dict | None) -> list[str]:
+    """A duty curve per compute unit (validation.duty_unit_choice): per candidate, the pooled per-layer power and the
+    whole-model power on the choosing, weak-test and test records."""
+    if not c:
+        return []
+    parts = ("choosing", "weak_test", "test")
+    rows = ["", f"A duty curve per compute unit: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | " + " | ".join(f"{p}: per-layer power | whole-model power" for p in parts) + " |",
+            "| --- |" + " --- | --- |" * len(parts)]
+    for name, t in c["candidates"].items():
+        rows.append(f"| {name} | " + " | ".join(
+            f"{_pct(t[p]['power_median_abs_err'])} (n={t[p]['n']}) | {_pct(t[p]['models_power_median_abs_err'])} "
+            f"(n={t[p]['models_n']})" for p in parts) + " |")
+    return rows
+
+
+def _cell_choice_rows(c: dict | None, title: str = "A calibration cell's efficiency",
+                      parts: tuple = ("choosing", "test")) -> list[str]:
+    """A choice of what the calibration cells say (validation.cell_statistic_choice, kin_dtype_choice): per candidate,
+    the whole models the cells predict (time, power, energy per sample) and the pooled per-layer power, on each of
+    `parts` (choosing and test records; the kin choice has a weak test too)."""
     if not c:
         return []
     keys = ("whole_time_median_abs_err", "whole_power_median_abs_err", "whole_energy_per_sample_median_abs_err",
             "layers_power_median_abs_err")
-    rows = ["", f"A calibration cell's efficiency: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
-            "| candidate | choosing: time | power | energy per sample | per-layer power | test: time | power "
-            "| energy per sample | per-layer power |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["", f"{title}: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+            "| candidate | " + " | ".join(f"{p}: time | power | energy per sample | per-layer power" for p in parts) + " |",
+            "| --- |" + " --- | --- | --- | --- |" * len(parts)]
     for name, t in c["candidates"].items():
         rows.append(f"| {name} | " + " | ".join(
             f"{_pct(t[part][k])}" + (f" (n={t[part]['whole_n']})" if k == keys[0] else "")
-            + (f" (n={t[part]['layers_n']})" if k == keys[-1] else "") for part in ("choosing", "test")
+            + (f" (n={t[part]['layers_n']})" if k == keys[-1] else "") for part in parts
             for k in keys) + " |")
     return rows
 
