@@ -121,3 +121,21 @@ def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_th
     proc = subprocess.run([sys.executable, str(BENCH / "xla_kernel_breakdown.py")], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "KERAS_BACKEND": "torch"})
     assert proc.returncode != 0 and "KERAS_BACKEND=jax" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_summarize_session_test_rows_print_the_four_figures_and_the_whole_models_by_group():
+    mod = _load("summarize")
+    targets = {"layer_power": 0.10, "layer_energy_given_time": 0.15, "model_power": 0.07,
+               "model_energy_per_sample_calibrated_time": 0.15}
+    group = {"n": 3, "power_median_abs_err": 0.08, "power_median_signed_err": -0.08,
+             "energy_per_sample_median_abs_err": 0.886, "energy_per_sample_median_signed_err": 0.886,
+             "time_median_abs_err": 1.008, "time_median_signed_err": 1.008}
+    st = {"layers": {"n": 1056, "power_median_abs_err": 0.141, "energy_median_abs_err_given_time": 0.1406},
+          "models": {"n": 3, "power_median_abs_err": 0.0703, "energy_per_sample_median_abs_err": 0.2004},
+          "models_by_backend_model": {"torch vgg16": group}, "targets": targets}
+    empty = {"layers": {"n": 0}, "models": {"n": 0}, "models_by_backend_model": {}, "targets": targets}
+    rows = mod._session_test_rows({"session_tests": {"-s9": st, "-s10": empty}})
+    assert "Test -s9, its rows alone:" in rows and not any("-s10" in r for r in rows)   # an empty test: no table
+    assert "| per-layer power | 14.1% | 1056 | <= 10% |" in rows
+    assert "| whole-model power | 7.0% | 3 | <= 7% |" in rows
+    assert "| torch vgg16 | 3 | 8.0% (-8.0%) | 88.6% (+88.6%) | 100.8% (+100.8%) |" in rows
