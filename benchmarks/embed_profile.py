@@ -22,7 +22,9 @@ to that fit (the power sweep of benchmarks/power_sweep.py). Without it the outpu
 its efficiency form, vs its CARM bound time / time per call: carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
 every scored H200 layer against the power model the profile carries (shipped_power_model.duty_curves.
 in_sample for the per-benchmark model, duty_curves.in_sample with --power-fit sweep), whose leave-one-
-model-out figures the same file reports. predict.py's calibrated energy uses it.
+model-out figures the same file reports. predict.py's calibrated energy uses it. Where that result fitted the
+layers on a Tensor Core path apart (power_model_validation.DUTY_BY_UNIT), their curve becomes
+power_model.duty_tensor_core.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def launch_floor_of(measured: dict, file_name: str) -> dict:
 
 
 def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
-    """The profile's power_model.duty from a power_model_validation.py result, saying where it came from."""
+    """The profile's power_model.duty (and duty_tensor_core where the result fitted the Tensor Core layers' curve
+    apart) from a power_model_validation.py result, saying where they came from: {"duty": ..., ["duty_tensor_core": ...]}."""
     import dataclasses
 
     from carm_advisor.carm.power_model import DutyCurve
@@ -95,7 +98,17 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
                        f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
     source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
-    return dataclasses.replace(duty, source=source).to_dict()
+    out = {"duty": dataclasses.replace(duty, source=source).to_dict()}
+    tensor_core = (part.get("duty_curves") or {}).get("tensor_core_in_sample")
+    if tensor_core is not None:   # a curve of its own for the layers on a Tensor Core path (duty_unit_choice)
+        try:
+            tc = DutyCurve.from_dict(tensor_core)
+        except ProfileError as exc:
+            raise SystemExit(f"{file_name}: duty_curves.tensor_core_in_sample is not a duty curve: {exc}") from None
+        out["duty_tensor_core"] = dataclasses.replace(
+            tc, source=source.replace("fitted on H200 layer records", "fitted on the H200 layer records on a Tensor "
+                                      "Core path", 1)).to_dict()
+    return out
 
 
 def sweep_power_model(measured: dict, drop: dict, sweeps: list[tuple[str, dict]] = (), measured_name: str = "") -> dict:
@@ -155,8 +168,7 @@ def main(argv: list[str]) -> int:
         ap.error("--power-sweep joins the sweep fit: it needs --power-fit sweep")
     if args.duty:
         doc["power_model"] = {**doc["power_model"],
-                              "duty": duty_of(json.loads(args.duty.read_text()), args.duty.name,
-                                              args.power_fit == "sweep")}
+                              **duty_of(json.loads(args.duty.read_text()), args.duty.name, args.power_fit == "sweep")}
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
     if drop:   # the ratios to the references, of the roofs selected again
         sys.path.insert(0, str(Path(__file__).resolve().parent))

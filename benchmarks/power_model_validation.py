@@ -647,7 +647,11 @@ def kin_dtype_choice(results: dict[str, dict]) -> dict:
 # DUTY_UNIT_CHOOSING_BEFORE decides, the incumbent (one curve) staying unless beaten; a candidate whose whole-model
 # power (leave one model out, every whole model) on those records is worse than the incumbent's is not taken.
 # DUTY_UNIT_TEST's records test it; the ninth session's are a weak test (their by-class breakdown prompted it).
-DUTY_BY_UNIT = False
+# Result (tenth session, code 67fb69f, every record through -s9: nvidia-h200-power-model-2026-12-05-s10-choice.json.gz,
+# validation.duty_unit_choice): one -> by_unit. Choosing records: pooled per-layer power 11.0% -> 10.9% (n=4900),
+# whole-model power 8.2% -> 7.5% (n=208); weak test (-s9): per-layer 14.1% -> 12.8% (n=1056), whole-model power
+# 7.0% -> 7.4% (n=27). Chosen: by_unit, a margin of 0.1 point on the deciding figure.
+DUTY_BY_UNIT = True
 DUTY_UNIT_CHOOSING_BEFORE = "-s9"
 DUTY_UNIT_TEST = "-s10"
 

@@ -97,6 +97,27 @@ def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_pa
     assert duty.fraction(4e-3, 1e-3) == pytest.approx(0.25 ** 0.08)
 
 
+def test_embed_profile_takes_the_tensor_core_curve_where_the_result_fitted_one(tmp_path):
+    validation = json.loads(POWER_MODEL.read_text())
+    curves = validation["shipped_power_model"]["duty_curves"]
+    curves["in_sample"] = {"variable": "efficiency", "gamma": 0.08}
+    curves["tensor_core_in_sample"] = {"variable": "efficiency", "gamma": 0.3}
+    path = tmp_path / "nvidia-h200-power-model-units.json"
+    path.write_text(json.dumps(validation))
+    pm = load_profile(_embed(tmp_path, "--duty", str(path))).power_model
+    assert pm.duty.gamma == 0.08 and pm.duty_tensor_core.gamma == 0.3
+    assert "Tensor Core path" in pm.duty_tensor_core.source and path.name in pm.duty_tensor_core.source
+    # a Tensor Core layer at 0.25 of its roof: 0.25 ** 0.3 of its busy power above the constant; the rest 0.25 ** 0.08
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="tc_bf16") == pytest.approx(
+        pm.constant_w + (700.0 - pm.constant_w) * 0.25 ** 0.3)
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="fp32") == pytest.approx(
+        pm.constant_w + (700.0 - pm.constant_w) * 0.25 ** 0.08)
+    curves["tensor_core_in_sample"] = {"variable": "efficiency", "gamma": -1}
+    path.write_text(json.dumps(validation))
+    with pytest.raises(SystemExit, match="tensor_core_in_sample is not a duty curve"):
+        _embed(tmp_path, "--duty", str(path))
+
+
 def test_embed_profile_refuses_a_duty_file_without_a_curve(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"validation": {}}))
@@ -1256,7 +1277,7 @@ def test_duty_unit_choice_decides_by_the_pooled_layers_before_the_ninth_session_
     assert c["one"]["choosing"]["power_median_abs_err"] == pytest.approx(0.20)
     assert c["by_unit"]["choosing"]["power_median_abs_err"] == pytest.approx(0.05)
     assert c["by_unit"]["choosing"]["models_power_median_abs_err"] == pytest.approx(0.065)
-    assert choice["chosen"] == "by_unit" and choice["in_use"] == "one"
+    assert choice["chosen"] == "by_unit" and choice["in_use"] == ("by_unit" if mod.DUTY_BY_UNIT else "one")
     assert c["by_unit"]["weak_test"]["n"] == 1 and c["by_unit"]["weak_test"]["power_median_abs_err"] == pytest.approx(0.1)
     assert c["by_unit"]["test"]["power_median_abs_err"] == pytest.approx(0.2)
     # better layers but worse whole models than the incumbent (0.09 > 0.08): not taken
