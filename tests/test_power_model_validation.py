@@ -40,7 +40,13 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-04-s8.json"   # the shipped profile's duty source
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.gz"   # the shipped profile's duty source
+
+
+def _read(path):
+    import gzip
+
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
 
 
 def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_profile(tmp_path):
@@ -51,7 +57,7 @@ def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_pro
 def test_the_shipped_power_model_is_the_validated_sweep_fit_with_its_duty_curve(tmp_path):
     from carm_advisor.carm.power_model import DutyCurve
 
-    validation = json.loads(POWER_MODEL.read_text())
+    validation = _read(POWER_MODEL)
     pm = load_profile().power_model
     # The profile ships the fit the validation scored: the same rows (run 10 and the power sweep, the
     # profile's dropped benchmarks left out), the same constant and energies (the validation's own record).
@@ -69,6 +75,11 @@ def test_the_shipped_power_model_is_the_validated_sweep_fit_with_its_duty_curve(
         (fitted.variable, fitted.gamma, fitted.t_size_s, fitted.gamma_size)
     assert duty.source.startswith("fitted on H200 layer records, leave-one-model-out validated")
     assert POWER_MODEL.name in duty.source
+    # the layers on a Tensor Core path have the curve that validation fitted on them (DUTY_BY_UNIT)
+    tc = DutyCurve.from_dict(validation["duty_curves"]["tensor_core_in_sample"])
+    assert (pm.duty_tensor_core.t_size_s, pm.duty_tensor_core.gamma_size, pm.duty_tensor_core.gamma) == \
+        (tc.t_size_s, tc.gamma_size, tc.gamma)
+    assert "Tensor Core path" in pm.duty_tensor_core.source
     # Without --duty the profile has no curve: predict.py falls back to the CARM-point power.
     assert load_profile(_embed(tmp_path, "--power-fit", "sweep", "--power-sweep", str(SWEEP))).power_model.duty is None
     # With the per-benchmark model, the curve fitted against THAT model is taken.
@@ -84,7 +95,7 @@ def test_power_sweep_needs_the_sweep_fit(tmp_path):
 
 
 def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_path):
-    validation = json.loads(POWER_MODEL.read_text())
+    validation = _read(POWER_MODEL)
     curve = {"variable": "efficiency", "gamma": 0.08, "source": "fitted on every scored layer (in sample)",
              "form": "P = P_const + (P_busy - P_const) * min(1, t_bound / t) ** gamma"}
     validation["shipped_power_model"]["duty_curves"]["in_sample"] = curve
@@ -98,7 +109,7 @@ def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_pa
 
 
 def test_embed_profile_takes_the_tensor_core_curve_where_the_result_fitted_one(tmp_path):
-    validation = json.loads(POWER_MODEL.read_text())
+    validation = _read(POWER_MODEL)
     curves = validation["shipped_power_model"]["duty_curves"]
     curves["in_sample"] = {"variable": "efficiency", "gamma": 0.08}
     curves["tensor_core_in_sample"] = {"variable": "efficiency", "gamma": 0.3}
