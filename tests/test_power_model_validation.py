@@ -1297,6 +1297,83 @@ def test_duty_unit_choice_decides_by_the_pooled_layers_before_the_ninth_session_
     assert mod.duty_unit_choice({"one": one, "by_unit": one})["chosen"] == "one"                 # a tie
 
 
+def test_duty_backend_choice_decides_by_the_pooled_layers_before_the_tenth_session_and_reads_its_test():
+    mod = _load("power_model_validation")
+    old, test = "nvidia-h200-records-2026-12-05-s9c1-torch", "nvidia-h200-records-2026-12-05-s10c1-torch"
+    pooled = _replay_result({"layers": [(old, "torch", 0.30), (old, "jax", -0.10), (old, "torch", 0.20),
+                                        (test, "torch", 0.15), (test, "torch", 0.05)],
+                             "models": [(old, 0.06), (old, -0.10), (test, 0.5)]})
+    by_backend = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", -0.10), (old, "torch", 0.02),
+                                            (test, "torch", -0.30), (test, "torch", 0.20)],
+                                 "models": [(old, 0.05), (old, -0.08), (test, 0.01)]})
+    choice = mod.duty_backend_choice({"pooled": pooled, "by_backend": by_backend})
+    c = choice["candidates"]
+    # choosing (through -s9) |0.30, 0.10, 0.20| -> 0.20 against |0.05, 0.10, 0.02| -> 0.05; models 0.08 vs 0.065
+    assert c["pooled"]["choosing"]["power_median_abs_err"] == pytest.approx(0.20)
+    assert c["by_backend"]["choosing"]["power_median_abs_err"] == pytest.approx(0.05)
+    assert c["by_backend"]["choosing"]["models_power_median_abs_err"] == pytest.approx(0.065)
+    assert choice["chosen"] == "by_backend"
+    assert choice["in_use"] == ("by_backend" if mod.DUTY_BY_BACKEND else "pooled")
+    # the test (-s10): |-0.30, 0.20| -> 0.25 against |0.15, 0.05| -> 0.10: the chosen one is worse there
+    assert c["by_backend"]["test"]["power_median_abs_err"] == pytest.approx(0.25) and c["by_backend"]["test"]["n"] == 2
+    assert choice["test_verdict"] == "fails"
+    # the incumbent kept (the candidate's choosing layers worse) and better on the test too: holds
+    kept = mod.duty_backend_choice({"pooled": by_backend, "by_backend": pooled})
+    assert kept["chosen"] == "pooled" and kept["test_verdict"] == "fails"         # 0.25 on the test against 0.10
+    better = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", -0.10), (old, "torch", 0.02),
+                                        (test, "torch", 0.01), (test, "torch", -0.03)], "models": [(old, 0.05)]})
+    assert mod.duty_backend_choice({"pooled": pooled, "by_backend": better})["test_verdict"] == "holds"
+    # better layers but worse whole models than the incumbent (0.09 > 0.08): not taken
+    worse_models = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.09), (old, 0.09)]})
+    assert mod.duty_backend_choice({"pooled": pooled, "by_backend": worse_models})["chosen"] == "pooled"
+    # no -s10 record: no verdict
+    no_test = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.01)]})
+    assert mod.duty_backend_choice({"pooled": no_test, "by_backend": no_test})["test_verdict"] is None
+
+
+def test_validate_by_backend_fits_each_backends_layers_apart_where_it_has_enough_of_them(monkeypatch):
+    import dataclasses
+
+    from carm_advisor.carm.dvfs import Work
+    from carm_advisor.carm.power_model import DutyCurve
+
+    mod = _load("power_model_validation")
+    pm = dataclasses.replace(_hand_model(), power_limit_w=None, joules_per_flop={"tc_bf16": 1e-12, "fp32": 1e-12})
+    carm = __import__("carm_advisor.carm.roofline", fromlist=["CARM"]).CARM({"tc_bf16": 1e15, "fp32": 1e14}, {"hbm": 4e12})
+    # Tensor Core layers: torch's follow gamma 0.4, jax's gamma 0.1 (the other unit at 0 on both backends)
+    truth = {("torch", "tc_bf16"): 0.4, ("jax", "tc_bf16"): 0.1, ("torch", "fp32"): 0.0, ("jax", "fp32"): 0.0}
+
+    def layer(name, backend, path, flops, bytes_, eff):
+        work = Work(flops, bytes_, path, "hbm")
+        busy, bound = mod.busy_power_w(carm, pm, work), mod.bound_time_s(carm, pm, work)
+        t = bound / eff
+        duty = DutyCurve(None, truth[(backend, path)], variable="efficiency").fraction(t, bound)
+        return {**_layer(name, flops, bytes_, t, pm.constant_w + (busy - pm.constant_w) * duty), "path": path,
+                "calibrated_time_s_leave_one_model_out": t}
+
+    runs = []
+    for backend in ("torch", "jax"):
+        for m in ("m1", "m2", "m3"):
+            layers = [layer(f"tc{i}", backend, "tc_bf16", 2e11, 1e8, e) for i, e in enumerate((0.2, 0.4, 0.6, 0.8))]
+            layers += [layer(f"ew{i}", backend, "fp32", 1e8, 1e9, e) for i, e in enumerate((0.2, 0.4, 0.6, 0.8))]
+            runs.append({**_run(f"{m}-{backend}.json", "layer-windows", 0.5, layers), "model": m, "backend": backend})
+    monkeypatch.setattr(mod, "DUTY_BACKEND_MIN_LAYERS", 12)   # 3 models x 4 layers of a unit per backend
+    pooled = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_backend=False)
+    own = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_backend=True)
+    curves = own["duty_curves"]["by_backend_in_sample"]
+    assert curves["torch"]["tensor_core"]["gamma"] == pytest.approx(0.4, abs=0.02)
+    assert curves["jax"]["tensor_core"]["gamma"] == pytest.approx(0.1, abs=0.02)
+    errs = [abs(l["headline_power_err"]) for l in own["layers"] if l["scored"]]
+    assert len(errs) == 48 and max(errs) < 0.02                      # each backend's curve recovered, left out by model
+    assert max(abs(l["headline_power_err"]) for l in pooled["layers"] if l["scored"]) > 0.1   # pooled cannot
+    assert "by_backend_in_sample" not in pooled["duty_curves"]
+    # a backend with fewer layers of a unit than the floor keeps the pooled curve: the same figures as pooled
+    monkeypatch.setattr(mod, "DUTY_BACKEND_MIN_LAYERS", 13)
+    floor = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_backend=True)
+    assert floor["duty_curves"]["by_backend_in_sample"] == {}
+    assert [l["headline_power_err"] for l in floor["layers"]] == [l["headline_power_err"] for l in pooled["layers"]]
+
+
 def test_validate_by_unit_fits_the_tensor_core_layers_apart_and_predicts_each_with_its_curve():
     import dataclasses
 
