@@ -684,46 +684,6 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
             "candidates": table}
 
 
-# A duty curve per backend (carm/power_model.PowerModel.duty_by_backend): each backend with at least
-# DUTY_BACKEND_MIN_LAYERS scored layers of a compute unit gets that unit's curve fitted on its own layers. Proposed in
-# the eleventh session (2026-12-05) after a breakdown of nvidia-h200-power-model-2026-12-05-s10-adopted.json.gz by
-# backend and compute path: torch layers on a 16-bit Tensor Core path over-predicted by +12% to +15% (signed median)
-# at every batch size, jax's at b>48 by +5%, torch float32 CUDA-core layers by +11% to +28%. Rule, written in the
-# README and committed (06130f8) before any -s10 record was seen and before the candidate's figures were: the lower
-# pooled per-layer headline power on the records before DUTY_BACKEND_TEST decides, the incumbent (per-unit curves
-# pooled over backends) staying unless beaten; a candidate whose whole-model power (leave one model out) on those
-# records is worse than the incumbent's is not taken. DUTY_BACKEND_TEST's records test it: it stays if its per-layer
-# power there is no worse than the incumbent's.
-DUTY_BY_BACKEND = False
-DUTY_BACKEND_MIN_LAYERS = 200
-DUTY_BACKEND_TEST = "-s10"
-
-
-def duty_backend_choice(results: dict[str, dict]) -> dict:
-    """The choice of DUTY_BY_BACKEND (`results`: "pooled" / "by_backend" -> its validate() result): the pooled
-    per-layer headline power and the whole-model power (_pooled_table) on the records before DUTY_BACKEND_TEST
-    (choosing) and in it (test); chosen: the lower pooled per-layer power on the choosing records among the
-    candidates whose whole-model power there is no worse than the incumbent's, the incumbent (pooled) staying unless
-    beaten; test_verdict: whether the chosen one's per-layer power on the test records is no worse than the other's."""
-    table = _pooled_table(results, DUTY_BACKEND_TEST)
-    base = table.get("pooled", {}).get("choosing", {}).get("models_power_median_abs_err")
-    eligible = {n: row for n, row in table.items() if n == "pooled" or base is None
-                or (row["choosing"]["models_power_median_abs_err"] is not None
-                    and row["choosing"]["models_power_median_abs_err"] <= base)}
-    chosen = _lowest_on_choosing(eligible, "pooled")
-    tests = {n: table[n]["test"]["power_median_abs_err"] for n in table}
-    verdict = None
-    if chosen is not None and all(v is not None for v in tests.values()):
-        verdict = "holds" if all(tests[chosen] <= v for v in tests.values()) else "fails"
-    return {"rule": "lower pooled per-layer headline power over the records before "
-                    f"{DUTY_BACKEND_TEST}; the incumbent (per-unit curves pooled over backends) stays unless beaten; a "
-                    "candidate whose whole-model power (leave one model out) on those records is worse than the "
-                    f"incumbent's is not taken; {DUTY_BACKEND_TEST} is the test: the chosen one stays if its per-layer "
-                    "power there is no worse than the other's",
-            "chosen": chosen, "test_verdict": verdict, "in_use": "by_backend" if DUTY_BY_BACKEND else "pooled",
-            "min_layers": DUTY_BACKEND_MIN_LAYERS, "candidates": table}
-
-
 def whole_reference(doc: dict) -> tuple[str | None, dict]:
     """The whole-model measurement to compare with: the CUDA graph replay where there is one (torch),
     else `inference` (jax jit, torch eager)."""
@@ -1155,8 +1115,7 @@ def replay_share(layer: dict, norm: float | None) -> float:
 
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
              form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
-             replay: str = REPLAY_IN_USE, duty_by_unit: bool = DUTY_BY_UNIT,
-             duty_by_backend: bool = DUTY_BY_BACKEND) -> dict:
+             replay: str = REPLAY_IN_USE, duty_by_unit: bool = DUTY_BY_UNIT) -> dict:
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
@@ -1167,7 +1126,6 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     layers, models, per_run = [], [], []
     obs_by_model: dict[str, list] = {}
     obs_by_unit: dict[str, dict[str, list]] = {"tensor_core": {}, "other": {}}   # duty_unit_choice's candidate
-    obs_by_backend: dict[tuple, dict[str, list]] = {}   # (backend, unit) -> model -> obs: duty_backend_choice's
     cand_obs: list[tuple] = []
     for run in runs:
         kept = []
@@ -1187,8 +1145,6 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                                         roof.time_s, l.get("output_elements"))
                     obs_by_model.setdefault(run["model"], []).append(o)
                     obs_by_unit[_unit(l["path"])].setdefault(run["model"], []).append(o)
-                    unit = _unit(l["path"]) if duty_by_unit else "other"
-                    obs_by_backend.setdefault((run["backend"], unit), {}).setdefault(run["model"], []).append(o)
                     cand_obs.append((run["model"], run.get("source"), o, l.get("calibrated_time_s_leave_one_model_out")))
         per_run.append(kept)
     lomo_curves, in_sample_curve = _duty_curves(obs_by_model, pm.constant_w, duty_variable)
@@ -1215,45 +1171,18 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
         lomo_curves = {m: unit_curves["other"].get(m) or c for m, c in lomo_curves.items()}
         in_sample_curve = unit_in_sample["other"] or in_sample_curve
     tc_curves = unit_curves["tensor_core"]
-    # duty_by_backend: a backend with at least DUTY_BACKEND_MIN_LAYERS scored layers of a unit gets that unit's curve
-    # fitted on its own layers (leave one model out; a model without such layers takes the backend's in-sample
-    # curve); the others keep the pooled curves above
-    backend_curves: dict[tuple, tuple] = {}
-    if duty_by_backend:
-        for key, obs in obs_by_backend.items():
-            if sum(len(o) for o in obs.values()) >= DUTY_BACKEND_MIN_LAYERS:
-                lomo_b, in_b = _duty_curves(obs, pm.constant_w, duty_variable)
-                if in_b is not None:
-                    backend_curves[key] = ({m: lomo_b.get(m) or in_b for m in {r["model"] for r in runs}}, in_b)
-
-    def curves_for(model: str, backend: str) -> tuple:
-        """(other curve, Tensor Core curve) of `model` left out, on `backend`."""
-        other, tc = lomo_curves.get(model), tc_curves.get(model)
-        if (backend, "other") in backend_curves:
-            other = backend_curves[(backend, "other")][0][model]
-        if (backend, "tensor_core") in backend_curves:
-            tc = backend_curves[(backend, "tensor_core")][0][model]
-        return other, tc
-
-    pairs = {(r["model"], r["backend"]) for r in runs}
-    duty_pm = {mb: dataclasses.replace(pm, duty=o, duty_tensor_core=t)
-               for mb in pairs for o, t in [curves_for(*mb)] if o is not None}
+    duty_pm = {m: dataclasses.replace(pm, duty=c, duty_tensor_core=tc_curves.get(m))
+               for m, c in lomo_curves.items() if c is not None}
     time_pm = {m: dataclasses.replace(pm, duty=c) for m, c in time_curves.items() if c is not None}
-    pm_in_by_backend = {}
-    if in_sample_curve is not None:
-        for backend in {r["backend"] for r in runs}:
-            own = {u: backend_curves[(backend, u)][1] for u in ("other", "tensor_core") if (backend, u) in backend_curves}
-            pm_in_by_backend[backend] = dataclasses.replace(
-                pm, duty=own.get("other", in_sample_curve),
-                duty_tensor_core=own.get("tensor_core", unit_in_sample["tensor_core"]))
+    pm_in = (dataclasses.replace(pm, duty=in_sample_curve, duty_tensor_core=unit_in_sample["tensor_core"])
+             if in_sample_curve is not None else None)
 
     for run, kept in zip(runs, per_run):
         weighted = {"measured_point": 0.0, "carm_point": 0.0, "duty_lomo_measured_time": 0.0}
         if not run.get("layers_in_policy_dtype", True):   # its layer times are not the model's layers'
             weighted = {k: None for k in weighted}
         measured_t = carm_t = 0.0
-        lomo_pm = duty_pm.get((run["model"], run["backend"]))
-        pm_in = pm_in_by_backend.get(run["backend"])
+        lomo_pm = duty_pm.get(run["model"])
         time_lomo_pm = time_pm.get(run["model"])
         for l, work, roof, busy, excluded in kept:
             at = predict_at_time(pm, work, l["time_s"], f0_mhz)
@@ -1349,16 +1278,17 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)]
             # Host-paced whole model (eager slower than its GPU time): the GPU idles the rest of each call.
             u = cal.get("gpu_share", 1.0)
-            run_other, run_tc = curves_for(run["model"], run["backend"])
-            cal_w, roofs_w, duty_w, above_j = _time_weighted_power(parts, carm, pm, f0_mhz, run_other, u, run_tc)
+            cal_w, roofs_w, duty_w, above_j = _time_weighted_power(parts, carm, pm, f0_mhz,
+                                                                   lomo_curves.get(run["model"]), u,
+                                                                   tc_curves.get(run["model"]))
             # compiled (jit): the product's weighting (in-model times) and the other one (dispatch times)
             in_model_w = dispatch_w = None
-            if cal.get("layers_dispatch") and run_other is not None:
+            if cal.get("layers_dispatch") and lomo_curves.get(run["model"]) is not None:
                 in_model_w = duty_w
                 dispatch_w = _time_weighted_power(
                     [(Work(fl, by, pa, le), t, n[0] if n else None) for fl, by, pa, le, t, *n in cal["layers_dispatch"]
                      if _covered({"flops": fl, "bytes": by, "path": pa, "level": le}, carm, pm)],
-                    carm, pm, f0_mhz, run_other, 1.0, run_tc)[2]
+                    carm, pm, f0_mhz, lomo_curves.get(run["model"]), 1.0, tc_curves.get(run["model"]))[2]
             whole_s = cal["whole_time_s"]
             gaps_const = above_j + pm.constant_w * whole_s if above_j is not None else None
             energy = {k: (w * whole_s if w is not None else None) for k, w in
@@ -1392,8 +1322,6 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
               **({"tensor_core_leave_one_model_out": {m: (c.to_dict() if c else None) for m, c in tc_curves.items()},
                   "tensor_core_in_sample": unit_in_sample["tensor_core"].to_dict()
                   if unit_in_sample["tensor_core"] else None} if duty_by_unit else {}),
-              **({"by_backend_in_sample": {b: {u: backend_curves[(b, u)][1].to_dict() for bb, u in backend_curves
-                                               if bb == b} for b, _ in backend_curves}} if duty_by_backend else {}),
               "n_by_model": {m: len(o) for m, o in obs_by_model.items()}}
     validation = summary(layers, models, min_layer_window_s, form_fixed_on)
     validation["duty_form_choice"] = duty_form_choice(cand_obs, pm.constant_w) if cand_obs else None
@@ -1943,14 +1871,6 @@ def main(argv: list[str] | None = None) -> int:
                for name, on in (("one", False), ("by_unit", True))}
     result["validation"]["duty_unit_choice"] = duty_unit_choice(by_unit)
     result["validation"]["duty_unit_choice"]["curves"] = by_unit["by_unit"]["duty_curves"]
-    # A duty curve per backend (DUTY_BY_BACKEND): the same records validated with the other setting.
-    by_backend = {name: (result if on == DUTY_BY_BACKEND else
-                         validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                                  args.form_fixed_on, duty_by_backend=on))
-                  for name, on in (("pooled", False), ("by_backend", True))}
-    result["validation"]["duty_backend_choice"] = duty_backend_choice(by_backend)
-    result["validation"]["duty_backend_choice"]["curves"] = by_backend["by_backend"]["duty_curves"].get(
-        "by_backend_in_sample")
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
         shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,

@@ -150,7 +150,6 @@ class Predictor:
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         pm = self.profile.power_model
-        pm = pm.for_backend(self.backend) if pm is not None else None   # the backend's duty curves, where it has its own
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:
             # The power at the layer's CARM operating point (its busy power), scaled above the constant
@@ -225,7 +224,6 @@ def whole_model_power_w(rows, power_model, calibration, backend: str, execution:
     if power_model is None or calibration is None:
         return None
     times, share = whole_model_layer_times(rows, calibration, backend, execution, model)
-    power_model = power_model.for_backend(backend)   # the backend's own duty curves, where it has them
     layers = [(busy_w, bound_s, t, getattr(r, "output_elements", None), getattr(r, "path", None))
               for r, t in times for busy_w, bound_s in [busy_and_bound(r)] if bound_s]
     return power_model.mean_duty_power_w(layers, share) if layers else None

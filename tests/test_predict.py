@@ -159,43 +159,6 @@ def test_a_tensor_core_duty_curve_round_trips_and_a_malformed_one_is_a_profile_e
         profile_from_dict(doc)
 
 
-def test_backend_duty_curves_round_trip_and_a_malformed_table_is_a_profile_error(tmp_path):
-    from carm_advisor.errors import ProfileError
-    from carm_advisor.profiles.profile import load_profile, profile_from_dict
-
-    p = profile(duty={"t_full_s": 4e-4, "gamma": 0.2})
-    doc = p.to_dict()
-    doc["power_model"]["duty_by_backend"] = {"torch": {"tensor_core": {"variable": "efficiency", "gamma": 0.7}}}
-    profile_from_dict(doc).save(tmp_path / "p.json")
-    again = load_profile(tmp_path / "p.json").power_model
-    assert again.duty_by_backend["torch"]["tensor_core"].gamma == 0.7 and again.duty == p.power_model.duty
-    assert again.for_backend("torch").duty_tensor_core.gamma == 0.7 and again.for_backend("jax").duty_tensor_core is None
-    assert "duty_by_backend" not in p.to_dict()["power_model"]
-    for bad in ({"torch": [0.7]}, {"torch": {"convs": {"variable": "efficiency", "gamma": 0.7}}}, [1]):
-        doc["power_model"]["duty_by_backend"] = bad
-        with pytest.raises(ProfileError, match="power_model.duty_by_backend must map each backend"):
-            profile_from_dict(doc)
-
-
-def test_a_predictor_uses_its_backends_own_duty_curve():
-    import dataclasses
-
-    from carm_advisor.carm.power_model import DutyCurve
-
-    p = profile(duty={"variable": "efficiency", "gamma": 0.0})   # pooled: the busy power at any efficiency
-    own = DutyCurve(None, 1.0, variable="efficiency")
-    p = dataclasses.replace(p, power_model=dataclasses.replace(p.power_model, duty_by_backend={
-        "jax": {"other": own, "tensor_core": own}}))
-    (torch_row,) = Predictor(p, TORCH_MODE, backend="torch", calibration=FixedEfficiency(0.5)).rows_for_costs([matmul()])
-    (jax_row,) = Predictor(p, TORCH_MODE, backend="jax", calibration=FixedEfficiency(0.5)).rows_for_costs([matmul()])
-    pm = p.power_model
-    busy = torch_row.calibrated_energy_j / torch_row.calibrated_time_s       # gamma 0: the busy power itself
-    # jax at gamma 1 and efficiency 0.5: half the busy power above the constant
-    assert jax_row.calibrated_energy_j / jax_row.calibrated_time_s == pytest.approx(
-        pm.constant_w + (busy - pm.constant_w) * 0.5)
-    assert busy > pm.constant_w
-
-
 def test_a_calibration_never_makes_a_layer_faster_than_its_bound():
     (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(2.0)).rows_for_costs([matmul()])
     assert row.calibrated_time_s == pytest.approx(2e-3) and row.calibrated_energy_j == pytest.approx(0.226)

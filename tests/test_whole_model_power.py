@@ -87,26 +87,3 @@ def test_a_tensor_core_curve_applies_to_the_layers_on_a_tensor_core_path_only():
     fp32 = [SimpleNamespace(**{**vars(r), "path": "fp32"}) for r in ROWS]
     assert whole_model_power_w(fp32, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
     assert whole_model_power_w(ROWS, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
-
-
-def test_a_backends_own_curves_replace_the_pooled_ones_for_that_backend_only():
-    import dataclasses
-
-    from carm_advisor.errors import ProfileError
-
-    # torch's own "other" curve at gamma 1: conv at efficiency 0.25 -> 100 + 600 x 0.25 = 250 W, dense 500 W:
-    # (250 x 4 + 500 x 2) / 6 W; jax (no own curves) keeps gamma 0.5: 433.33 W as above
-    pm = dataclasses.replace(PM, duty_by_backend={"torch": {"other": DutyCurve(None, 1.0, variable="efficiency")}})
-    assert whole_model_power_w(ROWS, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2000 / 6)
-    assert whole_model_power_w(ROWS, pm, FakeCalibration(), "jax", "cuda_graph") == pytest.approx(2600 / 6)
-    assert pm.for_backend("jax") is pm and pm.for_backend(None) is pm
-    torch = pm.for_backend("torch")
-    assert torch.duty.gamma == 1.0 and torch.duty_tensor_core is None          # a unit it lacks: the pooled one (none)
-    assert torch.duty_power_w(700.0, 4e-3, bound_time_s=1e-3) == pytest.approx(250.0)
-    # a Tensor Core curve of its own only: the other unit keeps the pooled curve
-    tc = dataclasses.replace(PM, duty_by_backend={"jax": {"tensor_core": DutyCurve(None, 2.0, variable="efficiency")}})
-    jax = tc.for_backend("jax")
-    assert jax.duty is PM.duty and jax.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="tc_bf16") == pytest.approx(
-        100 + 600 * 0.25 ** 2)
-    with pytest.raises(ProfileError, match="duty_by_backend\\['torch'\\] must map units"):
-        PowerModel(constant_w=100.0, duty_by_backend={"torch": {"convs": PM.duty}})

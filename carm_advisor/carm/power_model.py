@@ -250,10 +250,6 @@ class DutyCurve:
                                f"{d!r}") from exc
 
 
-# The compute units a duty curve is fitted for (PowerModel.duty_curve_for): Tensor Core paths, and the rest.
-DUTY_UNITS = ("tensor_core", "other")
-
-
 @dataclass(frozen=True)
 class PowerModel:
     constant_w: float                                   # drawn whenever a kernel runs (static + uncore)
@@ -267,10 +263,6 @@ class PowerModel:
     # Layers on a Tensor Core path (TENSOR_CORE_PATH_PREFIX) follow this curve where set, the rest `duty`
     # (DUTY_BY_UNIT: power_model_validation.py duty_unit_choice); None: one curve for every layer.
     duty_tensor_core: DutyCurve | None = None
-    # A backend's own curves ({backend: {"tensor_core" | "other": curve}}; DUTY_BY_BACKEND: power_model_validation.py
-    # duty_backend_choice): for_backend(backend) puts them in place of duty / duty_tensor_core; a unit a backend
-    # lacks keeps the pooled curve.
-    duty_by_backend: dict[str, dict[str, DutyCurve]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
@@ -283,11 +275,6 @@ class PowerModel:
             for data, value in (factors or {}).items():
                 if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                     raise ProfileError(f"power model data_factor['{path}']['{data}'] must be >= 0, received: {value!r}")
-        for backend, curves in self.duty_by_backend.items():
-            bad = set(curves or {}) - set(DUTY_UNITS)
-            if bad or not all(isinstance(c, DutyCurve) for c in (curves or {}).values()):
-                raise ProfileError(f"power model duty_by_backend['{backend}'] must map units {DUTY_UNITS} to duty "
-                                   f"curves, received: {sorted(curves or {})}")
         if self.power_limit_w is not None and self.power_limit_w <= self.constant_w:
             raise ProfileError(
                 f"power limit ({self.power_limit_w} W) must exceed the constant power ({self.constant_w} W)"
@@ -327,17 +314,6 @@ class PowerModel:
             return roof_time_s
         power_time_s = self.dynamic_energy_j(flops, bytes_, path, level) / (self.power_limit_w - self.constant_w)
         return max(roof_time_s, power_time_s)
-
-    def for_backend(self, backend: str | None) -> "PowerModel":
-        """This model with `backend`'s own duty curves (duty_by_backend) in place of the pooled ones, unit by unit;
-        itself where the backend has none (or backend is None)."""
-        curves = self.duty_by_backend.get(backend) if backend else None
-        if not curves:
-            return self
-        import dataclasses
-
-        return dataclasses.replace(self, duty=curves.get("other", self.duty),
-                                   duty_tensor_core=curves.get("tensor_core", self.duty_tensor_core))
 
     def duty_curve_for(self, path: str | None) -> DutyCurve | None:
         """The duty curve of a layer on compute path `path`: duty_tensor_core for a Tensor Core path where the

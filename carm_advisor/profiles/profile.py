@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from carm_advisor.carm.power_model import DUTY_UNITS, DutyCurve, PowerModel, VoltageCurve
+from carm_advisor.carm.power_model import DutyCurve, PowerModel, VoltageCurve
 from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 
@@ -121,9 +121,6 @@ class Profile:
                 d["power_model"]["duty"] = pm.duty.to_dict()
             if pm.duty_tensor_core is not None:
                 d["power_model"]["duty_tensor_core"] = pm.duty_tensor_core.to_dict()
-            if pm.duty_by_backend:
-                d["power_model"]["duty_by_backend"] = {b: {u: c.to_dict() for u, c in curves.items()}
-                                                       for b, curves in pm.duty_by_backend.items()}
         if self.launch_floor is not None:
             d["launch_floor"] = self.launch_floor
         d.update(self.extra)
@@ -261,14 +258,6 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
         if not isinstance(pm["duty_tensor_core"], dict):
             raise ProfileError(f"{origin}: power_model.duty_tensor_core must be an object")
         out["duty_tensor_core"] = DutyCurve.from_dict(pm["duty_tensor_core"])
-    if pm.get("duty_by_backend") is not None:
-        by_backend = pm["duty_by_backend"]
-        if not isinstance(by_backend, dict) or not all(
-                isinstance(v, dict) and set(v) <= set(DUTY_UNITS) and all(isinstance(c, dict) for c in v.values())
-                for v in by_backend.values()):
-            raise ProfileError(f"{origin}: power_model.duty_by_backend must map each backend to "
-                               f"{{{' | '.join(DUTY_UNITS)}: duty curve}}")
-        out["duty_by_backend"] = {b: {u: DutyCurve.from_dict(c) for u, c in v.items()} for b, v in by_backend.items()}
     if pm.get("fit") is not None:
         if not isinstance(pm["fit"], dict):
             raise ProfileError(f"{origin}: power_model.fit must be an object")
