@@ -1297,6 +1297,82 @@ def test_duty_unit_choice_decides_by_the_pooled_layers_before_the_ninth_session_
     assert mod.duty_unit_choice({"one": one, "by_unit": one})["chosen"] == "one"                 # a tie
 
 
+def test_duty_path_choice_decides_by_the_pooled_layers_before_the_tenth_session_and_reads_its_test():
+    mod = _load("power_model_validation")
+    old, test = "nvidia-h200-records-2026-12-05-s9c1-torch", "nvidia-h200-records-2026-12-05-s10c1-torch"
+    by_unit = _replay_result({"layers": [(old, "torch", 0.30), (old, "jax", -0.10), (old, "torch", 0.20),
+                                         (test, "torch", 0.15), (test, "torch", 0.05)],
+                              "models": [(old, 0.06), (old, -0.10), (test, 0.5)]})
+    by_path = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", -0.10), (old, "torch", 0.02),
+                                         (test, "torch", -0.30), (test, "torch", 0.20)],
+                              "models": [(old, 0.05), (old, -0.08), (test, 0.01)]})
+    choice = mod.duty_path_choice({"by_unit": by_unit, "by_path": by_path})
+    c = choice["candidates"]
+    # choosing (through -s9) |0.30, 0.10, 0.20| -> 0.20 against |0.05, 0.10, 0.02| -> 0.05; models 0.08 vs 0.065
+    assert c["by_unit"]["choosing"]["power_median_abs_err"] == pytest.approx(0.20)
+    assert c["by_path"]["choosing"]["power_median_abs_err"] == pytest.approx(0.05)
+    assert c["by_path"]["choosing"]["models_power_median_abs_err"] == pytest.approx(0.065)
+    assert choice["chosen"] == "by_path" and choice["in_use"] == ("by_path" if mod.DUTY_BY_PATH else "by_unit")
+    # the test (-s10): |-0.30, 0.20| -> 0.25 against |0.15, 0.05| -> 0.10: the chosen one is worse there
+    assert c["by_path"]["test"]["power_median_abs_err"] == pytest.approx(0.25) and c["by_path"]["test"]["n"] == 2
+    assert choice["test_verdict"] == "fails"
+    kept = mod.duty_path_choice({"by_unit": by_path, "by_path": by_unit})   # the candidate worse on choosing layers
+    assert kept["chosen"] == "by_unit" and kept["test_verdict"] == "fails"   # 0.25 on the test against 0.10
+    better = _replay_result({"layers": [(old, "torch", 0.05), (old, "jax", -0.10), (old, "torch", 0.02),
+                                        (test, "torch", 0.01), (test, "torch", -0.03)], "models": [(old, 0.05)]})
+    assert mod.duty_path_choice({"by_unit": by_unit, "by_path": better})["test_verdict"] == "holds"
+    # better layers but worse whole models than the incumbent (0.09 > 0.08): not taken
+    worse_models = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.09), (old, 0.09)]})
+    assert mod.duty_path_choice({"by_unit": by_unit, "by_path": worse_models})["chosen"] == "by_unit"
+    no_test = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.01)]})
+    assert mod.duty_path_choice({"by_unit": no_test, "by_path": no_test})["test_verdict"] is None
+
+
+def test_validate_by_path_fits_each_paths_layers_apart_where_it_has_enough_of_them(monkeypatch):
+    import dataclasses
+
+    from carm_advisor.carm.dvfs import Work
+    from carm_advisor.carm.power_model import DutyCurve
+
+    mod = _load("power_model_validation")
+    pm = dataclasses.replace(_hand_model(), power_limit_w=None,
+                             joules_per_flop={"tc_bf16": 1e-12, "tc_tf32": 1e-12, "fp32": 1e-12})
+    carm = __import__("carm_advisor.carm.roofline", fromlist=["CARM"]).CARM(
+        {"tc_bf16": 1e15, "tc_tf32": 5e14, "fp32": 1e14}, {"hbm": 4e12})
+    # two Tensor Core paths on two curves (bf16 gamma 0.4, tf32 gamma 0.1), the CUDA-core path at gamma 0
+    truth = {"tc_bf16": 0.4, "tc_tf32": 0.1, "fp32": 0.0}
+
+    def layer(name, path, flops, bytes_, eff):
+        work = Work(flops, bytes_, path, "hbm")
+        busy, bound = mod.busy_power_w(carm, pm, work), mod.bound_time_s(carm, pm, work)
+        t = bound / eff
+        duty = DutyCurve(None, truth[path], variable="efficiency").fraction(t, bound)
+        return {**_layer(name, flops, bytes_, t, pm.constant_w + (busy - pm.constant_w) * duty), "path": path,
+                "calibrated_time_s_leave_one_model_out": t}
+
+    runs = []
+    for m in ("m1", "m2", "m3"):
+        layers = [layer(f"{p}{i}", p, 2e11 if p != "fp32" else 1e8, 1e8 if p != "fp32" else 1e9, e)
+                  for p in truth for i, e in enumerate((0.2, 0.4, 0.6, 0.8))]
+        runs.append({**_run(f"{m}.json", "layer-windows", 0.5, layers), "model": m})
+    monkeypatch.setattr(mod, "DUTY_PATH_MIN_LAYERS", 12)   # 3 models x 4 layers of a path
+    unit = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_path=False)
+    own = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_path=True)
+    curves = own["duty_curves"]["by_path_in_sample"]
+    assert curves["tc_bf16"]["gamma"] == pytest.approx(0.4, abs=0.02)
+    assert curves["tc_tf32"]["gamma"] == pytest.approx(0.1, abs=0.02)
+    assert own["duty_curves"]["by_path_n"] == {"tc_bf16": 12, "tc_tf32": 12, "fp32": 12}
+    errs = [abs(l["headline_power_err"]) for l in own["layers"] if l["scored"]]
+    assert len(errs) == 36 and max(errs) < 0.02                      # each path's curve recovered, left out by model
+    assert max(abs(l["headline_power_err"]) for l in unit["layers"] if l["scored"]) > 0.1   # one TC curve cannot
+    assert "by_path_in_sample" not in unit["duty_curves"]
+    # a path with fewer layers than the floor keeps its unit's curve: the same figures as by unit
+    monkeypatch.setattr(mod, "DUTY_PATH_MIN_LAYERS", 13)
+    floor = mod.validate(runs, carm, pm, 2000.0, 0.5, duty_by_unit=True, duty_by_path=True)
+    assert floor["duty_curves"]["by_path_in_sample"] == {}
+    assert [l["headline_power_err"] for l in floor["layers"]] == [l["headline_power_err"] for l in unit["layers"]]
+
+
 def test_validate_by_unit_fits_the_tensor_core_layers_apart_and_predicts_each_with_its_curve():
     import dataclasses
 

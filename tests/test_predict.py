@@ -159,6 +159,24 @@ def test_a_tensor_core_duty_curve_round_trips_and_a_malformed_one_is_a_profile_e
         profile_from_dict(doc)
 
 
+def test_path_duty_curves_round_trip_and_a_malformed_table_is_a_profile_error(tmp_path):
+    from carm_advisor.errors import ProfileError
+    from carm_advisor.profiles.profile import load_profile, profile_from_dict
+
+    p = profile(duty={"t_full_s": 4e-4, "gamma": 0.2})
+    doc = p.to_dict()
+    doc["power_model"]["duty_by_path"] = {"tc_bf16": {"variable": "efficiency", "gamma": 0.7}}
+    profile_from_dict(doc).save(tmp_path / "p.json")
+    again = load_profile(tmp_path / "p.json").power_model
+    assert again.duty_by_path["tc_bf16"].gamma == 0.7 and again.duty == p.power_model.duty
+    assert again.duty_curve_for("tc_bf16").gamma == 0.7 and again.duty_curve_for("tc_fp16") == p.power_model.duty
+    assert "duty_by_path" not in p.to_dict()["power_model"]
+    for bad in ({"tc_bf16": [0.7]}, [1]):
+        doc["power_model"]["duty_by_path"] = bad
+        with pytest.raises(ProfileError, match="power_model.duty_by_path must map each compute path"):
+            profile_from_dict(doc)
+
+
 def test_a_calibration_never_makes_a_layer_faster_than_its_bound():
     (row,) = Predictor(profile(), TORCH_MODE, calibration=FixedEfficiency(2.0)).rows_for_costs([matmul()])
     assert row.calibrated_time_s == pytest.approx(2e-3) and row.calibrated_energy_j == pytest.approx(0.226)

@@ -87,3 +87,21 @@ def test_a_tensor_core_curve_applies_to_the_layers_on_a_tensor_core_path_only():
     fp32 = [SimpleNamespace(**{**vars(r), "path": "fp32"}) for r in ROWS]
     assert whole_model_power_w(fp32, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
     assert whole_model_power_w(ROWS, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2600 / 6)
+
+
+def test_a_paths_own_curve_comes_before_its_units():
+    import dataclasses
+
+    from carm_advisor.errors import ProfileError
+
+    # tc_bf16's own curve at gamma 2: conv at efficiency 0.25 -> 100 + 600 x 0.0625 = 137.5 W, dense at its roof 500 W:
+    # (137.5 x 4 + 500 x 2) / 6 W; tc_tf32 rows keep the Tensor Core curve (gamma 1): (250 x 4 + 500 x 2) / 6 W
+    pm = dataclasses.replace(PM, duty_tensor_core=DutyCurve(None, 1.0, variable="efficiency"),
+                             duty_by_path={"tc_bf16": DutyCurve(None, 2.0, variable="efficiency")})
+    bf16 = [SimpleNamespace(**{**vars(r), "path": "tc_bf16"}) for r in ROWS]
+    tf32 = [SimpleNamespace(**{**vars(r), "path": "tc_tf32"}) for r in ROWS]
+    assert whole_model_power_w(bf16, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(1550 / 6)
+    assert whole_model_power_w(tf32, pm, FakeCalibration(), "torch", "cuda_graph") == pytest.approx(2000 / 6)
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="fp32") == pytest.approx(400.0)   # the other curve
+    with pytest.raises(ProfileError, match="duty_by_path\\['fp32'\\] must be a duty curve"):
+        PowerModel(constant_w=100.0, duty_by_path={"fp32": 0.5})

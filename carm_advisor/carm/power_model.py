@@ -263,6 +263,9 @@ class PowerModel:
     # Layers on a Tensor Core path (TENSOR_CORE_PATH_PREFIX) follow this curve where set, the rest `duty`
     # (DUTY_BY_UNIT: power_model_validation.py duty_unit_choice); None: one curve for every layer.
     duty_tensor_core: DutyCurve | None = None
+    # A compute path's own curve ({path: curve}; DUTY_BY_PATH: power_model_validation.py duty_path_choice): the
+    # layers on that path follow it before their unit's curve; a path without one keeps its unit's.
+    duty_by_path: dict[str, DutyCurve] = field(default_factory=dict)
 
     def __post_init__(self):
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
@@ -275,6 +278,9 @@ class PowerModel:
             for data, value in (factors or {}).items():
                 if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                     raise ProfileError(f"power model data_factor['{path}']['{data}'] must be >= 0, received: {value!r}")
+        for path, curve in self.duty_by_path.items():
+            if not isinstance(curve, DutyCurve):
+                raise ProfileError(f"power model duty_by_path['{path}'] must be a duty curve, received: {curve!r}")
         if self.power_limit_w is not None and self.power_limit_w <= self.constant_w:
             raise ProfileError(
                 f"power limit ({self.power_limit_w} W) must exceed the constant power ({self.constant_w} W)"
@@ -316,8 +322,10 @@ class PowerModel:
         return max(roof_time_s, power_time_s)
 
     def duty_curve_for(self, path: str | None) -> DutyCurve | None:
-        """The duty curve of a layer on compute path `path`: duty_tensor_core for a Tensor Core path where the
-        model has one, else duty."""
+        """The duty curve of a layer on compute path `path`: the path's own (duty_by_path) where the model has one,
+        else duty_tensor_core for a Tensor Core path where the model has one, else duty."""
+        if path in self.duty_by_path:
+            return self.duty_by_path[path]
         if self.duty_tensor_core is not None and path and path.startswith(TENSOR_CORE_PATH_PREFIX):
             return self.duty_tensor_core
         return self.duty

@@ -121,6 +121,8 @@ class Profile:
                 d["power_model"]["duty"] = pm.duty.to_dict()
             if pm.duty_tensor_core is not None:
                 d["power_model"]["duty_tensor_core"] = pm.duty_tensor_core.to_dict()
+            if pm.duty_by_path:
+                d["power_model"]["duty_by_path"] = {k: c.to_dict() for k, c in pm.duty_by_path.items()}
         if self.launch_floor is not None:
             d["launch_floor"] = self.launch_floor
         d.update(self.extra)
@@ -258,6 +260,11 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
         if not isinstance(pm["duty_tensor_core"], dict):
             raise ProfileError(f"{origin}: power_model.duty_tensor_core must be an object")
         out["duty_tensor_core"] = DutyCurve.from_dict(pm["duty_tensor_core"])
+    if pm.get("duty_by_path") is not None:
+        by_path = pm["duty_by_path"]
+        if not isinstance(by_path, dict) or not all(isinstance(c, dict) for c in by_path.values()):
+            raise ProfileError(f"{origin}: power_model.duty_by_path must map each compute path to a duty curve")
+        out["duty_by_path"] = {k: DutyCurve.from_dict(c) for k, c in by_path.items()}
     if pm.get("fit") is not None:
         if not isinstance(pm["fit"], dict):
             raise ProfileError(f"{origin}: power_model.fit must be an object")
