@@ -116,6 +116,16 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
         out["duty_tensor_core"] = dataclasses.replace(
             tc, source=source.replace("fitted on H200 layer records", "fitted on the H200 layer records on a Tensor "
                                       "Core path", 1)).to_dict()
+    by_path = (part.get("duty_curves") or {}).get("by_path_in_sample")
+    if by_path:   # a curve of its own for each compute path with enough layers (duty_path_choice)
+        out["duty_by_path"] = {}
+        for path, curve in by_path.items():
+            try:
+                c = DutyCurve.from_dict(curve)
+            except ProfileError as exc:
+                raise SystemExit(f"{file_name}: duty_curves.by_path_in_sample.{path} is not a duty curve: {exc}") from None
+            out["duty_by_path"][path] = dataclasses.replace(c, source=source.replace(
+                "fitted on H200 layer records", f"fitted on the H200 layer records on path {path}", 1)).to_dict()
     return out
 
 

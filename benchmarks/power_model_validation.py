@@ -697,6 +697,7 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
 DUTY_BY_PATH = False
 DUTY_PATH_MIN_LAYERS = 200
 DUTY_PATH_TEST = "-s10"
+DUTY_PATH_SECOND_RULE_SLACK = 0.005   # the second rule's whole-model power allowance (0.5 point)
 
 
 def duty_path_choice(results: dict[str, dict]) -> dict:
@@ -722,7 +723,23 @@ def duty_path_choice(results: dict[str, dict]) -> dict:
                     f"taken; {DUTY_PATH_TEST} is the test: the chosen one stays if its per-layer power there is no "
                     "worse than the other's",
             "chosen": chosen, "test_verdict": verdict, "in_use": "by_path" if DUTY_BY_PATH else "by_unit",
-            "min_layers": DUTY_PATH_MIN_LAYERS, "candidates": table}
+            "min_layers": DUTY_PATH_MIN_LAYERS, "second_rule": duty_path_second_rule(table), "candidates": table}
+
+
+def duty_path_second_rule(table: dict) -> dict:
+    """The per-path curve's second rule (README, eleventh session; written after its guard kept it out and before any
+    DUTY_PATH_TEST record existed): on DUTY_PATH_TEST's rows alone, by_path is adopted if its pooled per-layer power is
+    lower than by_unit's and its whole-model power no more than DUTY_PATH_SECOND_RULE_SLACK above by_unit's; None
+    without test figures."""
+    test = {n: (table.get(n) or {}).get("test") or {} for n in ("by_unit", "by_path")}
+    layers = [test[n].get("power_median_abs_err") for n in ("by_unit", "by_path")]
+    whole = [test[n].get("models_power_median_abs_err") for n in ("by_unit", "by_path")]
+    adopt = None
+    if None not in layers and None not in whole:
+        adopt = layers[1] < layers[0] and whole[1] <= whole[0] + DUTY_PATH_SECOND_RULE_SLACK
+    return {"rule": f"on the {DUTY_PATH_TEST} rows alone: by_path is adopted if its pooled per-layer power is lower than "
+                    f"by_unit's and its whole-model power no more than {DUTY_PATH_SECOND_RULE_SLACK:.3f} above by_unit's",
+            "adopt": adopt}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:

@@ -298,16 +298,18 @@ def _form_choice_rows(v: dict) -> list[str]:
             + _cell_choice_rows(v.get("cell_statistic_choice"))
             + _cell_choice_rows(v.get("kin_dtype_choice"), "A kin dtype's cell of the same size",
                                 ("choosing", "weak_test", "test"))
-            + _unit_choice_rows(v.get("duty_unit_choice")))
+            + _unit_choice_rows(v.get("duty_unit_choice"))
+            + _unit_choice_rows(v.get("duty_path_choice"), "A duty curve per compute path", ("choosing", "test")))
 
 
-def _unit_choice_rows(c: dict | None) -> list[str]:
-    """A duty curve per compute unit (validation.duty_unit_choice): per candidate, the pooled per-layer power and the
-    whole-model power on the choosing, weak-test and test records."""
+def _unit_choice_rows(c: dict | None, title: str = "A duty curve per compute unit",
+                      parts: tuple = ("choosing", "weak_test", "test")) -> list[str]:
+    """A duty curve per compute unit or per path (validation.duty_unit_choice, duty_path_choice): per candidate, the
+    pooled per-layer power and the whole-model power on the choosing, (weak-test) and test records."""
     if not c:
         return []
-    parts = ("choosing", "weak_test", "test")
-    rows = ["", f"A duty curve per compute unit: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
+    verdict = f", test verdict {c['test_verdict']}" if c.get("test_verdict") else ""
+    rows = ["", f"{title}: chosen {c['chosen']}{verdict}, in use {c['in_use']} ({c['rule']}):", "",
             "| candidate | " + " | ".join(f"{p}: per-layer power | whole-model power" for p in parts) + " |",
             "| --- |" + " --- | --- |" * len(parts)]
     for name, t in c["candidates"].items():

@@ -129,6 +129,27 @@ def test_embed_profile_takes_the_tensor_core_curve_where_the_result_fitted_one(t
         _embed(tmp_path, "--duty", str(path))
 
 
+def test_embed_profile_takes_the_path_curves_where_the_result_fitted_them(tmp_path):
+    validation = _read(POWER_MODEL)
+    curves = validation["shipped_power_model"]["duty_curves"]
+    curves["in_sample"] = {"variable": "efficiency", "gamma": 0.08}
+    curves["by_path_in_sample"] = {"tc_bf16": {"variable": "efficiency", "gamma": 0.5}}
+    curves.pop("tensor_core_in_sample", None)   # the other Tensor Core paths on the one curve
+    path = tmp_path / "nvidia-h200-power-model-paths.json"
+    path.write_text(json.dumps(validation))
+    pm = load_profile(_embed(tmp_path, "--duty", str(path))).power_model
+    assert set(pm.duty_by_path) == {"tc_bf16"} and "path tc_bf16" in pm.duty_by_path["tc_bf16"].source
+    # a bf16 layer at 0.25 of its roof: 0.25 ** 0.5 of its busy power above the constant; a tf32 one 0.25 ** 0.08
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="tc_bf16") == pytest.approx(
+        pm.constant_w + (700.0 - pm.constant_w) * 0.5)
+    assert pm.duty_power_w(700.0, 4e-3, bound_time_s=1e-3, path="tc_tf32") == pytest.approx(
+        pm.constant_w + (700.0 - pm.constant_w) * 0.25 ** 0.08)
+    curves["by_path_in_sample"] = {"fp32": {"variable": "efficiency", "gamma": -1}}
+    path.write_text(json.dumps(validation))
+    with pytest.raises(SystemExit, match="by_path_in_sample.fp32 is not a duty curve"):
+        _embed(tmp_path, "--duty", str(path))
+
+
 def test_embed_profile_refuses_a_duty_file_without_a_curve(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"validation": {}}))
@@ -1326,6 +1347,14 @@ def test_duty_path_choice_decides_by_the_pooled_layers_before_the_tenth_session_
     assert mod.duty_path_choice({"by_unit": by_unit, "by_path": worse_models})["chosen"] == "by_unit"
     no_test = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.01)]})
     assert mod.duty_path_choice({"by_unit": no_test, "by_path": no_test})["test_verdict"] is None
+    # the second rule, on -s10 alone: by_path's layers lower and its whole models at most 0.5 point worse
+    assert mod.duty_path_choice({"by_unit": no_test, "by_path": no_test})["second_rule"]["adopt"] is None
+    second = mod.duty_path_second_rule
+    cell = lambda layers, whole: {"test": {"power_median_abs_err": layers, "models_power_median_abs_err": whole}}
+    assert second({"by_unit": cell(0.11, 0.070), "by_path": cell(0.09, 0.0749)})["adopt"] is True
+    assert second({"by_unit": cell(0.11, 0.070), "by_path": cell(0.09, 0.0751)})["adopt"] is False   # 0.51 point worse
+    assert second({"by_unit": cell(0.11, 0.070), "by_path": cell(0.11, 0.060)})["adopt"] is False    # layers not lower
+    assert choice["second_rule"]["adopt"] is False       # -s10 above: by_path's layers 0.25 against 0.10
 
 
 def test_validate_by_path_fits_each_paths_layers_apart_where_it_has_enough_of_them(monkeypatch):
