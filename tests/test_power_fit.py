@@ -107,7 +107,7 @@ def test_sweep_fit_recovers_the_synthetic_gpu_parameters_voltage_curve_and_zero_
     # exact ties the grid keeps depends on float rounding (numpy 2.4 keeps the 1000 MHz one).
     for f in np.linspace(1200.0, 2000.0, 9):
         assert fit.voltage.relative_voltage(f) == pytest.approx(v_of(f), rel=1e-9)
-    assert fit.voltage.f_knee_mhz <= KNEE
+    assert fit.voltage.f_knee_mhz <= KNEE * (1 + 1e-9)   # the knee itself or below it, up to float rounding
     assert fit.quality["r2"] == pytest.approx(1.0, abs=1e-9)
     assert fit.quality["max_abs_rel_err"] < 1e-6
 
