@@ -107,25 +107,23 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
     out = {"duty": dataclasses.replace(duty, source=source).to_dict()}
+
+    def own_curve(raw, where: str, layers: str) -> dict:
+        """A curve fitted on some of the layers (`layers`: which), its source saying so."""
+        try:
+            curve = DutyCurve.from_dict(raw)
+        except ProfileError as exc:
+            raise SystemExit(f"{file_name}: duty_curves.{where} is not a duty curve: {exc}") from None
+        return dataclasses.replace(curve, source=source.replace(
+            "fitted on H200 layer records", f"fitted on the H200 layer records {layers}", 1)).to_dict()
+
     tensor_core = (part.get("duty_curves") or {}).get("tensor_core_in_sample")
     if tensor_core is not None:   # a curve of its own for the layers on a Tensor Core path (duty_unit_choice)
-        try:
-            tc = DutyCurve.from_dict(tensor_core)
-        except ProfileError as exc:
-            raise SystemExit(f"{file_name}: duty_curves.tensor_core_in_sample is not a duty curve: {exc}") from None
-        out["duty_tensor_core"] = dataclasses.replace(
-            tc, source=source.replace("fitted on H200 layer records", "fitted on the H200 layer records on a Tensor "
-                                      "Core path", 1)).to_dict()
+        out["duty_tensor_core"] = own_curve(tensor_core, "tensor_core_in_sample", "on a Tensor Core path")
     by_path = (part.get("duty_curves") or {}).get("by_path_in_sample")
     if by_path:   # a curve of its own for each compute path with enough layers (duty_path_choice)
-        out["duty_by_path"] = {}
-        for path, curve in by_path.items():
-            try:
-                c = DutyCurve.from_dict(curve)
-            except ProfileError as exc:
-                raise SystemExit(f"{file_name}: duty_curves.by_path_in_sample.{path} is not a duty curve: {exc}") from None
-            out["duty_by_path"][path] = dataclasses.replace(c, source=source.replace(
-                "fitted on H200 layer records", f"fitted on the H200 layer records on path {path}", 1)).to_dict()
+        out["duty_by_path"] = {path: own_curve(curve, f"by_path_in_sample.{path}", f"on path {path}")
+                               for path, curve in by_path.items()}
     return out
 
 

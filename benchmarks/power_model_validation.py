@@ -401,6 +401,16 @@ def _pooled_table(results: dict[str, dict], test: str) -> dict:
     return table
 
 
+def _no_worse_whole_models(table: dict, incumbent: str) -> dict:
+    """The candidates of `table` (name -> {"choosing": {"models_power_median_abs_err"}}) whose whole-model power on the
+    choosing records is no worse than the incumbent's (every one where the incumbent has no figure); the incumbent
+    always."""
+    base = table.get(incumbent, {}).get("choosing", {}).get("models_power_median_abs_err")
+    return {n: row for n, row in table.items() if n == incumbent or base is None
+            or (row["choosing"]["models_power_median_abs_err"] is not None
+                and row["choosing"]["models_power_median_abs_err"] <= base)}
+
+
 def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_abs_err") -> str | None:
     """The candidate of `table` (name -> {"choosing": {key}}) lowest on the choosing records, the incumbent
     staying unless another beats it by more than float noise; None where none has a figure."""
@@ -672,10 +682,7 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
     test = _pooled_table(results, DUTY_UNIT_TEST)
     table = {n: {"choosing": weak[n]["choosing"], "weak_test": weak[n]["test"], "test": test[n]["test"]}
              for n in results}
-    base = table.get("one", {}).get("choosing", {}).get("models_power_median_abs_err")
-    eligible = {n: row for n, row in table.items() if n == "one" or base is None
-                or (row["choosing"]["models_power_median_abs_err"] is not None
-                    and row["choosing"]["models_power_median_abs_err"] <= base)}
+    eligible = _no_worse_whole_models(table, "one")
     return {"rule": "lower pooled per-layer headline power over the records before "
                     f"{DUTY_UNIT_CHOOSING_BEFORE}; the incumbent (one curve) stays unless beaten; a candidate whose "
                     "whole-model power (leave one model out) on those records is worse than the incumbent's is not "
@@ -708,11 +715,7 @@ def duty_path_choice(results: dict[str, dict]) -> dict:
     test_verdict: whether the chosen one's per-layer power on the test records is no worse than the other's (None
     without test records)."""
     table = _pooled_table(results, DUTY_PATH_TEST)
-    base = table.get("by_unit", {}).get("choosing", {}).get("models_power_median_abs_err")
-    eligible = {n: row for n, row in table.items() if n == "by_unit" or base is None
-                or (row["choosing"]["models_power_median_abs_err"] is not None
-                    and row["choosing"]["models_power_median_abs_err"] <= base)}
-    chosen = _lowest_on_choosing(eligible, "by_unit")
+    chosen = _lowest_on_choosing(_no_worse_whole_models(table, "by_unit"), "by_unit")
     tests = {n: table[n]["test"]["power_median_abs_err"] for n in table}
     verdict = None
     if chosen is not None and all(v is not None for v in tests.values()):
@@ -1235,7 +1238,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     tc_curves = unit_curves["tensor_core"]
     # duty_by_path: a compute path with at least DUTY_PATH_MIN_LAYERS scored layers gets its own curve (leave one
     # model out; a model without layers on it takes the path's in-sample curve); the rest keep their unit's curve
-    path_lomo: dict[str, dict] = {}
+    path_curves: dict[str, dict] = {m: {} for m in {r["model"] for r in runs}}   # model -> path -> curve
     path_in_sample: dict[str, object] = {}
     if duty_by_path:
         for path, obs in obs_by_path.items():
@@ -1243,8 +1246,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 lomo_p, in_p = _duty_curves(obs, pm.constant_w, duty_variable)
                 if in_p is not None:
                     path_in_sample[path] = in_p
-                    path_lomo[path] = {m: lomo_p.get(m) or in_p for m in {r["model"] for r in runs}}
-    path_curves = {m: {p: c[m] for p, c in path_lomo.items()} for m in {r["model"] for r in runs}}
+                    for m, curves in path_curves.items():
+                        curves[path] = lomo_p.get(m) or in_p
     duty_pm = {m: dataclasses.replace(pm, duty=c, duty_tensor_core=tc_curves.get(m), duty_by_path=path_curves[m])
                for m, c in lomo_curves.items() if c is not None}
     time_pm = {m: dataclasses.replace(pm, duty=c) for m, c in time_curves.items() if c is not None}
