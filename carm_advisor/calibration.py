@@ -195,6 +195,29 @@ CELL_STATISTIC = "time_weighted"
 # same size (0.40). The rule is kin_dtype_choice's (power_model_validation.py).
 KIN_DTYPES_OF = {"float16": ("bfloat16",), "bfloat16": ("float16",)}
 KIN_DTYPES = False
+# The copies Keras' torch backend makes around a channels_last layer (keras/src/backend/torch/nn.py, Keras 3.15):
+# a convolution (conv, conv_transpose; depthwise and separable ones run through conv) copies its input to NCHW
+# (`permute(...).contiguous()`) and then to torch's channels_last memory format (`contiguous(memory_format=...)`):
+# two read+write passes over its input; a (non-global) pooling layer makes the first copy only. The calibrated
+# time of such a layer on torch is its calibrated work plus these copies at the CARM bandwidth of the layer's
+# memory level (LayerRow.layout_copy_s, predict.Predictor), and a measured one has the same taken off its time
+# before its efficiency is learned (samples_from_rows): the torch efficiencies were learned mostly on
+# channels_first records. The fifth candidate of the twelfth session (README: its rule, written before its figures).
+LAYOUT_COPY_PASSES = {"conv": 2, "pool": 1}
+LAYOUT_COPIES = False
+_LAYOUT_COPY_POOLS = frozenset({"MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D",
+                                "AveragePooling2D", "AveragePooling3D"})
+
+
+def layout_copy_passes(backend: str | None, layer_type: str, data_format: str | None) -> int:
+    """Read+write passes over its input the Keras backend makes around a layer for its data format (0: none)."""
+    if backend != "torch" or data_format != "channels_last":
+        return 0
+    if "Conv" in layer_type:
+        return LAYOUT_COPY_PASSES["conv"]
+    return LAYOUT_COPY_PASSES["pool"] if layer_type in _LAYOUT_COPY_POOLS else 0
+
+
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
 
@@ -996,12 +1019,20 @@ def apply_calibration(rows: Iterable, calibration: "Calibration | None", backend
 
 
 def samples_from_rows(rows: Iterable, backend: str, model: str, execution: str = "") -> list[Sample]:
-    """Measured rows (bound in predicted_time_s, measurement in time_s, timed as `execution`) -> samples."""
+    """Measured rows (bound in predicted_time_s, measurement in time_s less its layout copies, timed as
+    `execution`) -> samples."""
     return [
-        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, r.time_s, model, r.name, execution)
+        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, _work_time_s(r), model, r.name, execution)
         for r in rows
         if r.known and r.measured and r.time_s and r.predicted_time_s
     ]
+
+
+def _work_time_s(row) -> float:
+    """A measured layer's time without its layout copies (LAYOUT_COPIES; never below its CARM bound): what its
+    efficiency is learned from."""
+    copy_s = getattr(row, "layout_copy_s", 0.0) if LAYOUT_COPIES else 0.0
+    return max(row.time_s - copy_s, row.predicted_time_s) if copy_s else row.time_s
 
 
 def rows_dtype(rows: Sequence) -> str:

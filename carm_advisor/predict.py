@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from carm_advisor import calibration as calibration_rules
 from carm_advisor.carm.dvfs import predicted_time_energy
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
 from carm_advisor.carm.roofline import apply_launch_floor
@@ -109,6 +110,9 @@ class Predictor:
                 input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
                 output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )
+            passes = calibration_rules.layout_copy_passes(self.backend, c.type, c.extra.get("data_format")) if c.known else 0
+            if passes and row.input_bytes and level in carm.bandwidth_bytes_per_s:
+                row.layout_copy_s = 2 * passes * row.input_bytes / carm.bandwidth_bytes_per_s[level]
             if c.known and (c.flops or c.bytes):
                 roof_time = carm.time_s(c.flops, c.bytes, path, level)
                 time_s = roof_time
@@ -149,6 +153,8 @@ class Predictor:
             raise ValueError(f"Expected a calibration efficiency > 0, Received: {efficiency!r} for layer '{row.name}'")
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
+        if calibration_rules.LAYOUT_COPIES:   # the backend's layout copies around the layer's work (calibration.LAYOUT_COPIES)
+            row.calibrated_time_s += row.layout_copy_s
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from carm_advisor import calibration as calibration_rules
+from carm_advisor.calibration import layout_copy_passes
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
@@ -189,21 +191,25 @@ def _layout(report, rows) -> Recommendation | None:
     if not convs:
         return None
     if backend == "torch" and layout == "channels_last":
-        # Keras' torch backend permutes every channels_last conv/pool input to NCHW (a copy), converts it
-        # to torch's channels_last memory format (another copy) and permutes the output back: about two
-        # extra read+write passes over each input.
-        bw = report.profile.carm().bandwidth_bytes_per_s if report.profile else {}
-        extra_s = sum(4 * r.input_bytes / bw[r.level] for r in convs if bw.get(r.level))
-        total = _time(rows)
-        speedup = (total + extra_s) / total
+        # Keras' torch backend copies every channels_last conv input to NCHW and then to torch's channels_last
+        # memory format, and every pooling input to NCHW (LayerRow.layout_copy_s: the copies' CARM bound,
+        # calibration.layout_copy_passes). The calibrated time already holds them where LAYOUT_COPIES is on.
+        copied = [r for r in rows if r.known and r.layout_copy_s]
+        if not copied:
+            return None
+        extra_s = sum(r.layout_copy_s for r in copied)
+        traffic = sum(2 * layout_copy_passes(backend, r.type, layout) * r.input_bytes for r in copied)
+        counted = calibration_rules.LAYOUT_COPIES
+        with_copies = _time(rows) + sum(r.layout_copy_s for r in copied if not (counted and r.calibrated_time_s))
+        speedup = with_copies / (with_copies - extra_s)
         return Recommendation(
             title="Use channels_first on the torch backend",
             detail=(
-                f"Keras' torch backend copies the input of each of the {len(convs)} channels_last conv/pooling layers "
-                f"to NCHW and back at every call ({_bytes_text(sum(4 * r.input_bytes for r in convs))} of extra traffic "
-                f"per batch on {gpu}); keras.config.set_image_data_format('channels_first') removes those copies."
+                f"Keras' torch backend copies the input of each of the {len(copied)} channels_last conv/pooling layers "
+                f"to NCHW (convolutions: and back to channels_last memory) at every call ({_bytes_text(traffic)} of extra "
+                f"traffic per batch on {gpu}); keras.config.set_image_data_format('channels_first') removes those copies."
             ),
-            expected_gain=_gain_text(speedup, None), speedup=speedup, layers=[r.name for r in convs],
+            expected_gain=_gain_text(speedup, None), speedup=speedup, layers=[r.name for r in copied],
             basis="CARM prediction of the transpose traffic", change={"layout": "channels_first"},
         )
     if backend == "tensorflow" and layout == "channels_first" and _has_tensor_cores(report):

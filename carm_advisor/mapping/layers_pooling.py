@@ -26,7 +26,7 @@ _OTHER_INTERPOLATION_FLOPS = 31
 def pooling_cost(call: LayerCall, dtype_bytes: int):
     window = elems(call.layer.pool_size)
     return make_cost(call, dtype_bytes, flops=window * elems(call.output_shapes[0]), op_class=OP_REDUCTION,
-                     extra={"flops_per_element": window})
+                     extra={"flops_per_element": window, "data_format": getattr(call.layer, "data_format", None)})
 
 
 @register_cost("GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",

@@ -41,6 +41,8 @@ class LayerRow:
     predicted_bound: str = ""         # the analytic bound, kept when a measurement rebinds the layer
     input_bytes: int = 0              # activations read (bytes minus weights and outputs), per batch
     output_elements: int = 0          # elements the layer writes, per batch (its outputs' sizes): how far it fills the GPU
+    layout_copy_s: float = 0.0        # CARM bound of the copies the backend makes around it for its data format
+                                      # (calibration.layout_copy_passes: Keras' torch backend, channels_last), per batch
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
     # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
@@ -82,6 +84,8 @@ class LayerRow:
         for key in ("calibrated_time_s", "calibrated_energy_j"):
             if d[key] is None:
                 del d[key]
+        if not d["layout_copy_s"]:
+            del d["layout_copy_s"]
         d["achieved_flops_per_s"] = self.achieved_flops_per_s
         d["efficiency"] = self.efficiency
         d["bound_time_s"] = self.predicted_time_s
