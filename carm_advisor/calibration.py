@@ -202,9 +202,14 @@ KIN_DTYPES = False
 # time of such a layer on torch is its calibrated work plus these copies at the CARM bandwidth of the layer's
 # memory level (LayerRow.layout_copy_s, predict.Predictor), and a measured one has the same taken off its time
 # before its efficiency is learned (samples_from_rows): the torch efficiencies were learned mostly on
-# channels_first records. The fifth candidate of the twelfth session (README: its rule, written before its figures).
+# channels_first records. The fifth candidate of the twelfth session (README: its rule, written before its figures),
+# adopted by it (nvidia-h200-power-model-2026-12-05-s12-layout-choice.json.gz against ...-s11-path-choice.json.gz,
+# every record through -s9): torch channels_last whole-model time 23.7% -> 19.1% (n=4, leave one model out), the VGG16
+# tuning trials on torch eager channels_last 32.8% -> 24.6% (n=9, in sample); per-layer power 11.14% -> 11.15%,
+# whole-model power 7.44% -> 7.41%, time 11.4% -> 10.9%, energy per sample 14.2% -> 14.1%. The copies are counted at
+# the roof's bandwidth (their bound): the rest of the gap is theirs running below it, and the layers' own kernels.
 LAYOUT_COPY_PASSES = {"conv": 2, "pool": 1}
-LAYOUT_COPIES = False
+LAYOUT_COPIES = True
 _LAYOUT_COPY_POOLS = frozenset({"MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D",
                                 "AveragePooling2D", "AveragePooling3D"})
 

@@ -154,7 +154,7 @@ class Predictor:
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         if calibration_rules.LAYOUT_COPIES:   # the backend's layout copies around the layer's work (calibration.LAYOUT_COPIES)
-            row.calibrated_time_s += row.layout_copy_s
+            row.calibrated_time_s += getattr(row, "layout_copy_s", 0.0)
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:

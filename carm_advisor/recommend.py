@@ -205,9 +205,10 @@ def _layout(report, rows) -> Recommendation | None:
         return Recommendation(
             title="Use channels_first on the torch backend",
             detail=(
-                f"Keras' torch backend copies the input of each of the {len(copied)} channels_last conv/pooling layers "
-                f"to NCHW (convolutions: and back to channels_last memory) at every call ({_bytes_text(traffic)} of extra "
-                f"traffic per batch on {gpu}); keras.config.set_image_data_format('channels_first') removes those copies."
+                f"Keras' torch backend copies the input of each of the {len(copied)} channels_last convolution and pooling "
+                f"layers at every call (a convolution's twice: to NCHW, then to torch's channels_last memory format; a "
+                f"pooling layer's once): {_bytes_text(traffic)} of extra traffic per batch on {gpu}; "
+                f"keras.config.set_image_data_format('channels_first') removes those copies."
             ),
             expected_gain=_gain_text(speedup, None), speedup=speedup, layers=[r.name for r in copied],
             basis="CARM prediction of the transpose traffic", change={"layout": "channels_first"},

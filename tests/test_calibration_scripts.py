@@ -96,7 +96,16 @@ def _synthetic_run(model, name, efficiency):
     return base
 
 
-def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path):
+@pytest.fixture
+def no_layout_copies(monkeypatch):
+    """_synthetic_run's torch channels_last layers are measured at bound / efficiency with no layout copies in them,
+    so neither the learning nor the prediction may count any (tests/test_layout_copies.py tests the copies)."""
+    import carm_advisor.calibration as calibration
+
+    monkeypatch.setattr(calibration, "LAYOUT_COPIES", False)
+
+
+def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path, no_layout_copies):
     mod = _load("prediction_accuracy")
     keras.config.set_image_data_format("channels_last")
     models = {"mobilenet": keras.applications.MobileNet(weights=None, input_shape=(64, 64, 3)),
@@ -121,7 +130,7 @@ def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path):
     assert held["n"]["records"] == 1
 
 
-def test_held_out_classes_unseen_in_training_are_listed_with_their_fallback():
+def test_held_out_classes_unseen_in_training_are_listed_with_their_fallback(no_layout_copies):
     mod = _load("prediction_accuracy")
     keras.config.set_image_data_format("channels_last")
 
