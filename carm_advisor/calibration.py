@@ -223,6 +223,11 @@ def layout_copy_passes(backend: str | None, layer_type: str, data_format: str | 
     return LAYOUT_COPY_PASSES["pool"] if layer_type in _LAYOUT_COPY_POOLS else 0
 
 
+def layout_copy_bytes(backend: str | None, layer_type: str, data_format: str | None, input_bytes: int) -> int:
+    """The memory traffic of those copies: each pass (layout_copy_passes) reads and writes the layer's input."""
+    return 2 * layout_copy_passes(backend, layer_type, data_format) * input_bytes
+
+
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
 SHIPPED = "nvidia_h200_calibration.json"
 

@@ -110,9 +110,10 @@ class Predictor:
                 input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
                 output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )
-            passes = calibration_rules.layout_copy_passes(self.backend, c.type, c.extra.get("data_format")) if c.known else 0
-            if passes and row.input_bytes and level in carm.bandwidth_bytes_per_s:
-                row.layout_copy_s = 2 * passes * row.input_bytes / carm.bandwidth_bytes_per_s[level]
+            copy_bytes = calibration_rules.layout_copy_bytes(self.backend, c.type, c.extra.get("data_format"),
+                                                             row.input_bytes)
+            if copy_bytes and level in carm.bandwidth_bytes_per_s:
+                row.layout_copy_s = copy_bytes / carm.bandwidth_bytes_per_s[level]
             if c.known and (c.flops or c.bytes):
                 roof_time = carm.time_s(c.flops, c.bytes, path, level)
                 time_s = roof_time

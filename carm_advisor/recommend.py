@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from carm_advisor import calibration as calibration_rules
-from carm_advisor.calibration import layout_copy_passes
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
@@ -193,12 +192,12 @@ def _layout(report, rows) -> Recommendation | None:
     if backend == "torch" and layout == "channels_last":
         # Keras' torch backend copies every channels_last conv input to NCHW and then to torch's channels_last
         # memory format, and every pooling input to NCHW (LayerRow.layout_copy_s: the copies' CARM bound,
-        # calibration.layout_copy_passes). The calibrated time already holds them where LAYOUT_COPIES is on.
+        # calibration.layout_copy_bytes). The calibrated time already holds them where LAYOUT_COPIES is on.
         copied = [r for r in rows if r.known and r.layout_copy_s]
         if not copied:
             return None
         extra_s = sum(r.layout_copy_s for r in copied)
-        traffic = sum(2 * layout_copy_passes(backend, r.type, layout) * r.input_bytes for r in copied)
+        traffic = sum(calibration_rules.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
         counted = calibration_rules.LAYOUT_COPIES
         with_copies = _time(rows) + sum(r.layout_copy_s for r in copied if not (counted and r.calibrated_time_s))
         speedup = with_copies / (with_copies - extra_s)
