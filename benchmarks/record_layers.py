@@ -51,11 +51,15 @@ def recorded_path(out: Path, cfg: dict) -> Path | None:
     return next((out / (n + ".json") for n in names if (out / (n + ".json")).exists()), None)
 
 
-def ordered_configs(models: list[str], precisions: list[str], batch_sizes: list[int], backend: str) -> list[dict]:
-    """Batch 64 first (what the targets are judged at), then the rest; models round-robin inside."""
+def ordered_configs(models: list[str], precisions: list[str], batch_sizes: list[int], backend: str,
+                    torch_layout: str = LAYOUT["torch"]) -> list[dict]:
+    """Batch 64 first (what the targets are judged at), then the rest; models round-robin inside. torch runs in
+    `torch_layout` (channels_first by default: the layout Keras' torch backend runs without copies), jax in
+    channels_last (XLA's own layout choice)."""
     batches = sorted(batch_sizes, key=lambda b: (b != 64, batch_sizes.index(b)))
+    layout = torch_layout if backend == "torch" else LAYOUT.get(backend, "channels_last")
     return [
-        {"model": m, "precision": p, "batch_size": b, "backend": backend, "layout": LAYOUT.get(backend, "channels_last")}
+        {"model": m, "precision": p, "batch_size": b, "backend": backend, "layout": layout}
         for b in batches for p in precisions for m in models
     ]
 
@@ -74,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--torch-share", type=float, default=0.5, help="share of the budget for torch (rest: jax)")
     parser.add_argument("--torch-windows", type=_csv, default=_csv("vgg16"),
                         help="models whose torch layers are also replayed alone (real per-layer power)")
+    parser.add_argument("--torch-layout", choices=("channels_first", "channels_last"), default=LAYOUT["torch"],
+                        help="image data format of the torch records (channels_last: Keras' torch backend copies each "
+                             "convolution's and pooling layer's input to and from NCHW, calibration.LAYOUT_COPIES)")
     parser.add_argument("--whole-only", type=_csv, default=[],
                         help="models whose jax record holds the whole model only (no layer jitted alone); torch records are one profiled pass either way and ignore it")
     parser.add_argument("--layer-window-s", type=float, default=0.05,
@@ -107,7 +114,7 @@ def main(argv=None) -> int:
     for i, backend in enumerate(args.backends):
         rest = len(args.backends) - i
         share = args.torch_share if backend == "torch" and rest > 1 else 1.0 / rest
-        configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
+        configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend, args.torch_layout)
         recorded = [recorded_path(out, c) for c in configs]
         if all(recorded):
             for path in recorded:  # nothing left for this backend: no child, no import
@@ -150,7 +157,7 @@ def child(args: argparse.Namespace) -> int:
         from carm_advisor.power.nvml import open_gpu
 
         gpu = open_gpu(0)
-    configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend)
+    configs = ordered_configs(args.models, args.precisions, args.batch_sizes, backend, args.torch_layout)
     for cfg in configs:
         path = out / (config_key(cfg) + ".json")
         if (recorded := recorded_path(out, cfg)) is not None:

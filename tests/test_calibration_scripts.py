@@ -30,6 +30,13 @@ def test_configs_put_batch_64_first_and_go_round_robin_over_models():
                      (32, "f32", "a"), (32, "f32", "b"), (32, "bf16", "a"), (32, "bf16", "b")]
 
 
+def test_configs_take_the_torch_layout_asked_for_and_leave_jax_in_channels_last():
+    mod = _load("record_layers")
+    assert {c["layout"] for c in mod.ordered_configs(["a"], ["f32"], [64], "torch")} == {"channels_first"}
+    assert {c["layout"] for c in mod.ordered_configs(["a"], ["f32"], [64], "torch", "channels_last")} == {"channels_last"}
+    assert {c["layout"] for c in mod.ordered_configs(["a"], ["f32"], [64], "jax", "channels_first")} == {"channels_last"}
+
+
 def _record_layers_cmd(tmp_path, model: str, backend: str, *extra: str) -> list[str]:
     """A dry record_layers.py command: one model at float32, batch 64, on one backend."""
     return [sys.executable, str(BENCH / "record_layers.py"), "--models", model, "--precisions", "float32",
@@ -194,3 +201,15 @@ def test_record_layers_dry_jax_records_back_to_back_windows_beside_the_dispatche
     jitted = [m for m in run.layers if m.execution == "jit"]
     assert jitted and all(m.back_to_back and m.back_to_back["calls_per_dispatch"] == 2 and m.time_s > 0
                           for m in jitted)
+
+
+def test_record_layers_records_torch_in_channels_last_when_asked(tmp_path):
+    # the layout copies of Keras' torch backend (calibration.LAYOUT_COPIES) are only seen in channels_last records
+    proc = subprocess.run(_record_layers_cmd(tmp_path, "vgg16", "torch", "--torch-windows", "vgg16",
+                                             "--torch-layout", "channels_last", "--budget-s", "120"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in ("vgg16-torch-float32-channels_last-b64.json", "vgg16-torch-float32-channels_last-b64-windows.json"):
+        run = RunMeasurement.from_json(tmp_path / name)
+        assert run.layout == "channels_last" and run.settings["config"]["layout"] == "channels_last"
+    assert not list(tmp_path.glob("*channels_first*")) and not list(tmp_path.glob("_failed-*"))
