@@ -990,7 +990,7 @@ def session_of(source: str | None) -> tuple[str, int]:
 
 
 # Sessions are numbered on from TEST_DATE's: the ninth and later ones were recorded on the dates here.
-SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05"}
+SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05", 13: "2026-12-05"}
 
 
 def _test_session(test: str) -> tuple[str, int]:
@@ -1451,7 +1451,8 @@ def compact_layers(layers: list[dict]) -> dict:
 
 # The sessions whose records were recorded as a test set before that session's changes (README): scored apart by
 # session_test_scores, the issue's four figures on their rows alone.
-SESSION_TESTS = ("-s9", "-s10")
+SESSION_TESTS = ("-s9", "-s10", "-s13")
+LAYOUT_COPIES_TEST = "-s13"   # the layout copies' test records (README, thirteenth session)
 
 
 def session_test_scores(doc: dict, test: str) -> dict:
@@ -1495,6 +1496,52 @@ def session_test_scores(doc: dict, test: str) -> dict:
             "models": figures(whole), "models_by_backend_model": {k: figures(v) for k, v in sorted(groups.items())},
             "targets": {k: TARGETS[k] for k in ("layer_power", "layer_energy_given_time", "model_power",
                                                  "model_energy_per_sample_calibrated_time")}}
+
+
+def layout_copies_test_scores(doc: dict, test: str) -> dict:
+    """What the layout copies' test (README, thirteenth session) reads from a written result, on the rows of test
+    `test`'s folders alone: the torch channels_last whole models' leave-one-model-out calibrated time error (the rule's
+    figure), the per-layer calibrated time error of the torch channels_last layers the copies touch
+    (calibration.layout_copy_passes > 0), and, for every torch model recorded in both layouts at one precision and
+    batch size, the measured time ratio channels_last / channels_first against the calibrated one (the layout
+    advice's gain)."""
+    from carm_advisor.calibration import layout_copy_passes
+
+    layers = doc["layers"]
+    col = {c: i for i, c in enumerate(layers["columns"])}
+    names = layers.get("runs_columns") or ["file", "source", "model", "backend"]
+    runs = [dict(zip(names, r)) for r in layers["runs"]]
+    layer_errs: dict[str, list] = {}
+    for row in layers["rows"]:
+        run = runs[row[col["run"]]]
+        if (run.get("backend") != "torch" or "channels_last" not in run["file"] or not in_test(run["source"], test)
+                or not layout_copy_passes("torch", row[col["type"]], "channels_last")):
+            continue
+        t, c = row[col["measured_time_s"]], row[col["calibrated_time_s"]]
+        if t and c:
+            layer_errs.setdefault("windows" if run["file"].endswith("-windows.json") else "profiled", []).append(c / t - 1)
+    whole, pairs = [], {}
+    for m in doc["models"]:
+        c = m.get("calibrated_leave_one_model_out") or {}
+        if m.get("backend") != "torch" or not in_test(m.get("source"), test) or c.get("time_s") is None:
+            continue
+        layout = "channels_last" if "channels_last" in m["run"] else "channels_first"
+        if layout == "channels_last" and c.get("time_err") is not None:
+            whole.append({"run": m["run"], "model": m["model"], "time_err": c["time_err"]})
+        key = f"{m['model']} {m['precision']} b{m['batch_size']}"
+        pairs.setdefault(key, {})[layout] = (m["measured_time_s"], c["time_s"])
+    paired = {}
+    for key, by in sorted(pairs.items()):
+        if len(by) == 2:
+            (ml, pl), (mf, pf) = by["channels_last"], by["channels_first"]
+            paired[key] = {"measured_last_over_first": ml / mf, "calibrated_last_over_first": pl / pf}
+    return {"test": test,
+            "whole_models_channels_last": {"n": len(whole), "time_median_abs_err": _median_abs([w["time_err"] for w in whole]),
+                                           "rows": whole},
+            "layers_with_copies": {k: {"n": len(v), "time_median_abs_err": _median_abs(v),
+                                       "time_median_signed_err": statistics.median(v)}
+                                   for k, v in sorted(layer_errs.items())},
+            "paired_layouts": paired}
 
 
 def write_compact(path: Path, doc: dict) -> Path:
@@ -1835,6 +1882,7 @@ def rescore(argv: list[str]) -> int:
         print(f"error: not a readable result: {src} ({exc})", file=sys.stderr)
         return 2
     doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
+    doc["validation"]["layout_copies_test"] = layout_copies_test_scores(doc, LAYOUT_COPIES_TEST)
     if len(argv) == 3:
         doc["file_note"] = argv[2]
     write_compact(out, doc)
@@ -1997,6 +2045,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
                                                                 limit, profile.carm(), pm, args.min_layer_window_s)
     doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
+    doc["validation"]["layout_copies_test"] = layout_copies_test_scores(doc, LAYOUT_COPIES_TEST)
     path = write_compact(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
     m = v["models"]

@@ -1433,3 +1433,49 @@ def test_validate_by_unit_fits_the_tensor_core_layers_apart_and_predicts_each_wi
     errs = [abs(l["headline_power_err"]) for l in two["layers"] if l["scored"]]
     assert len(errs) == 24 and max(errs) < 0.02                      # each curve recovered, left out by model
     assert max(abs(l["headline_power_err"]) for l in one["layers"] if l["scored"]) > 0.1   # one curve cannot
+
+
+def test_layout_copies_test_scores_read_the_torch_channels_last_rows_of_the_test_alone():
+    mod = _load("power_model_validation")
+    test, old = "nvidia-h200-records-2026-12-05-s13c1-windows", "nvidia-h200-records-2026-12-05-s10c1-torch"
+    cols = ["run", "type", "measured_time_s", "calibrated_time_s"]
+    runs_columns = ["file", "source", "model", "backend"]
+    runs = [["vgg16-torch-float32-channels_last-b32-windows.json", test, "vgg16", "torch"],
+            ["vgg16-torch-float32-channels_last-b32.json", test, "vgg16", "torch"],
+            ["vgg16-torch-float32-channels_first-b32-windows.json", test, "vgg16", "torch"],
+            ["vgg16-torch-float32-channels_last-b32-windows.json", old, "vgg16", "torch"],
+            ["vgg16-jax-float32-channels_last-b32.json", test, "vgg16", "jax"]]
+    rows = [[0, "Conv2D", 1e-3, 0.8e-3],          # windows: -20%
+            [0, "MaxPooling2D", 1e-3, 1.1e-3],    # windows: +10%
+            [0, "Dense", 1e-3, 5e-3],             # no copies around a Dense: left out
+            [0, "GlobalAveragePooling2D", 1e-3, 5e-3],   # global pooling: no copy, left out
+            [1, "Conv2D", 2e-3, 1.5e-3],          # profiled: -25%
+            [2, "Conv2D", 1e-3, 9e-3],            # channels_first: left out
+            [3, "Conv2D", 1e-3, 9e-3],            # another session: left out
+            [4, "Conv2D", 1e-3, 9e-3]]            # jax: left out
+    models = [{"run": "vgg16-torch-float32-channels_last-b32.json", "source": test, "backend": "torch", "model": "vgg16",
+               "precision": "float32", "batch_size": 32, "measured_time_s": 0.030,
+               "calibrated_leave_one_model_out": {"time_s": 0.024, "time_err": -0.2}},
+              {"run": "vgg16-torch-float32-channels_first-b32.json", "source": test, "backend": "torch", "model": "vgg16",
+               "precision": "float32", "batch_size": 32, "measured_time_s": 0.025,
+               "calibrated_leave_one_model_out": {"time_s": 0.020, "time_err": -0.2}},
+              {"run": "resnet50-torch-float32-channels_last-b32.json", "source": test, "backend": "torch",
+               "model": "resnet50", "precision": "float32", "batch_size": 32, "measured_time_s": 0.010,
+               "calibrated_leave_one_model_out": {"time_s": 0.0105, "time_err": 0.05}},
+              {"run": "resnet50-torch-float32-channels_last-b32.json", "source": old, "backend": "torch",
+               "model": "resnet50", "precision": "float32", "batch_size": 32, "measured_time_s": 0.010,
+               "calibrated_leave_one_model_out": {"time_s": 0.02, "time_err": 1.0}}]
+    doc = {"models": models, "layers": {"runs_columns": runs_columns, "runs": runs, "columns": cols, "rows": rows}}
+    sc = mod.layout_copies_test_scores(doc, "-s13")
+    assert sc["whole_models_channels_last"]["n"] == 2
+    assert sc["whole_models_channels_last"]["time_median_abs_err"] == pytest.approx(0.125)    # |-0.2|, |0.05|
+    assert sc["layers_with_copies"]["windows"]["n"] == 2
+    assert sc["layers_with_copies"]["windows"]["time_median_abs_err"] == pytest.approx(0.15)   # |-0.2|, |0.1|
+    assert sc["layers_with_copies"]["windows"]["time_median_signed_err"] == pytest.approx(-0.05)
+    assert sc["layers_with_copies"]["profiled"]["n"] == 1
+    pair = sc["paired_layouts"]["vgg16 float32 b32"]
+    assert pair["measured_last_over_first"] == pytest.approx(1.2)        # 30 ms / 25 ms
+    assert pair["calibrated_last_over_first"] == pytest.approx(1.2)      # 24 ms / 20 ms
+    assert list(sc["paired_layouts"]) == ["vgg16 float32 b32"]          # resnet50 has no channels_first record
+    earlier = mod.layout_copies_test_scores(doc, "-s10")["whole_models_channels_last"]   # the -s10 folder's row alone
+    assert earlier["n"] == 1 and earlier["time_median_abs_err"] == pytest.approx(1.0)
