@@ -705,6 +705,23 @@ DUTY_BY_PATH = False
 DUTY_PATH_MIN_LAYERS = 200
 DUTY_PATH_TEST = "-s10"
 DUTY_PATH_SECOND_RULE_SLACK = 0.005   # the second rule's whole-model power allowance (0.5 point)
+# What the duty scales (power_model.DUTY_BUSY_FORMS): "capped", the CARM operating point's power with the limit as a
+# roof (the incumbent), or "uncapped", the roofs' own rates' power, the duty power capped at the limit (candidate of
+# the helper of 2026-12-05, duty_busy_choice).
+DUTY_BUSY = "capped"
+
+
+def duty_busy_choice(results: dict[str, dict]) -> dict:
+    """Per-layer (headline, measured time, in sample) and whole-model power errors of each duty_busy form."""
+    out = {}
+    for name, res in results.items():
+        v = res["validation"]
+        out[name] = {"layers_n": v["n"], "power_median_abs_err": v["power_median_abs_err"],
+                     **{f"{k}_power_median_abs_err": v["variants"][k]["power_median_abs_err"]
+                        for k in ("duty_lomo_measured_time", "duty_in_sample_measured_time")},
+                     "models_power_median_abs_err": v["models"]["headline"]["power_median_abs_err"],
+                     "models_n": v["models"]["headline"]["n"]}
+    return {"in_use": DUTY_BUSY, "candidates": out}
 
 
 def duty_path_choice(results: dict[str, dict]) -> dict:
@@ -861,6 +878,24 @@ def busy_power_w(carm, pm, work) -> float:
     return e / t
 
 
+def uncapped_busy(carm, pm, work) -> tuple[float, float]:
+    """(time_s, power_w) at the roofs' own rates at the reference clock, the power limit NOT a roof: what the duty
+    scales where PowerModel.duty_busy is "uncapped" (each compute path's own energy per FLOP reaches the layer)."""
+    from carm_advisor.carm.dvfs import _uncapped, reference_clock_mhz
+
+    f0 = reference_clock_mhz(pm)
+    return _uncapped(carm, pm, work, f0, f0, 1.0)
+
+
+def duty_inputs(carm, pm, work, busy_w: float, bound_s: float) -> tuple[float, float]:
+    """(busy power, bound time) the duty curve takes for `work` under pm.duty_busy: the capped CARM operating point
+    (busy_w, bound_s, the incumbent) or the uncapped roofs' power and time."""
+    if pm.duty_busy == "uncapped":
+        t, p = uncapped_busy(carm, pm, work)
+        return p, t
+    return busy_w, bound_s
+
+
 def bound_time_s(carm, pm, work) -> float:
     """The CARM bound time (the roofs, the power limit as a roof) at the default clock: the time the
     efficiency form of the duty curve divides by the time per call."""
@@ -888,6 +923,9 @@ def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: f
     at_time = sum(predict_at_time(pm, w, t, f0_mhz).power_w * t for w, t, _ in parts) / total
     busy = [(busy_power_w(carm, pm, w), t, bound_time_s(carm, pm, w), n, w.path) for w, t, n in parts]
     at_roofs = sum(p * t for p, t, *_ in busy) / total
+    # the duty's inputs (PowerModel.duty_busy: the uncapped roofs' power and time where "uncapped")
+    busy = [(*duty_inputs(carm, pm, w, p, b), t, n, pa) for (w, _, _), (p, t, b, n, pa) in zip(parts, busy)]
+    busy = [(p, t, b, n, pa) for p, b, t, n, pa in busy]
     with_duty = above = None
     if duty is not None:
         pmd = dataclasses.replace(pm, duty=duty, duty_tensor_core=duty_tensor_core, duty_by_path=duty_by_path or {})
@@ -1015,13 +1053,16 @@ def form_choice_data(source: str | None, test: str = FORM_CHOICES[-1]["test"]) -
     return recorded_before(source, test)
 
 
-def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VARIABLE) -> tuple[dict, object | None]:
-    """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one."""
+def _duty_curves(obs_by_model: dict, constant_w: float, variable: str = DUTY_VARIABLE,
+                 power_limit_w: float | None = None) -> tuple[dict, object | None]:
+    """Duty curves per held-out model (fitted on the other models' scored layers) and the in-sample one;
+    `power_limit_w`: the observations hold uncapped busy powers (PowerModel.duty_busy "uncapped")."""
     from carm_advisor.carm.power_fit import fit_duty_curve
 
     def fit(obs, source):   # the output-size forms: None where no observation has an output size (older reports)
         try:
-            return fit_duty_curve(obs, constant_w, source=source, variable=variable)[0] if obs else None
+            return fit_duty_curve(obs, constant_w, source=source, variable=variable,
+                                  power_limit_w=power_limit_w)[0] if obs else None
         except ProfileError:
             if variable not in OUTPUT_SIZE_VARIABLES:
                 raise
@@ -1178,13 +1219,18 @@ def replay_share(layer: dict, norm: float | None) -> float:
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
              form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
              replay: str = REPLAY_IN_USE, duty_by_unit: bool = DUTY_BY_UNIT,
-             duty_by_path: bool = DUTY_BY_PATH) -> dict:
+             duty_by_path: bool = DUTY_BY_PATH, duty_busy: str | None = None) -> dict:
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
     from carm_advisor.carm.power_fit import DutyObservation
 
     replay_norm = REPLAY_CANDIDATES[replay]   # a replayed layer's busy share (REPLAY_CANDIDATES; None: none)
+    duty_busy = duty_busy or DUTY_BUSY   # the headline's form (main's --duty-busy sets DUTY_BUSY)
+    pm = dataclasses.replace(pm, duty_busy=duty_busy)
+    uncapped = duty_busy == "uncapped"
+    limit = pm.power_limit_w if uncapped else None   # the duty fits cap the duty power where it scales uncapped power
+    obs_capped: dict[str, list] = {}   # the time form's curves (a side figure) keep the capped busy power
 
     layers, models, per_run = [], [], []
     obs_by_model: dict[str, list] = {}
@@ -1199,21 +1245,25 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             work = Work(l["flops"], l["bytes"], l["path"], l["level"])
             roof = predict_at_clock(carm, pm, work, f0_mhz, f0_mhz)
             busy = busy_power_w(carm, pm, work)
+            busy_d, bound_d = duty_inputs(carm, pm, work, busy, roof.time_s)
             excluded = exclusion(run, l, min_layer_window_s)
-            kept.append((l, work, roof, busy, excluded))
+            kept.append((l, work, roof, busy, excluded, busy_d, bound_d))
             if excluded is None:
                 if not l.get("gpu_time_s_leave_one_model_out"):   # host-paced layers do not see the duty curve
                     # a replay-paced layer: the duty curve describes the GPU's busy share of each replay
                     u = replay_share(l, replay_norm)
-                    o = DutyObservation(l["time_s"], l["power_w"], pm.constant_w + (busy - pm.constant_w) * u,
-                                        roof.time_s, l.get("output_elements"))
+                    o_capped = DutyObservation(l["time_s"], l["power_w"], pm.constant_w + (busy - pm.constant_w) * u,
+                                               roof.time_s, l.get("output_elements"))
+                    o = (DutyObservation(l["time_s"], l["power_w"], busy_d, bound_d, l.get("output_elements"), u)
+                         if uncapped else o_capped)
+                    obs_capped.setdefault(run["model"], []).append(o_capped)
                     obs_by_model.setdefault(run["model"], []).append(o)
                     obs_by_unit[_unit(l["path"])].setdefault(run["model"], []).append(o)
                     obs_by_path.setdefault(l["path"], {}).setdefault(run["model"], []).append(o)
                     cand_obs.append((run["model"], run.get("source"), o, l.get("calibrated_time_s_leave_one_model_out")))
         per_run.append(kept)
-    lomo_curves, in_sample_curve = _duty_curves(obs_by_model, pm.constant_w, duty_variable)
-    time_curves, _ = _duty_curves(obs_by_model, pm.constant_w, "time")
+    lomo_curves, in_sample_curve = _duty_curves(obs_by_model, pm.constant_w, duty_variable, limit)
+    time_curves, _ = _duty_curves(obs_capped, pm.constant_w, "time")
     # A model with no scored layer: the curve fitted on every scored layer never saw it (leave one model out).
     for run in runs:
         if run["model"] not in lomo_curves and in_sample_curve is not None:
@@ -1221,7 +1271,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                 in_sample_curve, source=f"fitted on the scored layers of every model (none of them {run['model']})")
     for run in runs:
         if run["model"] not in time_curves and time_curves:
-            time_curves[run["model"]] = _duty_curves({"all": [o for obs in obs_by_model.values() for o in obs]},
+            time_curves[run["model"]] = _duty_curves({"all": [o for obs in obs_capped.values() for o in obs]},
                                                      pm.constant_w, "time")[1]
     # duty_by_unit: a curve per compute unit (Tensor Core paths, the rest), each fitted on its own layers; a model
     # none of whose layers of a unit were scored takes that unit's curve fitted on every model, as above
@@ -1229,7 +1279,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     unit_in_sample: dict[str, object] = {"tensor_core": None, "other": None}
     if duty_by_unit:
         for unit, obs in obs_by_unit.items():
-            unit_curves[unit], unit_in_sample[unit] = _duty_curves(obs, pm.constant_w, duty_variable)
+            unit_curves[unit], unit_in_sample[unit] = _duty_curves(obs, pm.constant_w, duty_variable, limit)
             for run in runs:
                 if run["model"] not in unit_curves[unit] and unit_in_sample[unit] is not None:
                     unit_curves[unit][run["model"]] = unit_in_sample[unit]
@@ -1243,14 +1293,14 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     if duty_by_path:
         for path, obs in obs_by_path.items():
             if sum(len(o) for o in obs.values()) >= DUTY_PATH_MIN_LAYERS:
-                lomo_p, in_p = _duty_curves(obs, pm.constant_w, duty_variable)
+                lomo_p, in_p = _duty_curves(obs, pm.constant_w, duty_variable, limit)
                 if in_p is not None:
                     path_in_sample[path] = in_p
                     for m, curves in path_curves.items():
                         curves[path] = lomo_p.get(m) or in_p
     duty_pm = {m: dataclasses.replace(pm, duty=c, duty_tensor_core=tc_curves.get(m), duty_by_path=path_curves[m])
                for m, c in lomo_curves.items() if c is not None}
-    time_pm = {m: dataclasses.replace(pm, duty=c) for m, c in time_curves.items() if c is not None}
+    time_pm = {m: dataclasses.replace(pm, duty=c, duty_busy="capped") for m, c in time_curves.items() if c is not None}
     pm_in = (dataclasses.replace(pm, duty=in_sample_curve, duty_tensor_core=unit_in_sample["tensor_core"],
                                  duty_by_path=path_in_sample)
              if in_sample_curve is not None else None)
@@ -1262,7 +1312,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
         measured_t = carm_t = 0.0
         lomo_pm = duty_pm.get(run["model"])
         time_lomo_pm = time_pm.get(run["model"])
-        for l, work, roof, busy, excluded in kept:
+        for l, work, roof, busy, excluded, busy_d, bound_d in kept:
             at = predict_at_time(pm, work, l["time_s"], f0_mhz)
             t_cal = l.get("calibrated_time_s_leave_one_model_out")
             # Host-paced (a layer jitted alone): the duty curve at the GPU time, scaled by GPU / wall time.
@@ -1271,9 +1321,11 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             u = replay_share(l, replay_norm)
 
             def duty(p, t):
-                return (p.duty_power_w(busy, t_gpu, t) if t_gpu
-                        else p.duty_power_w(busy, t, bound_time_s=roof.time_s, gpu_share=u,
-                                            output_elements=l.get("output_elements"), path=l["path"]))
+                if t_gpu:   # host-paced: the capped busy power times the GPU's share (no duty curve)
+                    return p.duty_power_w(busy, t_gpu, t)
+                b, bt = (busy, roof.time_s) if p.duty_busy == "capped" else (busy_d, bound_d)
+                return p.duty_power_w(b, t, bound_time_s=bt, gpu_share=u, output_elements=l.get("output_elements"),
+                                      path=l["path"])
 
             pred = {"measured_point": at.power_w, "carm_point": busy,
                     "calibrated_point": predict_at_time(pm, work, t_cal, f0_mhz).power_w if t_cal else None,
@@ -1920,6 +1972,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--form-fixed-on", default="2026-12-03",
                     help="date (YYYY-MM-DD) of the records the duty curve's form was chosen on: records dated "
                          "after it are reported apart as the form's test (validation.form_test)")
+    ap.add_argument("--duty-busy", choices=("capped", "uncapped"), default=None,
+                    help="what the duty scales (power_model.DUTY_BUSY_FORMS; default DUTY_BUSY): the headline's form; "
+                         "validation.duty_busy_choice reports both")
     ap.add_argument("--runs-cache", type=Path,
                     help="development: keep the loaded records (models rebuilt on the CPU) in this JSON file and "
                          "reuse them while the records, profile and calibration are the same")
@@ -1963,7 +2018,16 @@ def main(argv: list[str] | None = None) -> int:
         return loaded
 
     runs = runs_for(calibration)
+    if args.duty_busy:   # the headline's duty form (every validate() call below takes it unless told otherwise)
+        global DUTY_BUSY
+        DUTY_BUSY = args.duty_busy
     result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on)
+    by_busy = {name: (result if name == DUTY_BUSY else
+                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                               args.form_fixed_on, duty_busy=name))
+               for name in ("capped", "uncapped")}
+    result["validation"]["duty_busy_choice"] = duty_busy_choice(by_busy)
+    print("duty_busy_choice:", json.dumps(result["validation"]["duty_busy_choice"]))
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
     by_replay = {name: (result if name == REPLAY_IN_USE else
                         validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,

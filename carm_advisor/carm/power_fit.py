@@ -400,12 +400,14 @@ class DutyObservation:
     busy_w: float
     bound_time_s: float | None = None
     output_elements: float | None = None   # the fill_efficiency form's size: the elements the layer writes
+    gpu_share: float = 1.0                 # power_limit_w fits: the replay share applied after the cap (busy_w bare)
 
 
 def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
                    gammas: Iterable[float] | None = None, t_fulls_s: Iterable[float] | None = None,
                    source: str = "fitted on layer records", variable: str = "time",
-                   t_sizes_s: Iterable[float] | None = None, gammas_size: Iterable[float] | None = None):
+                   t_sizes_s: Iterable[float] | None = None, gammas_size: Iterable[float] | None = None,
+                   power_limit_w: float | None = None):
     """The duty curve (carm/power_model.DutyCurve) that minimises the median absolute relative power error
     over `observations` (a grid search: robust to the layers no curve describes, and the figure the
     validation reports). variable "time": (t_full_s, gamma) of P = P_const + (busy - P_const) *
@@ -415,7 +417,9 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     0 on its grid is the efficiency form itself); "fill_efficiency": (n_full, gamma_size, gamma) of the
     efficiency form times min(1, (output elements / n_full) ** gamma_size); "size_fill_efficiency": both size terms
     (the fill term's exponent gamma_fill). Returns (DutyCurve, that
-    median error). Fitted on LAYER data: validate it on layers of models it was not fitted on."""
+    median error). Fitted on LAYER data: validate it on layers of models it was not fitted on. `power_limit_w`
+    (PowerModel.duty_busy "uncapped"): busy_w is the uncapped busy power, the duty power is capped at the limit, then
+    scaled above the constant by each observation's gpu_share."""
     import numpy as np
 
     from carm_advisor.carm.power_model import DUTY_VARIABLES, OUTPUT_SIZE_VARIABLES, DutyCurve
@@ -431,11 +435,18 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     t = np.array([o.time_s for o in obs])
     m = np.array([o.measured_w for o in obs])
     busy = np.array([o.busy_w for o in obs])
+    share = np.array([o.gpu_share for o in obs])
     best = None
+
+    def power(d):   # the predicted power at duty d (the cap and the share only where power_limit_w is given)
+        if power_limit_w is None:
+            return constant_w + (busy - constant_w) * d
+        return constant_w + (np.minimum(power_limit_w, constant_w + (busy - constant_w) * d) - constant_w) * share
+
     if variable == "efficiency":
         e = np.minimum(1.0, np.array([o.bound_time_s for o in obs]) / t)
         for g in (gammas if gammas is not None else np.linspace(0.0, 1.0, 101)):
-            err = float(np.median(np.abs((constant_w + (busy - constant_w) * e ** g) / m - 1)))
+            err = float(np.median(np.abs(power(e ** g) / m - 1)))
             if best is None or err < best[0] - 1e-12:
                 best = (err, None, float(g))
         return DutyCurve(None, best[2], source, "efficiency"), best[0]
@@ -458,7 +469,7 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
             for full in fulls:
                 for gs in exponents:
                     d = (np.minimum(1.0, (size / full) ** gs) * other)[None, :] * ge
-                    errs = np.median(np.abs((constant_w + (busy - constant_w) * d) / m - 1), axis=1)
+                    errs = np.median(np.abs(power(d) / m - 1), axis=1)
                     i = int(np.argmin(errs))
                     if found is None or errs[i] < found[0] - 1e-12:
                         found = (float(errs[i]), (float(full), float(gs)), float(g_grid[i]))
@@ -483,7 +494,7 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
         return DutyCurve(None, best[2], source, variable, best[1][0], best[1][1], fill[1][0], fill[1][1]), best[0]
     for t_full in (t_fulls_s if t_fulls_s is not None else np.logspace(-6, -2, 81)):
         for g in (gammas if gammas is not None else np.linspace(0.0, 0.6, 61)):
-            p = constant_w + (busy - constant_w) * np.minimum(1.0, (t / t_full) ** g)
+            p = power(np.minimum(1.0, (t / t_full) ** g))
             err = float(np.median(np.abs(p / m - 1)))
             if best is None or err < best[0] - 1e-12:
                 best = (err, float(t_full), float(g))

@@ -136,6 +136,7 @@ class VoltageCurve:
 TENSOR_CORE_PATH_PREFIX = "tc_"
 DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency")
 OUTPUT_SIZE_VARIABLES = ("fill_efficiency", "size_fill_efficiency")   # the forms with an output-elements term
+DUTY_BUSY_FORMS = ("capped", "uncapped")   # what the duty scales: PowerModel.duty_busy
 
 
 @dataclass(frozen=True)
@@ -266,8 +267,16 @@ class PowerModel:
     # A compute path's own curve ({path: curve}; DUTY_BY_PATH: power_model_validation.py duty_path_choice): the
     # layers on that path follow it before their unit's curve; a path without one keeps its unit's.
     duty_by_path: dict[str, DutyCurve] = field(default_factory=dict)
+    # What the duty scales (DUTY_BUSY_FORMS): "capped", the busy power at the CARM operating point with the power
+    # limit as a roof (the incumbent); "uncapped", the power at the roofs' own rates with no limit (each path's own
+    # energy per FLOP: a half-precision Tensor Core path at a share of its roof draws less than TF32 at the same
+    # share), the duty at the uncapped roofs' time, the result capped at the power limit (duty_busy_choice in
+    # benchmarks/power_model_validation.py). The caller passes the matching busy power and bound time.
+    duty_busy: str = "capped"
 
     def __post_init__(self):
+        if self.duty_busy not in DUTY_BUSY_FORMS:
+            raise ProfileError(f"power model duty_busy must be one of {DUTY_BUSY_FORMS}, received: {self.duty_busy!r}")
         if not (math.isfinite(self.constant_w) and self.constant_w >= 0):
             raise ProfileError(f"power model constant_w must be >= 0, received: {self.constant_w!r}")
         for table, what in ((self.joules_per_flop, "joules_per_flop"), (self.joules_per_byte, "joules_per_byte")):
@@ -347,6 +356,12 @@ class PowerModel:
         if wall_time_s is not None:
             return self.constant_w + (busy_w - self.constant_w) * host_paced_fraction(time_s, wall_time_s)
         curve = self.duty_curve_for(path)
+        if self.duty_busy == "uncapped":   # busy_w uncapped: the duty power at most the power limit
+            duty = curve.fraction(time_s, bound_time_s, output_elements) if curve is not None else 1.0
+            p = self.constant_w + (busy_w - self.constant_w) * duty
+            if self.power_limit_w is not None:
+                p = min(p, self.power_limit_w)
+            return self.constant_w + (p - self.constant_w) * gpu_share
         if curve is None and gpu_share == 1.0:
             return busy_w
         duty = curve.fraction(time_s, bound_time_s, output_elements) if curve is not None else 1.0
