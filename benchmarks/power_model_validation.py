@@ -709,6 +709,7 @@ DUTY_PATH_SECOND_RULE_SLACK = 0.005   # the second rule's whole-model power allo
 # roof (the incumbent), or "uncapped", the roofs' own rates' power, the duty power capped at the limit (candidate of
 # the helper of 2026-12-05, duty_busy_choice).
 DUTY_BUSY = "capped"
+DUTY_BUSY_IN_USE = DUTY_BUSY   # the product's form (main's --duty-busy changes only DUTY_BUSY, a run's headline)
 
 
 def duty_busy_choice(results: dict[str, dict]) -> dict:
@@ -721,7 +722,7 @@ def duty_busy_choice(results: dict[str, dict]) -> dict:
                         for k in ("duty_lomo_measured_time", "duty_in_sample_measured_time")},
                      "models_power_median_abs_err": v["models"]["headline"]["power_median_abs_err"],
                      "models_n": v["models"]["headline"]["n"]}
-    return {"in_use": DUTY_BUSY, "candidates": out}
+    return {"in_use": DUTY_BUSY_IN_USE, "headline": DUTY_BUSY, "candidates": out}
 
 
 def duty_path_choice(results: dict[str, dict]) -> dict:
@@ -2027,7 +2028,6 @@ def main(argv: list[str] | None = None) -> int:
                                args.form_fixed_on, duty_busy=name))
                for name in ("capped", "uncapped")}
     result["validation"]["duty_busy_choice"] = duty_busy_choice(by_busy)
-    print("duty_busy_choice:", json.dumps(result["validation"]["duty_busy_choice"]))
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
     by_replay = {name: (result if name == REPLAY_IN_USE else
                         validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,

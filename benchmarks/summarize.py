@@ -299,7 +299,43 @@ def _form_choice_rows(v: dict) -> list[str]:
             + _cell_choice_rows(v.get("kin_dtype_choice"), "A kin dtype's cell of the same size",
                                 ("choosing", "weak_test", "test"))
             + _unit_choice_rows(v.get("duty_unit_choice"))
-            + _unit_choice_rows(v.get("duty_path_choice"), "A duty curve per compute path", ("choosing", "test")))
+            + _unit_choice_rows(v.get("duty_path_choice"), "A duty curve per compute path", ("choosing", "test"))
+            + _duty_busy_rows(v.get("duty_busy_choice")) + _layout_test_rows(v.get("layout_copies_test")))
+
+
+def _duty_busy_rows(c: dict | None) -> list[str]:
+    """What the duty curve scales (validation.duty_busy_choice): per form, the per-layer and whole-model power over
+    every record (the rule's test rows are the session tests of a run with each form as its headline)."""
+    if not c:
+        return []
+    # files written before "headline" was added (the thirteenth session's test) hold the run's headline in "in_use"
+    rows = ["", f"What the duty curve scales: this run's headline {c.get('headline', c['in_use'])}"
+                + (f", in use {c['in_use']}" if "headline" in c else "") + " (every record):", "",
+            "| form | per-layer power | at the measured time | in sample | whole-model power |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, t in c["candidates"].items():
+        rows.append(f"| {name} | {_pct(t['power_median_abs_err'])} (n={t['layers_n']}) | "
+                    f"{_pct(t['duty_lomo_measured_time_power_median_abs_err'])} | "
+                    f"{_pct(t['duty_in_sample_measured_time_power_median_abs_err'])} | "
+                    f"{_pct(t['models_power_median_abs_err'])} (n={t['models_n']}) |")
+    return rows
+
+
+def _layout_test_rows(t: dict | None) -> list[str]:
+    """The layout copies' test (validation.layout_copies_test): the torch channels_last time errors and the paired
+    layouts' measured and calibrated cost."""
+    if not t:
+        return []
+    w = t["whole_models_channels_last"]
+    rows = ["", f"The layout copies' test ({t['test']}, torch channels_last): whole-model time "
+                f"{_pct(w['time_median_abs_err'])} (n={w['n']}); layers with copies: "
+            + "; ".join(f"{k} {_pct(v['time_median_abs_err'])} (signed {_signed(v['time_median_signed_err'])}, "
+                        f"n={v['n']})" for k, v in t["layers_with_copies"].items()), ""]
+    if t["paired_layouts"]:
+        rows += ["| model | measured channels_last / channels_first | calibrated |", "| --- | --- | --- |"]
+        rows += [f"| {k} | {v['measured_last_over_first']:.2f} | {v['calibrated_last_over_first']:.2f} |"
+                 for k, v in t["paired_layouts"].items()]
+    return rows
 
 
 def _unit_choice_rows(c: dict | None, title: str = "A duty curve per compute unit",

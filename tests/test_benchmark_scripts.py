@@ -87,6 +87,25 @@ def test_summarize_cell_choice_rows_show_each_statistic_on_both_sides():
     assert mod._cell_choice_rows(None) == []
 
 
+def test_summarize_prints_the_duty_busy_forms_and_the_layout_test():
+    mod = _load("summarize")
+    form = {"layers_n": 10, "power_median_abs_err": 0.113, "duty_lomo_measured_time_power_median_abs_err": 0.108,
+            "duty_in_sample_measured_time_power_median_abs_err": 0.083, "models_power_median_abs_err": 0.0754,
+            "models_n": 4}
+    rows = mod._duty_busy_rows({"in_use": "capped", "headline": "uncapped", "candidates": {"capped": form}})
+    assert rows[1] == "What the duty curve scales: this run's headline uncapped, in use capped (every record):"
+    assert rows[-1] == "| capped | 11.3% (n=10) | 10.8% | 8.3% | 7.5% (n=4) |"
+    test = {"test": "-s13", "whole_models_channels_last": {"n": 2, "time_median_abs_err": 0.154, "rows": []},
+            "layers_with_copies": {"windows": {"n": 3, "time_median_abs_err": 0.4, "time_median_signed_err": -0.25}},
+            "paired_layouts": {"vgg16 float32 b32": {"measured_last_over_first": 1.369,
+                                                     "calibrated_last_over_first": 1.147}}}
+    rows = mod._layout_test_rows(test)
+    assert rows[1] == ("The layout copies' test (-s13, torch channels_last): whole-model time 15.4% (n=2); "
+                       "layers with copies: windows 40.0% (signed -25.0%, n=3)")
+    assert rows[-1] == "| vgg16 float32 b32 | 1.37 | 1.15 |"
+    assert mod._duty_busy_rows(None) == [] and mod._layout_test_rows(None) == []
+
+
 def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_the_carm_bounds(tmp_path):
     mod = _load("xla_kernel_breakdown")
     csv_text = "\n".join([
