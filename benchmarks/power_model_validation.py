@@ -925,8 +925,8 @@ def _time_weighted_power(parts, carm, pm, f0_mhz: float, duty=None, gpu_share: f
     busy = [(busy_power_w(carm, pm, w), t, bound_time_s(carm, pm, w), n, w.path) for w, t, n in parts]
     at_roofs = sum(p * t for p, t, *_ in busy) / total
     # the duty's inputs (PowerModel.duty_busy: the uncapped roofs' power and time where "uncapped")
-    busy = [(*duty_inputs(carm, pm, w, p, b), t, n, pa) for (w, _, _), (p, t, b, n, pa) in zip(parts, busy)]
-    busy = [(p, t, b, n, pa) for p, b, t, n, pa in busy]
+    duty_in = [duty_inputs(carm, pm, w, p, b) for (w, _, _), (p, _, b, _, _) in zip(parts, busy)]
+    busy = [(p_d, t, b_d, n, pa) for (p_d, b_d), (_, t, _, n, pa) in zip(duty_in, busy)]
     with_duty = above = None
     if duty is not None:
         pmd = dataclasses.replace(pm, duty=duty, duty_tensor_core=duty_tensor_core, duty_by_path=duty_by_path or {})
@@ -1221,6 +1221,8 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
              form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
              replay: str = REPLAY_IN_USE, duty_by_unit: bool = DUTY_BY_UNIT,
              duty_by_path: bool = DUTY_BY_PATH, duty_busy: str | None = None) -> dict:
+    """Every layer and whole model of `runs` predicted and scored (the module docstring says what each variant is).
+    `duty_busy`: what the duty curve scales (power_model.DUTY_BUSY_FORMS; None: DUTY_BUSY, the run's headline)."""
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
