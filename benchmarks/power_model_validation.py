@@ -1978,6 +1978,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duty-busy", choices=("capped", "uncapped"), default=None,
                     help="what the duty scales (power_model.DUTY_BUSY_FORMS; default DUTY_BUSY): the headline's form; "
                          "validation.duty_busy_choice reports both")
+    ap.add_argument("--layout-copy-form", choices=("roof", "data_movement"), default=None,
+                    help="what a layout copy pass takes in the calibrated times (calibration.LAYOUT_COPY_FORMS; default "
+                         "the calibration's own, LAYOUT_COPY_FORM): the seventh candidate's run (README, thirteenth session)")
     ap.add_argument("--runs-cache", type=Path,
                     help="development: keep the loaded records (models rebuilt on the CPU) in this JSON file and "
                          "reuse them while the records, profile and calibration are the same")
@@ -1994,6 +1997,8 @@ def main(argv: list[str] | None = None) -> int:
     except CarmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.layout_copy_form:
+        calibration = replace(calibration, layout_copy_form=args.layout_copy_form)
     profile = load_profile(args.profile)
     docs = [json.loads(p.read_text()) for p in args.ceilings]
     drop = {n.strip() for n in args.drop.split(",") if n.strip()}
@@ -2012,7 +2017,8 @@ def main(argv: list[str] | None = None) -> int:
     def runs_for(cal, suffix: str = "") -> list[dict]:   # the records loaded under `cal` (cached apart per suffix)
         cache = args.runs_cache.with_name(args.runs_cache.stem + suffix + args.runs_cache.suffix) if args.runs_cache else None
         cached = json.loads(cache.read_text()) if cache and cache.exists() else {}
-        variant = {"cell_statistic": cal.cell_statistic, "kin_dtypes": cal.kin_dtypes}
+        variant = {"cell_statistic": cal.cell_statistic, "kin_dtypes": cal.kin_dtypes,
+                   "layout_copy_form": cal.layout_copy_form}
         if cached.get("key") == cache_key and cached.get("variant") == variant:
             return cached["runs"]
         loaded = load_runs(args.records, profile, cal if cal.samples else None)

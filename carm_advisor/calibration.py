@@ -210,6 +210,14 @@ KIN_DTYPES = False
 # the roof's bandwidth (their bound): the rest of the gap is theirs running below it, and the layers' own kernels.
 LAYOUT_COPY_PASSES = {"conv": 2, "pool": 1}
 LAYOUT_COPIES = True
+# What one copy pass takes (Calibration.layout_copy_form): "roof", its CARM bound (the fifth candidate, in use); or
+# "data_movement", its bound over the efficiency the calibration learned for the backend's pure data movement
+# (ZeroPadding2D, Concatenate, Reshape: layer class "data-movement") at the pass's size and dtype, the floor included
+# (the seventh candidate, README thirteenth session: on -s13 the measured channels_last cost is 2-4x the copies'
+# bound; torch's data-movement cells reach 0.17-0.5 of the roof at those sizes). A sample keeps the copies' bound it
+# had taken off (Sample.layout_copy_s), so the calibration can take them off at its own data-movement efficiency.
+LAYOUT_COPY_FORMS = ("roof", "data_movement")
+LAYOUT_COPY_FORM = "roof"
 _LAYOUT_COPY_POOLS = frozenset({"MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D",
                                 "AveragePooling2D", "AveragePooling3D"})
 
@@ -285,6 +293,7 @@ class Sample:
     model: str = ""
     layer: str = ""
     execution: str = ""
+    layout_copy_s: float = 0.0   # the layout copies' CARM bound already taken off measured_time_s (LAYOUT_COPIES)
 
     @property
     def efficiency(self) -> float:
@@ -401,6 +410,7 @@ class Calibration:
     jit_per_dtype: bool = JIT_PER_DTYPE  # a compiled fit over the records of the compute dtype predicted only
     cell_statistic: str = CELL_STATISTIC  # CELL_STATISTICS: a cell's efficiency from its samples
     kin_dtypes: bool = KIN_DTYPES  # a kin dtype's cell of the same size (KIN_DTYPES_OF) before another size
+    layout_copy_form: str = LAYOUT_COPY_FORM  # LAYOUT_COPY_FORMS: what one layout copy pass takes
 
     def __post_init__(self) -> None:
         if self.jit_host not in JIT_HOST_FORMS:
@@ -409,7 +419,10 @@ class Calibration:
             raise ValueError(f"jit_fusion must be one of {JIT_FUSION_FORMS}, not {self.jit_fusion!r}")
         if self.cell_statistic not in CELL_STATISTICS:
             raise ValueError(f"cell_statistic must be one of {CELL_STATISTICS}, not {self.cell_statistic!r}")
+        if self.layout_copy_form not in LAYOUT_COPY_FORMS:
+            raise ValueError(f"layout_copy_form must be one of {LAYOUT_COPY_FORMS}, not {self.layout_copy_form!r}")
         self._index: dict[tuple, list[Sample]] | None = None
+        self._copy_base: "Calibration | None" = None
         self._whole_fits: dict[tuple, WholeFit | None] = {}
 
     # ---- layers ------------------------------------------------------------------------------
@@ -419,9 +432,39 @@ class Calibration:
             index: dict[tuple, list[Sample]] = {}
             for s in self.samples:
                 if 0 < s.measured_time_s < math.inf and 0 < s.bound_time_s < math.inf:
+                    s = self._work_sample(s)
                     index.setdefault(s.keys()[0], []).append(s)
             self._index = index
         return self._index
+
+    # ---- layout copies (LAYOUT_COPY_FORM) ---------------------------------------------------------
+    def _copy_pass_time_s(self, backend: str, dtype: str, pass_bound_s: float) -> float:
+        """One layout copy pass of CARM bound `pass_bound_s`: the bound ("roof"), or the time the calibration's
+        data-movement cell gives it ("data_movement": learned from the samples that carry no copies, so no sample's
+        copies feed their own efficiency; the bound where no cell covers it)."""
+        if self.layout_copy_form == "roof" or not pass_bound_s > 0:
+            return pass_bound_s
+        if self._copy_base is None:
+            self._copy_base = replace(self, samples=[s for s in self.samples if not s.layout_copy_s],
+                                      layout_copy_form="roof")
+        found = self._copy_base.estimate(backend, "Permute", dtype, pass_bound_s)
+        return found.time_s(pass_bound_s) if found and found.efficiency > 0 else pass_bound_s
+
+    def copies_time_s(self, backend: str, layer_type: str, dtype: str, copy_bound_s: float) -> float:
+        """The layout copies around a layer whose copies' CARM bound is `copy_bound_s` (LayerRow.layout_copy_s):
+        its passes (layout_copy_passes) each at _copy_pass_time_s."""
+        if not copy_bound_s > 0:
+            return 0.0
+        passes = LAYOUT_COPY_PASSES["pool"] if layer_class(layer_type) == "pooling" else LAYOUT_COPY_PASSES["conv"]
+        return passes * self._copy_pass_time_s(backend, dtype, copy_bound_s / passes)
+
+    def _work_sample(self, s: Sample) -> Sample:
+        """A sample as its cell learns it: under "data_movement", its measured time has its copies taken off at
+        their data-movement time instead of their bound (never below its CARM bound)."""
+        if self.layout_copy_form == "roof" or not s.layout_copy_s:
+            return s
+        extra_s = self.copies_time_s(s.backend, s.layer_class, s.dtype, s.layout_copy_s) - s.layout_copy_s
+        return replace(s, measured_time_s=max(s.bound_time_s, s.measured_time_s - extra_s))
 
     def _buckets(self) -> dict[tuple, list[Sample]]:
         """Every key of every sample (finest to the backend alone) -> its samples (the summary)."""
@@ -960,7 +1003,7 @@ class Calibration:
         # choice, not data
         return {"schema": SCHEMA, "provenance": self.provenance, "cell_statistic": self.cell_statistic,
                 "buckets": self.summary(),
-                "samples": [asdict(s) for s in self.samples], "whole": [asdict(w) for w in self.whole]}
+                "samples": [_sample_dict(s) for s in self.samples], "whole": [asdict(w) for w in self.whole]}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -988,6 +1031,14 @@ class Calibration:
         except (OSError, json.JSONDecodeError) as exc:
             raise ProfileError(f"Expected a readable calibration JSON, Received: {path} ({exc})") from None
         return cls.from_dict(data, str(path))
+
+
+def _sample_dict(s: Sample) -> dict[str, Any]:
+    """A sample as saved: layout_copy_s only where the sample had copies taken off (older files round-trip)."""
+    d = asdict(s)
+    if not d["layout_copy_s"]:
+        del d["layout_copy_s"]
+    return d
 
 
 def shipped_calibration() -> Calibration:
@@ -1032,10 +1083,17 @@ def samples_from_rows(rows: Iterable, backend: str, model: str, execution: str =
     """Measured rows (bound in predicted_time_s, measurement in time_s less its layout copies, timed as
     `execution`) -> samples."""
     return [
-        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, _work_time_s(r), model, r.name, execution)
+        Sample(backend, layer_class(r.type), r.dtype, r.predicted_time_s, _work_time_s(r), model, r.name, execution,
+               _copy_bound_taken_off_s(r))
         for r in rows
         if r.known and r.measured and r.time_s and r.predicted_time_s
     ]
+
+
+def _copy_bound_taken_off_s(row) -> float:
+    """The part of a measured layer's layout copies' bound that _work_time_s takes off its time (0: none)."""
+    copy_s = getattr(row, "layout_copy_s", 0.0) if LAYOUT_COPIES else 0.0
+    return min(copy_s, row.time_s - row.predicted_time_s) if copy_s and row.time_s > row.predicted_time_s else 0.0
 
 
 def _work_time_s(row) -> float:

@@ -155,7 +155,7 @@ class Predictor:
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         if calibration_rules.LAYOUT_COPIES:   # the backend's layout copies around the layer's work (calibration.LAYOUT_COPIES)
-            row.calibrated_time_s += getattr(row, "layout_copy_s", 0.0)
+            row.calibrated_time_s += layout_copies_time_s(row, self.calibration, self.backend)
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:
@@ -171,6 +171,16 @@ class Predictor:
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s,
                                       output_elements=row.output_elements, path=row.path)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
+
+
+def layout_copies_time_s(row, calibration, backend: str | None) -> float:
+    """The time of the layout copies around a row (LayerRow.layout_copy_s, their CARM bound): as its calibration
+    counts them (Calibration.copies_time_s, layout_copy_form), the bound for a calibration without that seam."""
+    copy_s = getattr(row, "layout_copy_s", 0.0)
+    if not copy_s:
+        return 0.0
+    copies = getattr(calibration, "copies_time_s", None)
+    return copies(backend or "", row.type, row.dtype, copy_s) if copies is not None else copy_s
 
 
 def busy_and_bound(row) -> tuple[float | None, float | None]:

@@ -1,0 +1,69 @@
+"""The seventh candidate (off): a layout copy pass at the calibration's own data-movement efficiency
+(Calibration.layout_copy_form "data_movement") instead of its CARM bound ("roof", in use). Figures by hand."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from carm_advisor.calibration import LAYOUT_COPY_FORM, Calibration, Sample, samples_from_rows
+from carm_advisor.predict import layout_copies_time_s
+
+# three torch data-movement layers of bound 1 us measured at 4 us: efficiency 0.25, floor 4 us;
+# a channels_last convolution of bound 10 us measured at 22 us whose copies' bound (2 passes) is 2 us: its sample
+# holds 22 - 2 = 20 us and the 2 us it had taken off.
+DM = [Sample("torch", "data-movement", "bfloat16", 1e-6, 4e-6, "m", f"pad{i}") for i in range(3)]
+CONV = [Sample("torch", "Conv2D", "bfloat16", 10e-6, 20e-6, "m", f"conv{i}", layout_copy_s=2e-6) for i in range(3)]
+
+
+def _cal(form: str) -> Calibration:
+    return Calibration(DM + CONV, layout_copy_form=form)
+
+
+def test_the_roof_form_is_in_use_and_keeps_the_bound():
+    assert LAYOUT_COPY_FORM == "roof"
+    roof = _cal("roof")
+    assert roof.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(2e-6)
+    assert roof.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(0.5)   # 10 / 20
+
+
+def test_data_movement_form_counts_each_pass_at_the_data_movement_cell():
+    dm = _cal("data_movement")
+    # a convolution: 2 passes of 1 us each at efficiency 0.25 -> 2 x 4 us; a pooling layer: 1 pass of 1 us -> 4 us
+    assert dm.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(8e-6)
+    assert dm.copies_time_s("torch", "MaxPooling2D", "bfloat16", 1e-6) == pytest.approx(4e-6)
+    assert dm.copies_time_s("torch", "Conv2D", "bfloat16", 0.0) == 0.0
+    # the convolution's own cell: 22 us less 8 us of copies = 14 us -> efficiency 10 / 14
+    assert dm.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(10 / 14)
+    # the data-movement cell is learned from the samples without copies only (unchanged)
+    assert dm.estimate("torch", "Permute", "bfloat16", 1e-6).efficiency == pytest.approx(0.25)
+
+
+def test_a_work_time_never_goes_below_the_bound():
+    big = [Sample("torch", "Conv2D", "bfloat16", 10e-6, 11e-6, "m", f"c{i}", layout_copy_s=2e-6) for i in range(3)]
+    dm = Calibration(DM + big, layout_copy_form="data_movement")
+    # 11 us less (8 - 2) us of extra copies = 5 us < the 10 us bound -> at its bound: efficiency 1
+    assert dm.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(1.0)
+
+
+def test_the_predictor_takes_the_calibrations_copies_and_the_bound_without_that_seam():
+    row = SimpleNamespace(type="Conv2D", dtype="bfloat16", layout_copy_s=2e-6)
+    assert layout_copies_time_s(row, _cal("data_movement"), "torch") == pytest.approx(8e-6)
+    assert layout_copies_time_s(row, _cal("roof"), "torch") == pytest.approx(2e-6)
+    assert layout_copies_time_s(row, object(), "torch") == pytest.approx(2e-6)
+    assert layout_copies_time_s(SimpleNamespace(type="Dense", dtype="bfloat16"), _cal("data_movement"), "torch") == 0.0
+
+
+def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip():
+    def row(name, time_s):
+        return SimpleNamespace(known=True, measured=True, type="Conv2D", dtype="bfloat16", name=name,
+                               predicted_time_s=10e-6, time_s=time_s, layout_copy_s=2e-6)
+
+    full, clamped = samples_from_rows([row("a", 22e-6), row("b", 11e-6)], "torch", "m")
+    assert (full.measured_time_s, full.layout_copy_s) == (pytest.approx(20e-6), pytest.approx(2e-6))
+    # 11 us less 2 us would be under the 10 us bound: 10 us kept, 1 us taken off
+    assert (clamped.measured_time_s, clamped.layout_copy_s) == (pytest.approx(10e-6), pytest.approx(1e-6))
+    doc = Calibration(DM + CONV).to_dict()
+    assert "layout_copy_s" not in doc["samples"][0] and doc["samples"][3]["layout_copy_s"] == 2e-6
+    assert Calibration.from_dict(doc).samples == DM + CONV
+    with pytest.raises(ValueError, match="layout_copy_form"):
+        Calibration(DM, layout_copy_form="sometimes")
