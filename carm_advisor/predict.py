@@ -154,8 +154,10 @@ class Predictor:
             raise ValueError(f"Expected a calibration efficiency > 0, Received: {efficiency!r} for layer '{row.name}'")
         # The bound is the fastest the roofs allow: a calibration may slow a layer down, never speed it up.
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
-        if calibration_rules.LAYOUT_COPIES:   # the backend's layout copies around the layer's work (calibration.LAYOUT_COPIES)
-            row.calibrated_time_s += layout_copies_time_s(row, self.calibration, self.backend)
+        if getattr(row, "layout_copy_s", 0.0):   # the backend's layout copies, as the calibration counts them
+            row.layout_copy_calibrated_s = layout_copies_time_s(row, self.calibration, self.backend)
+            if calibration_rules.LAYOUT_COPIES:   # in the layer's calibrated time (calibration.LAYOUT_COPIES)
+                row.calibrated_time_s += row.layout_copy_calibrated_s
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:

@@ -196,10 +196,15 @@ def _layout(report, rows) -> Recommendation | None:
         copied = [r for r in rows if r.known and r.layout_copy_s]
         if not copied:
             return None
-        extra_s = sum(r.layout_copy_s for r in copied)
+        def copies_s(r):   # as the calibration counts them (layout_copy_form) where it does, else their bound
+            return r.layout_copy_calibrated_s if getattr(r, "layout_copy_calibrated_s", None) is not None else r.layout_copy_s
+
+        extra_s = sum(copies_s(r) for r in copied)
         traffic = sum(calibration_rules.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
         counted = calibration_rules.LAYOUT_COPIES
-        with_copies = _time(rows) + sum(r.layout_copy_s for r in copied if not (counted and r.calibrated_time_s))
+        with_copies = _time(rows) + sum(copies_s(r) for r in copied if not (counted and r.calibrated_time_s))
+        calibrated_copies = any(getattr(r, "layout_copy_calibrated_s", None) not in (None, r.layout_copy_s)
+                                for r in copied)
         speedup = with_copies / (with_copies - extra_s)
         return Recommendation(
             title="Use channels_first on the torch backend",
@@ -210,7 +215,8 @@ def _layout(report, rows) -> Recommendation | None:
                 f"keras.config.set_image_data_format('channels_first') removes those copies."
             ),
             expected_gain=_gain_text(speedup, None), speedup=speedup, layers=[r.name for r in copied],
-            basis="CARM prediction of the transpose traffic", change={"layout": "channels_first"},
+            basis=("calibrated prediction of the copies (the backend's data-movement efficiency)" if calibrated_copies
+                   else "CARM prediction of the transpose traffic"), change={"layout": "channels_first"},
         )
     if backend == "tensorflow" and layout == "channels_first" and _has_tensor_cores(report):
         return Recommendation(

@@ -67,3 +67,31 @@ def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip()
     assert Calibration.from_dict(doc).samples == DM + CONV
     with pytest.raises(ValueError, match="layout_copy_form"):
         Calibration(DM, layout_copy_form="sometimes")
+
+
+def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monkeypatch):
+    import keras
+
+    import carm_advisor.analysis as analysis
+    from carm_advisor import calibration
+    from test_analysis import round_profile
+
+    # convolutions at half their bound; pure data movement at a quarter (floor 0.4 ms)
+    cal = Calibration(samples=[Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3
+                      + [Sample("torch", "data-movement", "float32", 1e-4, 4e-4)] * 3, layout_copy_form="data_movement")
+    monkeypatch.setattr(calibration, "LAYOUT_COPIES", True)
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    inputs = keras.Input(shape=(64, 64, 32))
+    x = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)
+    report = analysis.analyze(keras.Model(inputs, x), batch_size=16, profile=round_profile(), measure=False,
+                              calibration=cal)
+    (conv,) = report.layers
+    tensor = 16 * 64 * 64 * 32 * 4                      # its float32 input, bytes
+    pass_bound_s = 2 * tensor / 1e11                   # one pass reads and writes it at the 1e11 B/s HBM slope
+    assert conv.layout_copy_s == pytest.approx(2 * pass_bound_s)
+    assert conv.layout_copy_calibrated_s == pytest.approx(2 * pass_bound_s / 0.25)    # 1.34 ms: above the floor
+    assert conv.calibrated_time_s == pytest.approx(2 * conv.predicted_time_s + 2 * pass_bound_s / 0.25)
+    rec = next(r for r in report.recommendations if "channels_first" in r.title)
+    assert rec.speedup == pytest.approx(conv.calibrated_time_s / (2 * conv.predicted_time_s))
+    assert rec.basis.startswith("calibrated prediction of the copies")
+    assert conv.to_dict()["layout_copy_calibrated_s"] == pytest.approx(2 * pass_bound_s / 0.25)

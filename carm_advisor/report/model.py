@@ -43,6 +43,8 @@ class LayerRow:
     output_elements: int = 0          # elements the layer writes, per batch (its outputs' sizes): how far it fills the GPU
     layout_copy_s: float = 0.0        # CARM bound of the copies the backend makes around it for its data format
                                       # (calibration.layout_copy_passes: Keras' torch backend, channels_last), per batch
+    layout_copy_calibrated_s: float | None = None   # the same copies as the calibration counts them
+                                      # (predict.layout_copies_time_s; None: not calibrated)
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
     # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
@@ -86,6 +88,8 @@ class LayerRow:
                 del d[key]
         if not d["layout_copy_s"]:
             del d["layout_copy_s"]
+        if d["layout_copy_calibrated_s"] is None or d["layout_copy_calibrated_s"] == d.get("layout_copy_s"):
+            del d["layout_copy_calibrated_s"]   # only where the calibration counts the copies apart from their bound
         d["achieved_flops_per_s"] = self.achieved_flops_per_s
         d["efficiency"] = self.efficiency
         d["bound_time_s"] = self.predicted_time_s
