@@ -214,10 +214,14 @@ LAYOUT_COPIES = True
 # "data_movement", its bound over the efficiency the calibration learned for the backend's pure data movement
 # (ZeroPadding2D, Concatenate, Reshape: layer class "data-movement") at the pass's size and dtype, the floor included
 # (the seventh candidate, README thirteenth session: on -s13 the measured channels_last cost is 2-4x the copies'
-# bound; torch's data-movement cells reach 0.17-0.5 of the roof at those sizes). A sample keeps the copies' bound it
+# bound; torch's data-movement cells reach 0.17-0.5 of the roof at those sizes). Adopted by its rule, written before
+# its figures (nvidia-h200-power-model-2026-12-05-s13-copy-form-data-movement.json.gz against ...-roof.json.gz, every
+# record before -s13): torch channels_last whole-model time 19.1% -> 7.5% (n=4, leave one model out), the VGG16
+# tuning trials on torch eager channels_last 24.6% -> 4.2% (n=9); per-layer power 11.5% and whole-model power 8.1%
+# unchanged, whole-model time 10.8% -> 9.0%, energy per sample 14.7% -> 13.8%. A sample keeps the copies' bound it
 # had taken off (Sample.layout_copy_s), so the calibration can take them off at its own data-movement efficiency.
 LAYOUT_COPY_FORMS = ("roof", "data_movement")
-LAYOUT_COPY_FORM = "roof"
+LAYOUT_COPY_FORM = "data_movement"
 _LAYOUT_COPY_POOLS = frozenset({"MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D",
                                 "AveragePooling2D", "AveragePooling3D"})
 

@@ -93,7 +93,9 @@ def test_the_layout_advice_predicts_the_same_gain_whether_or_not_the_time_holds_
     from test_analysis import round_profile
 
     # every torch layer at half its bound (three samples: MIN_SAMPLES)
-    half = calibration.Calibration(samples=[calibration.Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3)
+    # the copies at their bound (layout_copy_form "roof"; the data-movement form: tests/test_layout_copy_form.py)
+    half = calibration.Calibration(samples=[calibration.Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3,
+                                   layout_copy_form="roof")
     monkeypatch.setattr(calibration, "LAYOUT_COPIES", on)
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     inputs = keras.Input(shape=(64, 64, 32))

@@ -1,5 +1,5 @@
-"""The seventh candidate (off): a layout copy pass at the calibration's own data-movement efficiency
-(Calibration.layout_copy_form "data_movement") instead of its CARM bound ("roof", in use). Figures by hand."""
+"""The seventh candidate (adopted in the thirteenth session): a layout copy pass at the calibration's own data-movement efficiency
+(Calibration.layout_copy_form "data_movement", in use) instead of its CARM bound ("roof"). Figures by hand."""
 
 from types import SimpleNamespace
 
@@ -19,8 +19,8 @@ def _cal(form: str) -> Calibration:
     return Calibration(DM + CONV, layout_copy_form=form)
 
 
-def test_the_roof_form_is_in_use_and_keeps_the_bound():
-    assert LAYOUT_COPY_FORM == "roof"
+def test_the_roof_form_keeps_the_bound_and_the_data_movement_form_is_in_use():
+    assert LAYOUT_COPY_FORM == "data_movement" and Calibration().layout_copy_form == "data_movement"
     roof = _cal("roof")
     assert roof.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(2e-6)
     assert roof.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(0.5)   # 10 / 20
