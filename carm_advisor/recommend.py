@@ -196,15 +196,15 @@ def _layout(report, rows) -> Recommendation | None:
         copied = [r for r in rows if r.known and r.layout_copy_s]
         if not copied:
             return None
+
         def copies_s(r):   # as the calibration counts them (layout_copy_form) where it does, else their bound
-            return r.layout_copy_calibrated_s if getattr(r, "layout_copy_calibrated_s", None) is not None else r.layout_copy_s
+            return r.layout_copy_calibrated_s if r.layout_copy_calibrated_s is not None else r.layout_copy_s
 
         extra_s = sum(copies_s(r) for r in copied)
         traffic = sum(calibration_rules.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
         counted = calibration_rules.LAYOUT_COPIES
         with_copies = _time(rows) + sum(copies_s(r) for r in copied if not (counted and r.calibrated_time_s))
-        calibrated_copies = any(getattr(r, "layout_copy_calibrated_s", None) not in (None, r.layout_copy_s)
-                                for r in copied)
+        calibrated_copies = any(copies_s(r) != r.layout_copy_s for r in copied)
         speedup = with_copies / (with_copies - extra_s)
         return Recommendation(
             title="Use channels_first on the torch backend",
