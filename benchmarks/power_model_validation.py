@@ -1029,7 +1029,7 @@ def session_of(source: str | None) -> tuple[str, int]:
 
 
 # Sessions are numbered on from TEST_DATE's: the ninth and later ones were recorded on the dates here.
-SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05", 13: "2026-12-05"}
+SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05", 13: "2026-12-05", 14: "2026-12-05"}
 
 
 def _test_session(test: str) -> tuple[str, int]:
@@ -1506,8 +1506,9 @@ def compact_layers(layers: list[dict]) -> dict:
 
 # The sessions whose records were recorded as a test set before that session's changes (README): scored apart by
 # session_test_scores, the issue's four figures on their rows alone.
-SESSION_TESTS = ("-s9", "-s10", "-s13")
+SESSION_TESTS = ("-s9", "-s10", "-s13", "-s14")
 LAYOUT_COPIES_TEST = "-s13"   # the layout copies' test records (README, thirteenth session)
+LAYOUT_COPY_FORM_TEST = "-s14"   # the copies' data-movement form's test records (README, fourteenth session)
 
 
 def session_test_scores(doc: dict, test: str) -> dict:
@@ -1938,6 +1939,7 @@ def rescore(argv: list[str]) -> int:
         return 2
     doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
     doc["validation"]["layout_copies_test"] = layout_copies_test_scores(doc, LAYOUT_COPIES_TEST)
+    doc["validation"]["layout_copy_form_test"] = layout_copies_test_scores(doc, LAYOUT_COPY_FORM_TEST)
     if len(argv) == 3:
         doc["file_note"] = argv[2]
     write_compact(out, doc)
@@ -2118,6 +2120,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                 limit, profile.carm(), pm, args.min_layer_window_s)
     doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
     doc["validation"]["layout_copies_test"] = layout_copies_test_scores(doc, LAYOUT_COPIES_TEST)
+    doc["validation"]["layout_copy_form_test"] = layout_copies_test_scores(doc, LAYOUT_COPY_FORM_TEST)
     path = write_compact(result_path(args.out, profile.name, "power-model"), doc)
     v = result["validation"]
     m = v["models"]

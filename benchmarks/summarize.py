@@ -300,7 +300,8 @@ def _form_choice_rows(v: dict) -> list[str]:
                                 ("choosing", "weak_test", "test"))
             + _unit_choice_rows(v.get("duty_unit_choice"))
             + _unit_choice_rows(v.get("duty_path_choice"), "A duty curve per compute path", ("choosing", "test"))
-            + _duty_busy_rows(v.get("duty_busy_choice")) + _layout_test_rows(v.get("layout_copies_test")))
+            + _duty_busy_rows(v.get("duty_busy_choice")) + _layout_test_rows(v.get("layout_copies_test"))
+            + _layout_test_rows(v.get("layout_copy_form_test"), "The copies' form test"))
 
 
 def _duty_busy_rows(c: dict | None) -> list[str]:
@@ -321,13 +322,14 @@ def _duty_busy_rows(c: dict | None) -> list[str]:
     return rows
 
 
-def _layout_test_rows(t: dict | None) -> list[str]:
-    """The layout copies' test (validation.layout_copies_test): the torch channels_last time errors and the paired
-    layouts' measured and calibrated cost."""
+def _layout_test_rows(t: dict | None, title: str = "The layout copies' test") -> list[str]:
+    """The layout copies' test (validation.layout_copies_test; the copies' form test, layout_copy_form_test, reads the
+    same on its own records): the torch channels_last time errors and the paired layouts' measured and calibrated
+    cost."""
     if not t:
         return []
     w = t["whole_models_channels_last"]
-    rows = ["", f"The layout copies' test ({t['test']}, torch channels_last): whole-model time "
+    rows = ["", f"{title} ({t['test']}, torch channels_last): whole-model time "
                 f"{_pct(w['time_median_abs_err'])} (n={w['n']}); layers with copies: "
             + "; ".join(f"{k} {_pct(v['time_median_abs_err'])} (signed {_signed(v['time_median_signed_err'])}, "
                         f"n={v['n']})" for k, v in t["layers_with_copies"].items()), ""]
