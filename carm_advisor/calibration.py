@@ -230,9 +230,13 @@ def layout_copy_passes(backend: str | None, layer_type: str, data_format: str | 
     """Read+write passes over its input the Keras backend makes around a layer for its data format (0: none)."""
     if backend != "torch" or data_format != "channels_last":
         return 0
-    if "Conv" in layer_type:
-        return LAYOUT_COPY_PASSES["conv"]
-    return LAYOUT_COPY_PASSES["pool"] if layer_type in _LAYOUT_COPY_POOLS else 0
+    return copy_passes_of(layer_type) if "Conv" in layer_type or layer_type in _LAYOUT_COPY_POOLS else 0
+
+
+def copy_passes_of(layer_type_or_class: str) -> int:
+    """How many copy passes a layer with layout copies makes, by its layer class (a Keras type or a Sample's
+    layer_class: pooling 1, a convolution 2). The one place layout_copy_passes and Calibration.copies_time_s decide it."""
+    return LAYOUT_COPY_PASSES["pool" if layer_class(layer_type_or_class) == "pooling" else "conv"]
 
 
 def layout_copy_bytes(backend: str | None, layer_type: str, data_format: str | None, input_bytes: int) -> int:
@@ -459,7 +463,7 @@ class Calibration:
         its passes (layout_copy_passes) each at _copy_pass_time_s."""
         if not copy_bound_s > 0:
             return 0.0
-        passes = LAYOUT_COPY_PASSES["pool"] if layer_class(layer_type) == "pooling" else LAYOUT_COPY_PASSES["conv"]
+        passes = copy_passes_of(layer_type)
         return passes * self._copy_pass_time_s(backend, dtype, copy_bound_s / passes)
 
     def _work_sample(self, s: Sample) -> Sample:

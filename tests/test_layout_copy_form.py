@@ -95,3 +95,20 @@ def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monke
     assert rec.speedup == pytest.approx(conv.calibrated_time_s / (2 * conv.predicted_time_s))
     assert rec.basis.startswith("calibrated prediction of the copies")
     assert conv.to_dict()["layout_copy_calibrated_s"] == pytest.approx(2 * pass_bound_s / 0.25)
+
+
+def test_one_pass_count_serves_the_layer_type_and_the_samples_layer_class():
+    from carm_advisor.calibration import copy_passes_of, layout_copy_passes
+
+    # a convolution reads+writes its input twice (to channels_first and back), a pooling layer once; a sample of a
+    # pooling layer carries the class "pooling", of a convolution its Keras type
+    assert [copy_passes_of(t) for t in ("Conv2D", "DepthwiseConv2D", "MaxPooling2D", "pooling")] == [2, 2, 1, 1]
+    assert [layout_copy_passes("torch", t, "channels_last") for t in ("Conv2D", "AveragePooling2D",
+                                                                      "GlobalAveragePooling2D", "Dense")] == [2, 1, 0, 0]
+    assert layout_copy_passes("jax", "Conv2D", "channels_last") == 0 == layout_copy_passes("torch", "Conv2D", "channels_first")
+    # a pooling sample (class "pooling") and a pooling layer (its Keras type) count one pass of 1 us at the
+    # data-movement cell (0.25 at 1 us): 4 us each; a convolution's 2 us are two such passes: 8 us
+    dm = _cal("data_movement")
+    assert dm.copies_time_s("torch", "pooling", "bfloat16", 1e-6) == pytest.approx(4e-6)
+    assert dm.copies_time_s("torch", "AveragePooling2D", "bfloat16", 1e-6) == pytest.approx(4e-6)
+    assert dm.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(8e-6)
