@@ -705,6 +705,11 @@ DUTY_BY_PATH = False
 DUTY_PATH_MIN_LAYERS = 200
 DUTY_PATH_TEST = "-s10"
 DUTY_PATH_SECOND_RULE_SLACK = 0.005   # the second rule's whole-model power allowance (0.5 point)
+# Its third rule (the eighth candidate, README fourteenth session), written before any DUTY_PATH_THIRD_TEST record
+# existed: with -s13 in the fits, by_path had come out ahead on every record before -s10 (per-layer power 9.0% against
+# 11.6%, whole-model 6.8% against 7.9%) and on -s10 (8.3% against 9.7%; whole-model 7.2% against 6.9%), the reverse
+# of the twelfth session's figures. DUTY_PATH_THIRD_TEST's records decide (duty_path_third_rule).
+DUTY_PATH_THIRD_TEST = "-s14"
 # What the duty scales (power_model.DUTY_BUSY_FORMS): "capped", the CARM operating point's power with the limit as a
 # roof (the incumbent), or "uncapped", the roofs' own rates' power, the duty power capped at the limit (candidate of
 # the helper of 2026-12-05, duty_busy_choice).
@@ -744,7 +749,8 @@ def duty_path_choice(results: dict[str, dict]) -> dict:
                     f"taken; {DUTY_PATH_TEST} is the test: the chosen one stays if its per-layer power there is no "
                     "worse than the other's",
             "chosen": chosen, "test_verdict": verdict, "in_use": "by_path" if DUTY_BY_PATH else "by_unit",
-            "min_layers": DUTY_PATH_MIN_LAYERS, "second_rule": duty_path_second_rule(table), "candidates": table}
+            "min_layers": DUTY_PATH_MIN_LAYERS, "second_rule": duty_path_second_rule(table),
+            "third_rule": duty_path_third_rule(results), "candidates": table}
 
 
 def duty_path_second_rule(table: dict) -> dict:
@@ -761,6 +767,38 @@ def duty_path_second_rule(table: dict) -> dict:
     return {"rule": f"on the {DUTY_PATH_TEST} rows alone: by_path is adopted if its pooled per-layer power is lower than "
                     f"by_unit's and its whole-model power no more than {DUTY_PATH_SECOND_RULE_SLACK:.3f} above by_unit's",
             "adopt": adopt}
+
+
+def duty_path_third_rule(results: dict[str, dict]) -> dict:
+    """The per-path curve's third rule (README, fourteenth session; written before any DUTY_PATH_THIRD_TEST record
+    existed): by_path is adopted if on DUTY_PATH_THIRD_TEST's rows alone its pooled per-layer power is lower than
+    by_unit's and its whole-model power at most DUTY_PATH_SECOND_RULE_SLACK above by_unit's, and if over every record
+    its pooled per-layer power and whole-model power are each at most that slack above by_unit's; None without figures
+    for both on the test rows."""
+    test = _pooled_table(results, DUTY_PATH_THIRD_TEST)
+    every = {}
+    for name, result in results.items():
+        scored = [l["headline_power_err"] for l in result["layers"] if l["scored"]]
+        whole = [(r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err") for r in result["models"]]
+        scored, whole = [x for x in scored if x is not None], [x for x in whole if x is not None]
+        every[name] = {"n": len(scored), "power_median_abs_err": _median_abs(scored), "models_n": len(whole),
+                       "models_power_median_abs_err": _median_abs(whole)}
+    figures = {n: {"test": test[n]["test"], "every_record": every[n]} for n in results}
+    adopt = None
+    if {"by_unit", "by_path"} <= set(figures):
+        u, p = figures["by_unit"], figures["by_path"]
+        values = [u["test"]["power_median_abs_err"], p["test"]["power_median_abs_err"],
+                  u["test"]["models_power_median_abs_err"], p["test"]["models_power_median_abs_err"]]
+        if None not in values:
+            slack = DUTY_PATH_SECOND_RULE_SLACK
+            adopt = (values[1] < values[0] and values[3] <= values[2] + slack
+                     and p["every_record"]["power_median_abs_err"] <= u["every_record"]["power_median_abs_err"] + slack
+                     and p["every_record"]["models_power_median_abs_err"]
+                     <= u["every_record"]["models_power_median_abs_err"] + slack)
+    return {"rule": f"on the {DUTY_PATH_THIRD_TEST} rows alone: by_path is adopted if its pooled per-layer power is "
+                    f"lower than by_unit's and its whole-model power no more than {DUTY_PATH_SECOND_RULE_SLACK:.3f} above "
+                    "by_unit's, and over every record its per-layer and whole-model power are each no more than that "
+                    "above by_unit's", "test": DUTY_PATH_THIRD_TEST, "adopt": adopt, "figures": figures}
 
 
 def whole_reference(doc: dict) -> tuple[str | None, dict]:

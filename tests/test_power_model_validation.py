@@ -1357,6 +1357,35 @@ def test_duty_path_choice_decides_by_the_pooled_layers_before_the_tenth_session_
     assert choice["second_rule"]["adopt"] is False       # -s10 above: by_path's layers 0.25 against 0.10
 
 
+def test_duty_path_third_rule_reads_the_fourteenth_sessions_rows_and_every_record():
+    mod = _load("power_model_validation")
+    old, test = "nvidia-h200-records-2026-12-05-s13c1-windows", "nvidia-h200-records-2026-12-05-s14c1-windows"
+    by_unit = _replay_result({"layers": [(old, "torch", 0.10), (old, "torch", 0.12), (test, "torch", 0.15),
+                                         (test, "torch", -0.05)],
+                              "models": [(old, 0.06), (test, 0.07), (test, -0.05)]})
+    by_path = _replay_result({"layers": [(old, "torch", 0.13), (old, "torch", 0.10), (test, "torch", 0.02),
+                                         (test, "torch", -0.04)],
+                              "models": [(old, 0.06), (test, 0.08), (test, -0.06)]})
+    rule = mod.duty_path_third_rule({"by_unit": by_unit, "by_path": by_path})
+    f = rule["figures"]
+    # -s14 rows: layers |0.15, -0.05| -> 0.10 against |0.02, -0.04| -> 0.03; models 0.06 against 0.07 (+1 point)
+    assert f["by_unit"]["test"]["power_median_abs_err"] == pytest.approx(0.10)
+    assert f["by_path"]["test"]["power_median_abs_err"] == pytest.approx(0.03)
+    assert f["by_path"]["test"]["models_power_median_abs_err"] == pytest.approx(0.07)
+    # every record: layers |0.10 0.12 0.15 0.05| -> 0.11 against |0.13 0.10 0.02 0.04| -> 0.07; models 0.06 / 0.06
+    assert f["by_unit"]["every_record"]["power_median_abs_err"] == pytest.approx(0.11)
+    assert f["by_path"]["every_record"]["power_median_abs_err"] == pytest.approx(0.07)
+    assert f["by_path"]["every_record"]["models_n"] == 3
+    assert rule["adopt"] is False                           # whole models on -s14 one point worse (> 0.5)
+    close = _replay_result({"layers": [(old, "torch", 0.13), (old, "torch", 0.10), (test, "torch", 0.02),
+                                       (test, "torch", -0.04)],
+                            "models": [(old, 0.06), (test, 0.064), (test, -0.064)]})
+    assert mod.duty_path_third_rule({"by_unit": by_unit, "by_path": close})["adopt"] is True   # +0.4 point
+    assert mod.duty_path_third_rule({"by_unit": close, "by_path": by_unit})["adopt"] is False  # layers not lower
+    no_test = _replay_result({"layers": [(old, "torch", 0.01)], "models": [(old, 0.01)]})
+    assert mod.duty_path_third_rule({"by_unit": no_test, "by_path": no_test})["adopt"] is None
+
+
 def test_validate_by_path_fits_each_paths_layers_apart_where_it_has_enough_of_them(monkeypatch):
     import dataclasses
 
