@@ -1010,7 +1010,7 @@ class Calibration:
         # cell_statistic says what the buckets' "efficiency" is; loading takes the product's (CELL_STATISTIC): a model
         # choice, not data
         return {"schema": SCHEMA, "provenance": self.provenance, "cell_statistic": self.cell_statistic,
-                "buckets": self.summary(),
+                "sample_fields": list(SAMPLE_FIELDS), "buckets": self.summary(),
                 "samples": [_sample_dict(s) for s in self.samples], "whole": [asdict(w) for w in self.whole]}
 
     def save(self, path: str | Path) -> Path:
@@ -1039,6 +1039,28 @@ class Calibration:
         except (OSError, json.JSONDecodeError) as exc:
             raise ProfileError(f"Expected a readable calibration JSON, Received: {path} ({exc})") from None
         return cls.from_dict(data, str(path))
+
+
+# What a file written by this code says its samples hold (to_dict's "sample_fields"): "layout_copy_s" marks samples
+# that carry the layout copies' bound they had taken off (0 where none). A file without it may come from code before
+# that field (884efc0), whose torch convolution and pooling samples hold their copies in an unknown way.
+SAMPLE_FIELDS = ("layout_copy_s",)
+
+
+def without_unmarked_copy_samples(data: Any, calibration: "Calibration") -> tuple["Calibration", int]:
+    """`calibration` loaded from `data` (a file's dict), less the torch convolution and pooling samples it cannot
+    tell apart (a file written before Sample.layout_copy_s: no "sample_fields" and no sample with copies), and how
+    many were left out. Their copies were taken off at the roof's bound or not at all, so under the data-movement
+    form they would count the copies twice; the next measured analysis of the model learns them again."""
+    if (isinstance(data, dict) and "layout_copy_s" in (data.get("sample_fields") or ())) or any(
+            s.layout_copy_s for s in calibration.samples):
+        return calibration, 0
+
+    def ambiguous(s: Sample) -> bool:
+        return s.backend == "torch" and (s.layer_class == "pooling" or "Conv" in s.layer_class)
+
+    kept = [s for s in calibration.samples if not ambiguous(s)]
+    return replace(calibration, samples=kept), len(calibration.samples) - len(kept)
 
 
 def _sample_dict(s: Sample) -> dict[str, Any]:

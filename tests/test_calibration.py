@@ -762,3 +762,34 @@ def test_a_sample_of_infinite_time_is_left_out_of_its_cell():
     calib = Calibration([_s(0.2), _s(0.4), _s(0.6), Sample("torch", "Conv2D", "bfloat16", 1e-4, math.inf, "m")])
     found = calib.estimate("torch", "Conv2D", "bfloat16", 1e-4)
     assert found.n == 3 and found.efficiency == pytest.approx(BF16_CELL_E)
+
+
+def test_a_cache_written_before_the_layout_copies_field_leaves_its_torch_conv_and_pool_samples_out(tmp_path, monkeypatch):
+    import json
+
+    from carm_advisor.profiles.cache import cached_calibration, calibration_path, store_calibration
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    device = {"uuid": "GPU-1", "driver": "1"}
+    samples = [_s(0.5, model="a"), _s(0.5, cls="pooling", model="a"), _s(0.5, cls="DepthwiseConv2D", model="a"),
+               _s(0.5, cls="BatchNormalization", model="a"), _s(0.5, backend="jax", model="a")]
+    old = Calibration(samples).to_dict()
+    del old["sample_fields"]                       # as code before the field wrote it
+    path = calibration_path(device)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    with pytest.warns(RuntimeWarning, match="3 torch convolution and pooling samples are left out"):
+        kept = cached_calibration(device)
+    assert sorted((s.backend, s.layer_class) for s in kept.samples) == [("jax", "Conv2D"), ("torch", "BatchNormalization")]
+    # a file of that age with one sample that carries copies is newer code's: kept whole
+    old["samples"][0]["layout_copy_s"] = 1e-6
+    path.write_text(json.dumps(old))
+    assert len(cached_calibration(device).samples) == 5
+    # what this code writes says so: nothing left out, no warning
+    path.unlink()
+    store_calibration(device, Calibration(samples))
+    assert json.loads(path.read_text())["sample_fields"] == ["layout_copy_s"]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(cached_calibration(device).samples) == 5
