@@ -114,6 +114,7 @@ Writes <out>/<gpu>-power-model-<date>.json; per-layer rows are one short list ea
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import re
@@ -713,12 +714,12 @@ DUTY_PATH_THIRD_TEST = "-s14"
 # What the duty scales (power_model.DUTY_BUSY_FORMS): "capped", the CARM operating point's power with the limit as a
 # roof (the incumbent), or "uncapped", the roofs' own rates' power, the duty power capped at the limit (candidate of
 # the helper of 2026-12-05, duty_busy_choice).
-DUTY_BUSY = "capped"
-DUTY_BUSY_IN_USE = DUTY_BUSY   # the product's form (main's --duty-busy changes only DUTY_BUSY, a run's headline)
+DUTY_BUSY = "capped"   # the product's form; main's --duty-busy picks a run's headline form and passes it down
 
 
-def duty_busy_choice(results: dict[str, dict]) -> dict:
-    """Per-layer (headline, measured time, in sample) and whole-model power errors of each duty_busy form."""
+def duty_busy_choice(results: dict[str, dict], headline: str = DUTY_BUSY) -> dict:
+    """Per-layer (headline, measured time, in sample) and whole-model power errors of each duty_busy form (`headline`:
+    the run's own form)."""
     out = {}
     for name, res in results.items():
         v = res["validation"]
@@ -727,7 +728,7 @@ def duty_busy_choice(results: dict[str, dict]) -> dict:
                         for k in ("duty_lomo_measured_time", "duty_in_sample_measured_time")},
                      "models_power_median_abs_err": v["models"]["headline"]["power_median_abs_err"],
                      "models_n": v["models"]["headline"]["n"]}
-    return {"in_use": DUTY_BUSY_IN_USE, "headline": DUTY_BUSY, "candidates": out}
+    return {"in_use": DUTY_BUSY, "headline": headline, "candidates": out}
 
 
 def duty_path_choice(results: dict[str, dict]) -> dict:
@@ -1267,7 +1268,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     from carm_advisor.carm.power_fit import DutyObservation
 
     replay_norm = REPLAY_CANDIDATES[replay]   # a replayed layer's busy share (REPLAY_CANDIDATES; None: none)
-    duty_busy = duty_busy or DUTY_BUSY   # the headline's form (main's --duty-busy sets DUTY_BUSY)
+    duty_busy = duty_busy or DUTY_BUSY   # the product's form unless a run's headline says otherwise
     pm = dataclasses.replace(pm, duty_busy=duty_busy)
     uncapped = duty_busy == "uncapped"
     limit = pm.power_limit_w if uncapped else None   # the duty fits cap the duty power where it scales uncapped power
@@ -2067,56 +2068,56 @@ def main(argv: list[str] | None = None) -> int:
         return loaded
 
     runs = runs_for(calibration)
-    if args.duty_busy:   # the headline's duty form (every validate() call below takes it unless told otherwise)
-        global DUTY_BUSY
-        DUTY_BUSY = args.duty_busy
-    result = validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on)
-    by_busy = {name: (result if name == DUTY_BUSY else
-                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+    headline_busy = args.duty_busy or DUTY_BUSY   # the headline's duty form: every validate() below takes it unless told
+    validate_headline = functools.partial(validate, duty_busy=headline_busy)
+    result = validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                               args.form_fixed_on)
+    by_busy = {name: (result if name == headline_busy else
+                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
                                args.form_fixed_on, duty_busy=name))
                for name in ("capped", "uncapped")}
-    result["validation"]["duty_busy_choice"] = duty_busy_choice(by_busy)
+    result["validation"]["duty_busy_choice"] = duty_busy_choice(by_busy, headline_busy)
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
     by_replay = {name: (result if name == REPLAY_IN_USE else
-                        validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                        validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
                                  args.form_fixed_on, replay=name))
                  for name in REPLAY_CANDIDATES}
     result["validation"]["replay_pacing_choice"] = replay_pacing_choice(by_replay)
     # The duty curve's size term (DUTY_FILL_CANDIDATES): the same validation with the other term.
     by_fill = {name: (result if name == DUTY_VARIABLE else
-                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
                                args.form_fixed_on, duty_variable=name))
                for name in DUTY_FILL_CANDIDATES}
     result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
     result["validation"]["duty_fill_choice"]["fill_curves"] = by_fill["fill_efficiency"].get("duty_curves")
     # The duty curve's size terms together (DUTY_SIZE_FILL_CANDIDATES): the same validation with both.
-    by_size_fill = {name: by_fill.get(name) or validate(runs, profile.carm(), pm, fit.voltage.f0_mhz,
+    by_size_fill = {name: by_fill.get(name) or validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz,
                                                         args.min_layer_window_s, args.form_fixed_on, duty_variable=name)
                     for name in DUTY_SIZE_FILL_CANDIDATES}
     result["validation"]["duty_size_fill_choice"] = duty_size_fill_choice(by_size_fill)
     result["validation"]["duty_size_fill_choice"]["size_fill_curves"] = by_size_fill["size_fill_efficiency"].get("duty_curves")
     # What a calibration cell says of its layers (CELL_STATISTICS): the records loaded again under each other one.
     by_cell = {name: (result if name == calibration.cell_statistic else
-                      validate(runs_for(replace(calibration, cell_statistic=name), f"-{name}"), profile.carm(), pm,
+                      validate_headline(runs_for(replace(calibration, cell_statistic=name), f"-{name}"), profile.carm(), pm,
                                fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
                for name in CELL_STATISTICS}
     result["validation"]["cell_statistic_choice"] = cell_statistic_choice(by_cell)
     # A kin dtype's cell of the same size (calibration.KIN_DTYPES): the records loaded again with the other setting.
     by_kin = {name: (result if on == calibration.kin_dtypes else
-                     validate(runs_for(replace(calibration, kin_dtypes=on), f"-kin-{name}"), profile.carm(), pm,
+                     validate_headline(runs_for(replace(calibration, kin_dtypes=on), f"-kin-{name}"), profile.carm(), pm,
                               fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
               for name, on in (("off", False), ("on", True))}
     result["validation"]["kin_dtype_choice"] = kin_dtype_choice(by_kin)
     # A duty curve per compute unit (DUTY_BY_UNIT): the same records validated with the other setting.
     by_unit = {name: (result if on == DUTY_BY_UNIT else
-                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
                                args.form_fixed_on, duty_by_unit=on))
                for name, on in (("one", False), ("by_unit", True))}
     result["validation"]["duty_unit_choice"] = duty_unit_choice(by_unit)
     result["validation"]["duty_unit_choice"]["curves"] = by_unit["by_unit"]["duty_curves"]
     # A duty curve per compute path (DUTY_BY_PATH): the same records validated with the other setting.
     by_path = {name: (result if on == DUTY_BY_PATH else
-                      validate(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
+                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
                                args.form_fixed_on, duty_by_path=on))
                for name, on in (("by_unit", False), ("by_path", True))}
     result["validation"]["duty_path_choice"] = duty_path_choice(by_path)
@@ -2124,7 +2125,7 @@ def main(argv: list[str] | None = None) -> int:
         k: by_path["by_path"]["duty_curves"].get(k) for k in ("by_path_in_sample", "by_path_n")}
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
-        shipped = validate(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,
+        shipped = validate_headline(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,
                            args.form_fixed_on)
     doc = {"device": {"name": profile.name, **{k: profile.device.get(k) for k in ("power_limit_w", "sm_clock_max_mhz")}},
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
