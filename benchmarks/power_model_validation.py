@@ -381,25 +381,25 @@ def _pooled_table(results: dict[str, dict], test: str) -> dict:
     """Per candidate (name -> its validate() result): the per-layer headline power pooled over every scored layer
     and over the torch ones, and the whole-model headline power (median |error|, n), on the records before `test`
     ("choosing") and on its own ("test")."""
+    return {name: {part: _pooled_part(result, keep)
+                   for part, keep in (("choosing", lambda src: recorded_before(src, test)),
+                                      ("test", lambda src: in_test(src, test)))}
+            for name, result in results.items()}
+
+
+def _pooled_part(result: dict, keep) -> dict:
+    """One validate() result's pooled figures (_pooled_table's cells) on the records whose folder `keep` takes."""
     def med(xs):
         xs = [x for x in xs if x is not None]
         return _median_abs(xs), len(xs)
 
-    table = {}
-    for name, result in results.items():
-        row = {}
-        for part, keep in (("choosing", lambda src: recorded_before(src, test)),
-                           ("test", lambda src: in_test(src, test))):
-            scored = [l for l in result["layers"] if l["scored"] and keep(l["source"])]
-            pooled, n = med(l["headline_power_err"] for l in scored)
-            replays, n_replays = med(l["headline_power_err"] for l in scored if l["backend"] == "torch")
-            whole, n_whole = med((r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err")
-                                 for r in result["models"] if keep(r["source"]))
-            row[part] = {"n": n, "power_median_abs_err": pooled, "torch_n": n_replays,
-                         "torch_power_median_abs_err": replays, "models_n": n_whole,
-                         "models_power_median_abs_err": whole}
-        table[name] = row
-    return table
+    scored = [l for l in result["layers"] if l["scored"] and keep(l["source"])]
+    pooled, n = med(l["headline_power_err"] for l in scored)
+    replays, n_replays = med(l["headline_power_err"] for l in scored if l["backend"] == "torch")
+    whole, n_whole = med((r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err")
+                         for r in result["models"] if keep(r["source"]))
+    return {"n": n, "power_median_abs_err": pooled, "torch_n": n_replays, "torch_power_median_abs_err": replays,
+            "models_n": n_whole, "models_power_median_abs_err": whole}
 
 
 def _no_worse_whole_models(table: dict, incumbent: str) -> dict:
@@ -776,15 +776,8 @@ def duty_path_third_rule(results: dict[str, dict]) -> dict:
     by_unit's and its whole-model power at most DUTY_PATH_SECOND_RULE_SLACK above by_unit's, and if over every record
     its pooled per-layer power and whole-model power are each at most that slack above by_unit's; None without figures
     for both on the test rows."""
-    test = _pooled_table(results, DUTY_PATH_THIRD_TEST)
-    every = {}
-    for name, result in results.items():
-        scored = [l["headline_power_err"] for l in result["layers"] if l["scored"]]
-        whole = [(r.get("calibrated_leave_one_model_out") or {}).get("duty_lomo_power_err") for r in result["models"]]
-        scored, whole = [x for x in scored if x is not None], [x for x in whole if x is not None]
-        every[name] = {"n": len(scored), "power_median_abs_err": _median_abs(scored), "models_n": len(whole),
-                       "models_power_median_abs_err": _median_abs(whole)}
-    figures = {n: {"test": test[n]["test"], "every_record": every[n]} for n in results}
+    figures = {n: {"test": _pooled_part(r, lambda src: in_test(src, DUTY_PATH_THIRD_TEST)),
+                   "every_record": _pooled_part(r, lambda src: True)} for n, r in results.items()}
     adopt = None
     if {"by_unit", "by_path"} <= set(figures):
         u, p = figures["by_unit"], figures["by_path"]

@@ -1033,12 +1033,15 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ProfileError(f"Expected a readable calibration JSON, Received: {path} ({exc})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(_read_json(path), str(path))
+
+
+def _read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"Expected a readable calibration JSON, Received: {path} ({exc})") from None
 
 
 # What a file written by this code says its samples hold (to_dict's "sample_fields"): "layout_copy_s" marks samples
@@ -1047,12 +1050,14 @@ class Calibration:
 SAMPLE_FIELDS = ("layout_copy_s",)
 
 
-def without_unmarked_copy_samples(data: Any, calibration: "Calibration") -> tuple["Calibration", int]:
-    """`calibration` loaded from `data` (a file's dict), less the torch convolution and pooling samples it cannot
-    tell apart (a file written before Sample.layout_copy_s: no "sample_fields" and no sample with copies), and how
-    many were left out. Their copies were taken off at the roof's bound or not at all, so under the data-movement
-    form they would count the copies twice; the next measured analysis of the model learns them again."""
-    if (isinstance(data, dict) and "layout_copy_s" in (data.get("sample_fields") or ())) or any(
+def load_without_unmarked_copy_samples(path: str | Path) -> tuple["Calibration", int]:
+    """The calibration file `path` (read once), less the torch convolution and pooling samples it cannot tell apart
+    (a file written before Sample.layout_copy_s: no "sample_fields" and no sample with copies), and how many were
+    left out. Their copies were taken off at the roof's bound or not at all, so under the data-movement form they
+    would count the copies twice; the next measured analysis of the model learns them again."""
+    data = _read_json(path)
+    calibration = Calibration.from_dict(data, str(path))
+    if "layout_copy_s" in (data.get("sample_fields") or ()) or any(
             s.layout_copy_s for s in calibration.samples):
         return calibration, 0
 

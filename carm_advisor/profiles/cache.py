@@ -54,20 +54,16 @@ def calibration_path(device: dict) -> Path:
 
 def cached_calibration(device: dict):
     """What earlier measured analyses on this GPU learned (a Calibration), or None."""
-    from carm_advisor.calibration import Calibration
-
-    import json
     import warnings
 
-    from carm_advisor.calibration import without_unmarked_copy_samples
+    from carm_advisor.calibration import load_without_unmarked_copy_samples
 
     if not device.get("uuid"):
         return None
     path = calibration_path(device)
     if not path.is_file():
         return None
-    loaded = Calibration.load(path)   # a bad file raises ProfileError here; past it, the text is JSON
-    kept, dropped = without_unmarked_copy_samples(json.loads(path.read_text()), loaded)
+    kept, dropped = load_without_unmarked_copy_samples(path)
     if dropped:
         warnings.warn(f"carm_advisor: the cached calibration {path} predates the layout copies' field; its {dropped} "
                       "torch convolution and pooling samples are left out until a measured analysis learns them again",
