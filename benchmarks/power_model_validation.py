@@ -114,7 +114,6 @@ Writes <out>/<gpu>-power-model-<date>.json; per-layer rows are one short list ea
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import re
@@ -1061,7 +1060,7 @@ def session_of(source: str | None) -> tuple[str, int]:
 
 
 # Sessions are numbered on from TEST_DATE's: the ninth and later ones were recorded on the dates here.
-SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05", 13: "2026-12-05", 14: "2026-12-05"}
+SESSION_DATES = {9: "2026-12-05", 10: "2026-12-05", 13: "2026-12-05", 14: "2026-12-06"}
 
 
 def _test_session(test: str) -> tuple[str, int]:
@@ -2062,64 +2061,53 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = runs_for(calibration)
     headline_busy = args.duty_busy or DUTY_BUSY   # the headline's duty form: every validate() below takes it unless told
-    validate_headline = functools.partial(validate, duty_busy=headline_busy)
-    result = validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                               args.form_fixed_on)
-    by_busy = {name: (result if name == headline_busy else
-                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                               args.form_fixed_on, duty_busy=name))
+    def validate_headline(on_runs=None, power_model=None, **variant):
+        """The validation of `on_runs` (default: `runs`) with every setting of the headline but those named."""
+        return validate(runs if on_runs is None else on_runs, profile.carm(), power_model or pm, fit.voltage.f0_mhz,
+                        args.min_layer_window_s, args.form_fixed_on, **{"duty_busy": headline_busy, **variant})
+
+    result = validate_headline()
+    by_busy = {name: (result if name == headline_busy else validate_headline(duty_busy=name))
                for name in ("capped", "uncapped")}
     result["validation"]["duty_busy_choice"] = duty_busy_choice(by_busy, headline_busy)
     # The replayed layers' busy share (REPLAY_CANDIDATES): the same validation at each other candidate.
-    by_replay = {name: (result if name == REPLAY_IN_USE else
-                        validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                                 args.form_fixed_on, replay=name))
+    by_replay = {name: (result if name == REPLAY_IN_USE else validate_headline(replay=name))
                  for name in REPLAY_CANDIDATES}
     result["validation"]["replay_pacing_choice"] = replay_pacing_choice(by_replay)
     # The duty curve's size term (DUTY_FILL_CANDIDATES): the same validation with the other term.
-    by_fill = {name: (result if name == DUTY_VARIABLE else
-                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                               args.form_fixed_on, duty_variable=name))
+    by_fill = {name: (result if name == DUTY_VARIABLE else validate_headline(duty_variable=name))
                for name in DUTY_FILL_CANDIDATES}
     result["validation"]["duty_fill_choice"] = duty_fill_choice(by_fill)
     result["validation"]["duty_fill_choice"]["fill_curves"] = by_fill["fill_efficiency"].get("duty_curves")
     # The duty curve's size terms together (DUTY_SIZE_FILL_CANDIDATES): the same validation with both.
-    by_size_fill = {name: by_fill.get(name) or validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz,
-                                                        args.min_layer_window_s, args.form_fixed_on, duty_variable=name)
+    by_size_fill = {name: by_fill.get(name) or validate_headline(duty_variable=name)
                     for name in DUTY_SIZE_FILL_CANDIDATES}
     result["validation"]["duty_size_fill_choice"] = duty_size_fill_choice(by_size_fill)
     result["validation"]["duty_size_fill_choice"]["size_fill_curves"] = by_size_fill["size_fill_efficiency"].get("duty_curves")
     # What a calibration cell says of its layers (CELL_STATISTICS): the records loaded again under each other one.
     by_cell = {name: (result if name == calibration.cell_statistic else
-                      validate_headline(runs_for(replace(calibration, cell_statistic=name), f"-{name}"), profile.carm(), pm,
-                               fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
+                      validate_headline(runs_for(replace(calibration, cell_statistic=name), f"-{name}")))
                for name in CELL_STATISTICS}
     result["validation"]["cell_statistic_choice"] = cell_statistic_choice(by_cell)
     # A kin dtype's cell of the same size (calibration.KIN_DTYPES): the records loaded again with the other setting.
     by_kin = {name: (result if on == calibration.kin_dtypes else
-                     validate_headline(runs_for(replace(calibration, kin_dtypes=on), f"-kin-{name}"), profile.carm(), pm,
-                              fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on))
+                     validate_headline(runs_for(replace(calibration, kin_dtypes=on), f"-kin-{name}")))
               for name, on in (("off", False), ("on", True))}
     result["validation"]["kin_dtype_choice"] = kin_dtype_choice(by_kin)
     # A duty curve per compute unit (DUTY_BY_UNIT): the same records validated with the other setting.
-    by_unit = {name: (result if on == DUTY_BY_UNIT else
-                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                               args.form_fixed_on, duty_by_unit=on))
+    by_unit = {name: (result if on == DUTY_BY_UNIT else validate_headline(duty_by_unit=on))
                for name, on in (("one", False), ("by_unit", True))}
     result["validation"]["duty_unit_choice"] = duty_unit_choice(by_unit)
     result["validation"]["duty_unit_choice"]["curves"] = by_unit["by_unit"]["duty_curves"]
     # A duty curve per compute path (DUTY_BY_PATH): the same records validated with the other setting.
-    by_path = {name: (result if on == DUTY_BY_PATH else
-                      validate_headline(runs, profile.carm(), pm, fit.voltage.f0_mhz, args.min_layer_window_s,
-                               args.form_fixed_on, duty_by_path=on))
+    by_path = {name: (result if on == DUTY_BY_PATH else validate_headline(duty_by_path=on))
                for name, on in (("by_unit", False), ("by_path", True))}
     result["validation"]["duty_path_choice"] = duty_path_choice(by_path)
     result["validation"]["duty_path_choice"]["curves"] = {
         k: by_path["by_path"]["duty_curves"].get(k) for k in ("by_path_in_sample", "by_path_n")}
     shipped = None
     if profile.power_model is not None:   # the same validation with the power model the product ships
-        shipped = validate_headline(runs, profile.carm(), profile.power_model, fit.voltage.f0_mhz, args.min_layer_window_s,
-                           args.form_fixed_on)
+        shipped = validate_headline(power_model=profile.power_model)
     doc = {"device": {"name": profile.name, **{k: profile.device.get(k) for k in ("power_limit_w", "sm_clock_max_mhz")}},
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},

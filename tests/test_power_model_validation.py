@@ -1359,7 +1359,7 @@ def test_duty_path_choice_decides_by_the_pooled_layers_before_the_tenth_session_
 
 def test_duty_path_third_rule_reads_the_fourteenth_sessions_rows_and_every_record():
     mod = _load("power_model_validation")
-    old, test = "nvidia-h200-records-2026-12-05-s13c1-windows", "nvidia-h200-records-2026-12-05-s14c1-windows"
+    old, test = "nvidia-h200-records-2026-12-05-s13c1-windows", "nvidia-h200-records-2026-12-06-s14c1-windows"
     by_unit = _replay_result({"layers": [(old, "torch", 0.10), (old, "torch", 0.12), (test, "torch", 0.15),
                                          (test, "torch", -0.05)],
                               "models": [(old, 0.06), (test, 0.07), (test, -0.05)]})
