@@ -2061,10 +2061,13 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = runs_for(calibration)
     headline_busy = args.duty_busy or DUTY_BUSY   # the headline's duty form: every validate() below takes it unless told
+    carm = profile.carm()
+
     def validate_headline(on_runs=None, power_model=None, **variant):
         """The validation of `on_runs` (default: `runs`) with every setting of the headline but those named."""
-        return validate(runs if on_runs is None else on_runs, profile.carm(), power_model or pm, fit.voltage.f0_mhz,
-                        args.min_layer_window_s, args.form_fixed_on, **{"duty_busy": headline_busy, **variant})
+        return validate(runs if on_runs is None else on_runs, carm, pm if power_model is None else power_model,
+                        fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on,
+                        **{"duty_busy": headline_busy, **variant})
 
     result = validate_headline()
     by_busy = {name: (result if name == headline_busy else validate_headline(duty_busy=name))
@@ -2137,7 +2140,7 @@ def main(argv: list[str] | None = None) -> int:
 
         records = [r for d in docs for r in records_from_benchmarks(d.get("benchmarks") or []) if r.name not in drop]
         doc["voltage_from_capped_clocks"] = voltage_from_clocks(runs, records, fit.constant_w, fit.voltage.f0_mhz,
-                                                                limit, profile.carm(), pm, args.min_layer_window_s)
+                                                                limit, carm, pm, args.min_layer_window_s)
     doc["validation"]["session_tests"] = {t: session_test_scores(doc, t) for t in SESSION_TESTS}
     doc["validation"]["layout_copies_test"] = layout_copies_test_scores(doc, LAYOUT_COPIES_TEST)
     doc["validation"]["layout_copy_form_test"] = layout_copies_test_scores(doc, LAYOUT_COPY_FORM_TEST)
