@@ -1161,6 +1161,8 @@ def duty_form_choice(cand_obs: list[tuple], constant_w: float) -> dict:
     choice = FORM_CHOICES[-1]
     choose = [c for c in cand_obs if form_choice_data(c[1], choice["test"])]
     test = [c for c in cand_obs if in_test(c[1], choice["test"])]
+    if not choose:   # records of another GPU or another time: none of the data the form was chosen on
+        return {"skipped": f"no scored layer among the records the form was chosen on (before {choice['test']})"}
 
     def fit(form, rows):
         obs = [c[2] for c in rows]

@@ -260,7 +260,7 @@ def _form_choice_rows(v: dict) -> list[str]:
     (validation.whole_model_jit_choice): each candidate on its choosing and its test records."""
     c, j = v.get("duty_form_choice"), v.get("whole_model_jit_choice")
     rows = []
-    if c and "form_test" in next(iter(c["candidates"].values())):
+    if c and c.get("candidates") and "form_test" in next(iter(c["candidates"].values())):
         rows += ["", f"Duty form choice ({c.get('session', '')}): chosen {c['chosen']} (incumbent "
                  f"{c.get('incumbent', '-')}, in use {c['in_use']}); per-layer power of GPU-paced layers at the "
                  "calibrated time, fitted leave one model out on the choosing records, then fitted on all of them "

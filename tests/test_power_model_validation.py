@@ -712,6 +712,15 @@ def test_duty_form_choice_picks_on_the_choosing_records_and_only_reports_the_tes
     assert cand["efficiency"]["form_test"]["calibrated_time_power_median_abs_err"] == pytest.approx(0.75)
 
 
+def test_duty_form_choice_is_skipped_on_records_without_its_choosing_data():
+    # Records of another GPU or a later day only (say an H100's): nothing to choose on, so no fit is tried
+    mod = _load("power_model_validation")
+    obs = [_choice_obs(m, THIRD, t, 400.0) for m in ("a", "b") for t in (1e-3, 2e-3)]
+    choice = mod.duty_form_choice(obs, 100.0)
+    assert set(choice) == {"skipped"} and "-s3" in choice["skipped"]
+    assert mod.duty_form_choice(obs + [_choice_obs("a", CHOOSE, 1e-3, 400.0)], 100.0)["choosing_data"] == [CHOOSE]
+
+
 def test_duty_form_choice_replaces_the_incumbent_only_with_a_form_that_beats_it():
     mod = _load("power_model_validation")
     # d = min(1, (t / 1 ms) ** 0.5) at one bound time: 0.25 ms -> 400 W, 1 ms and 4 ms -> 700 W, 62.5 us -> 250 W
