@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="record files or folders; repeat the flag or list several (all are used)")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model samples")
+    parser.add_argument("--profile", help="profile whose roofs place the records' layers (default: the embedded "
+                                          "H200); another GPU's records need that GPU's profile")
     parser.add_argument("--out", required=True)
     return parser
 
@@ -112,7 +114,15 @@ def main(argv=None) -> int:
     if not runs:
         print(f"no RunMeasurement records with a model name under {args.records}", file=sys.stderr)
         return 2
-    calibration = fit_runs(runs)
+    from carm_advisor.errors import CarmError
+    from carm_advisor.profiles.profile import load_profile
+
+    try:
+        profile = load_profile(args.profile)
+    except CarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    calibration = fit_runs(runs, profile)
     add_studies(calibration, args.studies)
     floor = launch_floor(calibration.provenance.get("device"))
     if floor:

@@ -175,6 +175,36 @@ def test_records_accumulate_over_repeated_flags_and_each_file_counts_once(tmp_pa
         fit.parse_args(fit.build_parser(), ["--records", str(tmp_path / "missing"), "--out", "x.json"])
 
 
+def test_fit_calibration_places_the_layers_on_the_profile_it_is_given(tmp_path, monkeypatch, capsys):
+    # Another GPU's records need that GPU's roofs: --profile reaches the fit; a bad one is a one-line error
+    import carm_advisor.calibration as calibration
+    from carm_advisor.profiles.profile import load_profile
+
+    fit = _load("fit_calibration")
+    RunMeasurement(device={"name": "Fake GPU"}, backend="torch", backend_version="x", keras_version="x", batch_size=4,
+                   precision="float32", layout="channels_last", math_mode={}, date="d", command="t",
+                   model_name="m").to_json(tmp_path / "r1.json")
+    other = load_profile().to_dict()
+    other["device"]["name"] = "Other GPU"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    seen = []
+
+    def fake_fit_runs(runs, profile=None):
+        seen.append(profile.name)
+        raise KeyboardInterrupt   # stop before anything is written
+
+    monkeypatch.setattr(calibration, "fit_runs", fake_fit_runs)
+    with pytest.raises(KeyboardInterrupt):
+        fit.main(["--records", str(tmp_path / "r1.json"), "--profile", str(tmp_path / "other.json"),
+                  "--out", str(tmp_path / "cal.json")])
+    assert seen == ["Other GPU"]
+    assert fit.main(["--records", str(tmp_path / "r1.json"), "--profile", str(tmp_path / "missing.json"),
+                     "--out", str(tmp_path / "cal.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.json" in err[0]
+    assert not (tmp_path / "cal.json").exists()
+
+
 def test_the_launch_floor_comes_from_the_newest_file_of_the_same_gpu(tmp_path):
     fit = _load("fit_calibration")
 
