@@ -7,7 +7,6 @@ import keras
 import pytest
 
 import carm_advisor as advisor
-from carm_advisor.carm.roofline import apply_launch_floor
 from carm_advisor.errors import ProfileError
 from carm_advisor.profiles.profile import SCHEMA, load_profile, profile_from_dict
 
@@ -67,25 +66,19 @@ def test_a_bad_launch_floor_is_refused(floor, fragment):
         profile_from_dict(doc(launch_floor=floor))
 
 
-def test_apply_launch_floor_keeps_the_longer_of_roof_time_and_floor():
-    assert apply_launch_floor(2e-9, 5e-6) == 5e-6
-    assert apply_launch_floor(1e-3, 5e-6) == 1e-3
-    assert apply_launch_floor(2e-9, None) == 2e-9
-
-
-def test_a_tiny_dense_layer_is_predicted_at_the_profiles_launch_floor():
+def test_a_tiny_dense_layer_keeps_its_roof_bound_whatever_the_profiles_launch_floor():
+    # The launch floor is the host's launch + sync of one call; a layer inside a model is not held to it (on
+    # the H100, 35.6 us against profiled in-model layers of 5-50 us): the CARM bound is the roofs' time alone.
     floor = {"value_s": 5e-6, "provenance": {"source": "measured", "method": "hand numbers for the test"}}
     profile = profile_from_dict(doc(launch_floor=floor))
     assert profile.to_dict()["launch_floor"] == floor   # saved back as read
     inputs = keras.Input(shape=(16,))
     model = keras.Model(inputs, keras.layers.Dense(10, name="fc")(inputs))
-    report = advisor.analyze(model, profile=profile, measure=False)
     # 16x10 weights + 10 biases + 16 inputs + 10 outputs, float32 = 784 bytes, within the 1000 B of L2,
-    # at 1e12 B/s: 0.784 ns by the roofs alone, so the 5 us floor decides.
-    row = next(r for r in report.layers if r.name == "fc")
-    assert row.predicted_time_s == pytest.approx(5e-6)
-    no_floor = advisor.analyze(model, profile=profile_from_dict(doc()), measure=False)
-    assert next(r for r in no_floor.layers if r.name == "fc").predicted_time_s == pytest.approx(784 / 1e12, rel=0.05)
+    # at 1e12 B/s: 0.784 ns by the roofs, with or without a floor in the profile.
+    for p in (profile, profile_from_dict(doc())):
+        row = next(r for r in advisor.analyze(model, profile=p, measure=False).layers if r.name == "fc")
+        assert row.predicted_time_s == pytest.approx(784 / 1e12, rel=0.05)
 
 
 def test_the_ceilings_run_measures_the_launch_floor_and_keeps_it_in_the_profile(tmp_path, monkeypatch):

@@ -134,8 +134,3 @@ class CARM:
         above = [(k, v) for k, v in roofs if v >= flops_per_s]
         return min(above, key=lambda kv: kv[1]) if above else None
 
-
-def apply_launch_floor(time_s: float, floor_s: float | None) -> float:
-    """A kernel takes at least one launch + synchronisation, however little work it does: the roofs
-    alone would predict nanoseconds for a tiny layer. No floor (None) leaves the time as it is."""
-    return time_s if floor_s is None else max(time_s, floor_s)
