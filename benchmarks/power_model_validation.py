@@ -1253,9 +1253,12 @@ def replay_share(layer: dict, norm: float | None) -> float:
 def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: float = 0.5,
              form_fixed_on: str = "2026-12-03", duty_variable: str = DUTY_VARIABLE,
              replay: str = REPLAY_IN_USE, duty_by_unit: bool = DUTY_BY_UNIT,
-             duty_by_path: bool = DUTY_BY_PATH, duty_busy: str | None = None) -> dict:
+             duty_by_path: bool = DUTY_BY_PATH, duty_busy: str | None = None, fixed_duty=None) -> dict:
     """Every layer and whole model of `runs` predicted and scored (the module docstring says what each variant is).
-    `duty_busy`: what the duty curve scales (power_model.DUTY_BUSY_FORMS; None: DUTY_BUSY, the run's headline)."""
+    `duty_busy`: what the duty curve scales (power_model.DUTY_BUSY_FORMS; None: DUTY_BUSY, the run's headline).
+    `fixed_duty`: a PowerModel whose duty curves (duty, duty_tensor_core, duty_by_path) every model takes in place
+    of the curves fitted on the other models' layers (the "lomo" variants): another GPU's curves, no layer of
+    these records in them (--duty-from). The in-sample curves are still fitted, for comparison."""
     import dataclasses
 
     from carm_advisor.carm.dvfs import Work, predict_at_clock, predict_at_time
@@ -1334,6 +1337,10 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
                     path_in_sample[path] = in_p
                     for m, curves in path_curves.items():
                         curves[path] = lomo_p.get(m) or in_p
+    if fixed_duty is not None:   # the given curves for every model, whatever the records' layers say
+        lomo_curves = {r["model"]: fixed_duty.duty for r in runs}
+        tc_curves = {r["model"]: fixed_duty.duty_tensor_core for r in runs}
+        path_curves = {r["model"]: dict(fixed_duty.duty_by_path or {}) for r in runs}
     duty_pm = {m: dataclasses.replace(pm, duty=c, duty_tensor_core=tc_curves.get(m), duty_by_path=path_curves[m])
                for m, c in lomo_curves.items() if c is not None}
     time_pm = {m: dataclasses.replace(pm, duty=c, duty_busy="capped") for m, c in time_curves.items() if c is not None}
@@ -2016,6 +2023,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout-copy-form", choices=("roof", "data_movement"), default=None,
                     help="what a layout copy pass takes in the calibrated times (calibration.LAYOUT_COPY_FORMS; default "
                          "the calibration's own, LAYOUT_COPY_FORM): the seventh candidate's run (README, thirteenth session)")
+    ap.add_argument("--duty-from", metavar="PROFILE",
+                    help="take the duty curves of this profile (a file or an embedded name, e.g. nvidia_h200) for "
+                         "every model instead of fitting them leave one model out: whether one GPU's curves carry to "
+                         "another GPU's records with no layer of them fitted")
     ap.add_argument("--runs-cache", type=Path,
                     help="development: keep the loaded records (models rebuilt on the CPU) in this JSON file and "
                          "reuse them while the records, profile and calibration are the same")
@@ -2035,6 +2046,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.layout_copy_form:
         calibration = replace(calibration, layout_copy_form=args.layout_copy_form)
     profile = load_profile(args.profile)
+    fixed_duty = None
+    if args.duty_from:
+        try:
+            fixed_duty = load_profile(args.duty_from).power_model
+        except CarmError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if fixed_duty is None or fixed_duty.duty is None:
+            print(f"error: --duty-from {args.duty_from}: the profile has no duty curve", file=sys.stderr)
+            return 2
     docs = [json.loads(p.read_text()) for p in args.ceilings]
     drop = {n.strip() for n in args.drop.split(",") if n.strip()}
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
@@ -2069,7 +2090,7 @@ def main(argv: list[str] | None = None) -> int:
         """The validation of `on_runs` (default: `runs`) with every setting of the headline but those named."""
         return validate(runs if on_runs is None else on_runs, carm, pm if power_model is None else power_model,
                         fit.voltage.f0_mhz, args.min_layer_window_s, args.form_fixed_on,
-                        **{"duty_busy": headline_busy, **variant})
+                        **{"duty_busy": headline_busy, "fixed_duty": fixed_duty, **variant})
 
     result = validate_headline()
     by_busy = {name: (result if name == headline_busy else validate_headline(duty_busy=name))
@@ -2116,6 +2137,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"device": {"name": profile.name, **{k: profile.device.get(k) for k in ("power_limit_w", "sm_clock_max_mhz")}},
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},
+           "duty_from": args.duty_from or "fitted on the records (leave one model out)",
            "calibration": {"from": str(args.calibration) if args.calibration else "shipped",
                            "provenance": calibration.provenance},
            "validation": result["validation"], "duty_curves": result["duty_curves"]}

@@ -423,6 +423,40 @@ def _run(file, method, window, layers, whole=None, calibrated=None, batch=10):
             "layers": layers}
 
 
+def test_validate_with_fixed_duty_curves_takes_them_for_every_model_instead_of_fitting():
+    # Another GPU's curves (--duty-from): no layer of these records in them. Hand numbers: 2e9 FLOP + 1e9 B is
+    # 0.102 J of dynamic energy over its 0.25 ms HBM bound, busy 100 + 408 = 508 W (under the 700 W limit);
+    # measured at 1 ms it reaches e = 0.25 of its roof: 508 W with gamma 0, 100 + 408 * 0.25 = 202 W with gamma 1.
+    import dataclasses
+
+    from carm_advisor.carm.power_model import DutyCurve
+
+    mod = _load("power_model_validation")
+    lay = lambda n: _layer(n, 2e9, 1e9, 1e-3, 300.0)  # noqa: E731
+    runs = [_run("a.json", "layer-windows", 0.5, [lay("x"), lay("y")]),
+            {**_run("b.json", "layer-windows", 0.5, [lay("x")]), "model": "toy2"}]
+    for gamma, expected_w in ((0.0, 508.0), (1.0, 202.0)):
+        fixed = dataclasses.replace(_hand_model(), duty=DutyCurve(None, gamma, "given", "efficiency"))
+        out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, 0.5, fixed_duty=fixed)
+        assert {m: c["gamma"] for m, c in out["duty_curves"]["leave_one_model_out"].items()} == {"toy": gamma,
+                                                                                               "toy2": gamma}
+        for layer in out["layers"]:
+            assert layer["predicted_power_w_by_variant"]["duty_lomo_measured_time"] == pytest.approx(expected_w)
+            # the in-sample curve is still fitted on the records: it meets the 300 W they drew
+            assert layer["predicted_power_w_by_variant"]["duty_in_sample_measured_time"] == pytest.approx(300.0, rel=1e-3)
+
+
+def test_duty_from_a_profile_without_a_curve_is_a_one_line_error(tmp_path, capsys):
+    mod = _load("power_model_validation")
+    (tmp_path / "r").mkdir()
+    ceil = tmp_path / "c.json"
+    ceil.write_text("{}")
+    assert mod.main(["--records", str(tmp_path / "r"), "--ceilings", str(ceil), "--duty-from",
+                     str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.json" in err[0]
+
+
 def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_per_layer_measurement():
     mod = _load("power_model_validation")
     runs = [
