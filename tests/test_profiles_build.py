@@ -55,3 +55,46 @@ def test_reselect_recorded_leaves_out_dropped_runs_and_keeps_every_figure_as_mea
     assert P.reselect_recorded(doc, {})["ceilings"]["hbm"]["value"] == 5.0e12
     with pytest.raises(MeasurementError, match="does not hold"):
         P.reselect_recorded(doc, {"nope": "?"})
+
+
+def _embedded_power_model() -> dict:
+    import json
+    from pathlib import Path
+
+    import carm_advisor
+
+    return json.loads((Path(carm_advisor.__file__).parent / "profiles" / "nvidia_h200.json").read_text())["power_model"]
+
+
+def test_a_measured_power_model_without_duty_curves_takes_the_embedded_ones_and_says_so():
+    # A ceilings run measures no layer: its profile carries the reference's layer-fitted curves, labelled
+    ref = _embedded_power_model()
+    pm = {"constant_w": 110.0, "joules_per_flop": {"fp32": 2e-12}, "joules_per_byte": {"hbm": 1e-10}}
+    out = P.with_carried_duty(pm)
+    carried = [k for k in P.DUTY_KEYS if ref.get(k)]
+    assert carried and all(k in out for k in carried)
+    for k in carried:
+        assert {kk: v for kk, v in out[k].items() if kk != "source"} == {kk: v for kk, v in ref[k].items() if kk != "source"}
+        assert out[k]["source"].startswith("carried from the embedded NVIDIA H200 profile")
+        assert P.CARRIED_DUTY_CHECK in out[k]["source"]
+    assert out["constant_w"] == 110.0 and "duty" not in pm          # the measured figures as they were, pm untouched
+    own = {**pm, "duty": {"variable": "efficiency", "t_full_s": None, "gamma": 0.3, "source": "fitted here"}}
+    assert P.with_carried_duty(own) is own                           # a model with its own curve keeps it
+
+
+def test_the_carried_curves_check_is_a_committed_result():
+    from pathlib import Path
+
+    assert (Path(__file__).resolve().parent.parent / P.CARRIED_DUTY_CHECK).is_file()
+
+
+def test_reselect_recorded_keeps_the_records_own_duty_curve_and_else_carries_one():
+    run = lambda name, kind, key, rate, **kw: F.BenchmarkRun(name, kind, key, key if kind == "memory" else "",  # noqa: E731
+                                                             "v", rate, 0.01, 3, 500.0, 1980.0, 0.1, **kw).to_dict()
+    doc = {"device": {"idle_power_w": 100.0, "power_limit_w": 700.0}, "provenance": {"created": "2026-12-02T23:00:00"},
+           "benchmarks": [run("fp32_fma", "compute", "fp32", 60e12, flops_per_s=60e12),
+                          run("hbm_read", "memory", "hbm", 4.6e12, bytes_per_s=4.6e12)]}
+    assert P.reselect_recorded(doc, {})["power_model"]["duty"]["source"].startswith("carried from")
+    mine = {"variable": "efficiency", "t_full_s": None, "gamma": 0.3, "source": "fitted on my layers"}
+    doc["power_model"] = {"constant_w": 100.0, "duty": mine}
+    assert P.reselect_recorded(doc, {})["power_model"]["duty"] == mine

@@ -88,8 +88,42 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
     if counter_check is not None:
         doc["counter_check"] = counter_check
     if pm:
-        doc["power_model"] = pm
+        doc["power_model"] = with_carried_duty(pm)
     return profile_from_dict(doc, origin="measured profile")
+
+
+# The duty curves (carm/power_model.DutyCurve) are fitted on measured layers, which a ceilings run has none of.
+# A measured profile takes the embedded reference's curves; the sixteenth session checked them on another GPU,
+# with none of its layers fitted (H100 records, H100 sweep fit and roofs):
+CARRIED_DUTY_CHECK = "benchmarks/results/nvidia-h100-80gb-hbm3-power-model-2026-12-06-s16-h200-duty.json.gz"
+DUTY_KEYS = ("duty", "duty_tensor_core", "duty_by_path")
+
+
+def with_carried_duty(pm: dict) -> dict:
+    """A measured power model (profile JSON) with the embedded reference profile's duty curves where it has
+    none of its own; each curve's source says where it comes from. Without a carried curve the product would
+    predict every layer at its busy power (the CARM operating point)."""
+    if any(pm.get(k) for k in DUTY_KEYS):
+        return pm
+    import json
+    from importlib import resources
+
+    from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED
+
+    ref = json.loads(resources.files("carm_advisor.profiles").joinpath(EMBEDDED[DEFAULT_EMBEDDED]).read_text())
+    ref_pm, name = ref.get("power_model") or {}, ref["device"]["name"]
+    out = dict(pm)
+    for key in DUTY_KEYS:
+        curve = ref_pm.get(key)
+        if not curve:
+            continue
+        if key == "duty_by_path":
+            out[key] = {path: {**c, "source": f"carried from the embedded {name} profile ({c.get('source')}); "
+                                              f"checked on another GPU: {CARRIED_DUTY_CHECK}"} for path, c in curve.items()}
+        else:
+            out[key] = {**curve, "source": f"carried from the embedded {name} profile ({curve.get('source')}); "
+                                           f"checked on another GPU: {CARRIED_DUTY_CHECK}"}
+    return out
 
 
 def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
@@ -105,8 +139,9 @@ def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
     out = dict(doc)
     out["ceilings"], out["sweep"] = sel["ceilings"], sel["sweep"]
     out.pop("power_model", None)
-    if sel["power_model"]:
-        out["power_model"] = sel["power_model"]
+    if sel["power_model"]:   # the record's own duty curves stay (fitted on layers, not on these benchmarks)
+        own = {k: v for k, v in (doc.get("power_model") or {}).items() if k in DUTY_KEYS and v}
+        out["power_model"] = with_carried_duty({**sel["power_model"], **own})
     out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"], "dropped": dict(drop)}
     return out
 
