@@ -53,6 +53,8 @@ def test_reselect_recorded_leaves_out_dropped_runs_and_keeps_every_figure_as_mea
     assert out["power_model"]["joules_per_byte"]["hbm"] == pytest.approx(400 / 4.6e12)
     assert out["power_model"]["provenance"]["date"] == "2026-12-02"   # the run's day, not the day of re-selection
     assert P.reselect_recorded(doc, {})["ceilings"]["hbm"]["value"] == 5.0e12
+    # the embedded reference is rebuilt from this: no carried curve (embed_profile.py --duty sets its own)
+    assert not any(k in out["power_model"] for k in P.DUTY_KEYS)
     with pytest.raises(MeasurementError, match="does not hold"):
         P.reselect_recorded(doc, {"nope": "?"})
 
@@ -86,15 +88,3 @@ def test_the_carried_curves_check_is_a_committed_result():
     from pathlib import Path
 
     assert (Path(__file__).resolve().parent.parent / P.CARRIED_DUTY_CHECK).is_file()
-
-
-def test_reselect_recorded_keeps_the_records_own_duty_curve_and_else_carries_one():
-    run = lambda name, kind, key, rate, **kw: F.BenchmarkRun(name, kind, key, key if kind == "memory" else "",  # noqa: E731
-                                                             "v", rate, 0.01, 3, 500.0, 1980.0, 0.1, **kw).to_dict()
-    doc = {"device": {"idle_power_w": 100.0, "power_limit_w": 700.0}, "provenance": {"created": "2026-12-02T23:00:00"},
-           "benchmarks": [run("fp32_fma", "compute", "fp32", 60e12, flops_per_s=60e12),
-                          run("hbm_read", "memory", "hbm", 4.6e12, bytes_per_s=4.6e12)]}
-    assert P.reselect_recorded(doc, {})["power_model"]["duty"]["source"].startswith("carried from")
-    mine = {"variable": "efficiency", "t_full_s": None, "gamma": 0.3, "source": "fitted on my layers"}
-    doc["power_model"] = {"constant_w": 100.0, "duty": mine}
-    assert P.reselect_recorded(doc, {})["power_model"]["duty"] == mine

@@ -139,9 +139,8 @@ def reselect_recorded(doc: dict, drop: dict[str, str]) -> dict:
     out = dict(doc)
     out["ceilings"], out["sweep"] = sel["ceilings"], sel["sweep"]
     out.pop("power_model", None)
-    if sel["power_model"]:   # the record's own duty curves stay (fitted on layers, not on these benchmarks)
-        own = {k: v for k, v in (doc.get("power_model") or {}).items() if k in DUTY_KEYS and v}
-        out["power_model"] = with_carried_duty({**sel["power_model"], **own})
+    if sel["power_model"]:   # no duty curve: the embedded reference is built from this (embed_profile.py --duty)
+        out["power_model"] = sel["power_model"]
     out["provenance"] = {**doc.get("provenance", {}), "flags": sel["flags"], "dropped": dict(drop)}
     return out
 
