@@ -88,3 +88,15 @@ def test_the_carried_curves_check_is_a_committed_result():
     from pathlib import Path
 
     assert (Path(__file__).resolve().parent.parent / P.CARRIED_DUTY_CHECK).is_file()
+
+
+def test_per_path_duty_curves_are_carried_each_labelled(monkeypatch):
+    import carm_advisor.profiles.profile as profile_module
+
+    curve = {"variable": "efficiency", "t_full_s": None, "gamma": 0.2, "source": "fitted on G layers"}
+    monkeypatch.setattr(profile_module, "embedded_profile_doc", lambda name="x": {
+        "device": {"name": "G"}, "power_model": {"duty": curve, "duty_by_path": {"tc_bf16": {**curve, "gamma": 0.5}}}})
+    out = P.with_carried_duty({"constant_w": 100.0})
+    assert out["duty"]["gamma"] == 0.2 and out["duty_by_path"]["tc_bf16"]["gamma"] == 0.5 and "duty_tensor_core" not in out
+    assert out["duty_by_path"]["tc_bf16"]["source"] == (f"carried from the embedded G profile (fitted on G layers); "
+                                                        f"checked on another GPU: {P.CARRIED_DUTY_CHECK}")

@@ -105,24 +105,20 @@ def with_carried_duty(pm: dict) -> dict:
     predict every layer at its busy power (the CARM operating point)."""
     if any(pm.get(k) for k in DUTY_KEYS):
         return pm
-    import json
-    from importlib import resources
+    from carm_advisor.profiles.profile import embedded_profile_doc
 
-    from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED
-
-    ref = json.loads(resources.files("carm_advisor.profiles").joinpath(EMBEDDED[DEFAULT_EMBEDDED]).read_text())
+    ref = embedded_profile_doc()
     ref_pm, name = ref.get("power_model") or {}, ref["device"]["name"]
+
+    def carried(curve: dict) -> dict:
+        return {**curve, "source": f"carried from the embedded {name} profile ({curve.get('source')}); "
+                                   f"checked on another GPU: {CARRIED_DUTY_CHECK}"}
+
     out = dict(pm)
     for key in DUTY_KEYS:
         curve = ref_pm.get(key)
-        if not curve:
-            continue
-        if key == "duty_by_path":
-            out[key] = {path: {**c, "source": f"carried from the embedded {name} profile ({c.get('source')}); "
-                                              f"checked on another GPU: {CARRIED_DUTY_CHECK}"} for path, c in curve.items()}
-        else:
-            out[key] = {**curve, "source": f"carried from the embedded {name} profile ({curve.get('source')}); "
-                                           f"checked on another GPU: {CARRIED_DUTY_CHECK}"}
+        if curve:
+            out[key] = {p: carried(c) for p, c in curve.items()} if key == "duty_by_path" else carried(curve)
     return out
 
 

@@ -272,12 +272,16 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
     return out
 
 
+def embedded_profile_doc(name: str = DEFAULT_EMBEDDED) -> dict[str, Any]:
+    """The JSON document of an embedded profile (EMBEDDED), as shipped."""
+    return json.loads(resources.files("carm_advisor.profiles").joinpath(EMBEDDED[name]).read_text())
+
+
 def load_profile(path_or_name: str | Path | None = None) -> Profile:
     """A profile from a JSON file, or an embedded one by name (default: the recorded NVIDIA H200)."""
     if path_or_name is None or str(path_or_name) in EMBEDDED:
         name = DEFAULT_EMBEDDED if path_or_name is None else str(path_or_name)
-        text = resources.files("carm_advisor.profiles").joinpath(EMBEDDED[name]).read_text()
-        return profile_from_dict(json.loads(text), origin=f"embedded profile {name}")
+        return profile_from_dict(embedded_profile_doc(name), origin=f"embedded profile {name}")
     path = Path(path_or_name)
     if path.is_dir():
         raise ProfileError(f"expected a profile JSON file, received a directory: {path}")
