@@ -2038,24 +2038,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.min_layer_window_s >= 0:
         print(f"error: --min-layer-window-s must be >= 0, received: {args.min_layer_window_s}", file=sys.stderr)
         return 2
-    try:
+    try:   # a bad calibration or profile is a one-line error
         calibration = Calibration.load(args.calibration) if args.calibration else shipped_calibration()
+        profile = load_profile(args.profile)
+        fixed_duty = load_profile(args.duty_from).power_model if args.duty_from else None
     except CarmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.layout_copy_form:
         calibration = replace(calibration, layout_copy_form=args.layout_copy_form)
-    profile = load_profile(args.profile)
-    fixed_duty = None
-    if args.duty_from:
-        try:
-            fixed_duty = load_profile(args.duty_from).power_model
-        except CarmError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if fixed_duty is None or fixed_duty.duty is None:
-            print(f"error: --duty-from {args.duty_from}: the profile has no duty curve", file=sys.stderr)
-            return 2
+    if args.duty_from and (fixed_duty is None or fixed_duty.duty is None):
+        print(f"error: --duty-from {args.duty_from}: the profile has no duty curve", file=sys.stderr)
+        return 2
     docs = [json.loads(p.read_text()) for p in args.ceilings]
     drop = {n.strip() for n in args.drop.split(",") if n.strip()}
     drop |= set(((profile.provenance.get("measured") or {}).get("dropped") or {}))

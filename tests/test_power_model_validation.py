@@ -455,6 +455,11 @@ def test_duty_from_a_profile_without_a_curve_is_a_one_line_error(tmp_path, capsy
                      str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.json" in err[0]
+    # the same for the profile that places the layers (a traceback before)
+    assert mod.main(["--records", str(tmp_path / "r"), "--ceilings", str(ceil), "--profile",
+                     str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.json" in err[0]
 
 
 def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_per_layer_measurement():
