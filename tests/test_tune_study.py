@@ -162,3 +162,40 @@ def test_resuming_the_same_study_adds_only_the_missing_trials(tmp_path):
     assert len(first.trials) == 3 and len(second.trials) == 6
     assert not set(runner2.calls) & set(runner1.calls)   # nothing measured twice across the two runs
     optuna.delete_study(study_name=second.study_name, storage=second.storage_url)
+
+
+def test_a_built_model_saved_for_the_workers_is_removed_when_the_run_ends(tmp_path):
+    # A built model measured (not predicted) is saved as .keras for the worker processes; before this the file
+    # (and its temporary directory) stayed behind after every run: hundreds of MB per run for a real model.
+    from tiny_models import tiny_cnn
+
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    seen: list[bool] = []
+
+    class Watching(ScriptedRunner):
+        def run(self, config):
+            path = optuna.load_study(study_name="watched", storage=storage).user_attrs["run"]["model"]
+            seen.append(Path(path).is_file())
+            return super().run(config)
+
+    result = tune(tiny_cnn(), n_trials=2, storage=storage, study_name="watched", space=space(["float32"], (32, 64)),
+                  baseline=BASELINE, runner=Watching(MEASURED), predictor=TablePredictor(BOUNDS), progress=False,
+                  carm_pruning=False)
+    saved = Path(result.study.user_attrs["run"]["model"])
+    assert seen == [True, True] and saved.suffix == ".keras"
+    assert not saved.exists() and not saved.parent.exists()
+
+
+def test_the_saved_model_is_removed_when_the_run_fails(tmp_path):
+    from tiny_models import tiny_cnn
+
+    class Crashing(ScriptedRunner):
+        def run(self, config):
+            raise KeyboardInterrupt   # not a trial failure: it ends the run
+
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    with pytest.raises(KeyboardInterrupt):
+        tune(tiny_cnn(), n_trials=2, storage=storage, study_name="crashed", space=space(["float32"]),
+             baseline=BASELINE, runner=Crashing(MEASURED), predictor=TablePredictor(BOUNDS), progress=False)
+    saved = Path(optuna.load_study(study_name="crashed", storage=storage).user_attrs["run"]["model"])
+    assert saved.name == "tiny_cnn.keras" and not saved.parent.exists()
