@@ -104,7 +104,8 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     if models.get("energy_per_sample_median_abs_err_calibrated_time") is not None:
         figures.append(f"whole-model energy per sample with the calibrated time "
                        f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
-    source = (f"fitted on H200 layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
+    gpu = str((validation.get("device") or {}).get("name") or "NVIDIA H200").removeprefix("NVIDIA ").split()[0]
+    source = (f"fitted on {gpu} layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
     out = {"duty": dataclasses.replace(duty, source=source).to_dict()}
 
@@ -115,7 +116,7 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
         except ProfileError as exc:
             raise SystemExit(f"{file_name}: duty_curves.{where} is not a duty curve: {exc}") from None
         return dataclasses.replace(curve, source=source.replace(
-            "fitted on H200 layer records", f"fitted on the H200 layer records {layers}", 1)).to_dict()
+            f"fitted on {gpu} layer records", f"fitted on the {gpu} layer records {layers}", 1)).to_dict()
 
     tensor_core = (part.get("duty_curves") or {}).get("tensor_core_in_sample")
     if tensor_core is not None:   # a curve of its own for the layers on a Tensor Core path (duty_unit_choice)

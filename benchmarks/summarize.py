@@ -3,6 +3,7 @@
     python benchmarks/summarize.py [--run run10]        # ceilings and VGG16 layers of a run
     python benchmarks/summarize.py --session 2026-12-04 # tuning studies and CLI timings of a session
     python benchmarks/summarize.py --session 2026-12-04-s2  # a second session of that day (its -s2 files)
+    python benchmarks/summarize.py --compare '*-power-model-2026-12-06-s17h-*'  # power-model results side by side
 """
 
 from __future__ import annotations
@@ -427,11 +428,39 @@ def _dispatch_choice_rows(c: dict | None) -> list[str]:
     return rows
 
 
+def _median_abs(xs: list[float]) -> float | None:
+    xs = sorted(abs(x) for x in xs)
+    n = len(xs)
+    return None if not n else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+def compare_table(pattern: str) -> str:
+    """The headline figures of the power-model results matching `pattern`, one row each: per layer (power, energy at
+    the measured time, calibrated time) and per whole model (power, energy per sample and time with the calibrated
+    time, and the CARM bound's time: what a user gets with no calibration)."""
+    rows = ["| file | layers | layer power | layer energy | layer time | models | model power | model energy/sample "
+            "| model time | model time at the CARM bound |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path in matches(pattern):
+        d = load(path.name)
+        v, m = d["validation"], d["validation"]["models"]["headline"]
+        bound = _median_abs([r["carm_bound_time_s"] / r["measured_time_s"] - 1 for r in d["models"]
+                             if r.get("carm_bound_time_s") and r.get("measured_time_s")])
+        rows.append(f"| {path.name} | {v['n']} | {_pct(v['power_median_abs_err'])} | {_pct(v['energy_median_abs_err'])} "
+                    f"| {_pct(v['time_median_abs_err'])} | {m['n']} | {_pct(m['power_median_abs_err'])} "
+                    f"| {_pct(m['energy_per_sample_median_abs_err_calibrated_time'])} | {_pct(m['time_median_abs_err'])} "
+                    f"| {_pct(bound)} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", default="run10")
     parser.add_argument("--session", help="print a session's tuning and CLI tables instead (a date)")
+    parser.add_argument("--compare", metavar="GLOB", help="power-model result files in benchmarks/results, side by side")
     args = parser.parse_args()
+    if args.compare:
+        print(compare_table(args.compare))
+        return
     if args.session:
         print(tuning_table())
         print()

@@ -26,8 +26,10 @@ the 2026-12-03 session). jit: the CARM bound / e, e the median over the jit reco
 (KERNEL_FLOOR_EXECUTIONS): the layers jitted alone are no guide to the jitted model (a dispatch each, and
 mixed-precision layers recorded before the autocast fix ran in float32).
 
-Shipped: carm_advisor/profiles/nvidia_h200_calibration.json, written by
-benchmarks/fit_calibration.py from recorded H200 measurements. On a GPU, every measured analysis
+Shipped (SHIPPED, one per GPU model, each written by benchmarks/fit_calibration.py from records of that model):
+carm_advisor/profiles/nvidia_h200_calibration.json (H200 records) and nvidia_h100_80gb_hbm3_calibration.json (the
+twelfth session's H100 records, shipped by rule H1 of the README's seventeenth session: tested on H100 records of
+seven models it never saw, against the H200's calibration and the CARM bound). On a GPU, every measured analysis
 adds its samples to the cache (profiles/cache.py) and the next analysis learns from them too.
 """
 
@@ -245,7 +247,10 @@ def layout_copy_bytes(backend: str | None, layer_type: str, data_format: str | N
 
 
 NEAR_SIZES = 2          # size buckets (a decade of bound time) a borrowed cell may be away at first
-SHIPPED = "nvidia_h200_calibration.json"
+# The calibrations that ship, by the GPU model (Profile.name, NVML's name) whose records they were fitted on.
+SHIPPED = {"NVIDIA H200": "nvidia_h200_calibration.json",
+           "NVIDIA H100 80GB HBM3": "nvidia_h100_80gb_hbm3_calibration.json"}
+DEFAULT_SHIPPED = "NVIDIA H200"
 
 # Layer classes pooled together: their efficiency depends on what they do, not on their Keras name.
 _CLASS_OF = {
@@ -1076,21 +1081,22 @@ def _sample_dict(s: Sample) -> dict[str, Any]:
     return d
 
 
-def shipped_calibration() -> Calibration:
-    """The recorded H200 calibration that ships with the package (empty if absent)."""
-    ref = resources.files("carm_advisor.profiles").joinpath(SHIPPED)
-    if not ref.is_file():
+def shipped_calibration(gpu_name: str = DEFAULT_SHIPPED) -> Calibration:
+    """The recorded calibration of GPU model `gpu_name` that ships with the package (SHIPPED; empty if none)."""
+    file_name = SHIPPED.get(gpu_name)
+    ref = resources.files("carm_advisor.profiles").joinpath(file_name) if file_name else None
+    if ref is None or not ref.is_file():
         return Calibration()
-    return Calibration.from_dict(json.loads(ref.read_text()), SHIPPED)
+    return Calibration.from_dict(json.loads(ref.read_text()), file_name)
 
 
 def load_calibration(device: dict | None = None, gpu_name: str | None = None) -> Calibration | None:
-    """The shipped calibration when it was recorded on this GPU model (`gpu_name`, e.g. the profile's
+    """The shipped calibration when one was recorded on this GPU model (`gpu_name`, e.g. the profile's
     name), extended with what this very GPU measured before (the cache); None when there is neither:
     efficiencies are relative to one GPU's roofs and kernels, so another GPU's are not borrowed."""
     from carm_advisor.profiles.cache import cached_calibration
 
-    shipped = shipped_calibration()
+    shipped = shipped_calibration(gpu_name) if gpu_name else Calibration()
     base = shipped if gpu_name and shipped.provenance.get("device") == gpu_name else None
     mine = cached_calibration(device or {})
     if base is None:

@@ -158,3 +158,21 @@ def test_summarize_session_test_rows_print_the_four_figures_and_the_whole_models
     assert "| per-layer power | 14.1% | 1056 | <= 10% |" in rows
     assert "| whole-model power | 7.0% | 3 | <= 7% |" in rows
     assert "| torch vgg16 | 3 | 8.0% (-8.0%) | 88.6% (+88.6%) | 100.8% (+100.8%) |" in rows
+
+
+def test_summarize_compare_puts_the_carm_bound_time_beside_the_calibrated_one(tmp_path, monkeypatch):
+    import gzip
+
+    mod = _load("summarize")
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    models = {"n": 3, "power_median_abs_err": 0.05, "energy_per_sample_median_abs_err_calibrated_time": 0.1,
+              "time_median_abs_err": 0.03}
+    doc = {"validation": {"n": 200, "power_median_abs_err": 0.064, "energy_median_abs_err": 0.064,
+                          "time_median_abs_err": 0.11, "models": {"headline": models}},
+           # bound / measured - 1: -0.5, -0.9, +0.2, and a row without a bound left out -> median |err| 0.5
+           "models": [{"carm_bound_time_s": 1.0, "measured_time_s": 2.0}, {"carm_bound_time_s": 1.0, "measured_time_s": 10.0},
+                      {"carm_bound_time_s": 1.2, "measured_time_s": 1.0}, {"carm_bound_time_s": None, "measured_time_s": 1.0}]}
+    (tmp_path / "x-power-model-a.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    lines = mod.compare_table("x-power-model-*").splitlines()
+    assert len(lines) == 3
+    assert lines[2] == "| x-power-model-a.json.gz | 200 | 6.4% | 6.4% | 11.0% | 3 | 5.0% | 10.0% | 3.0% | 50.0% |"

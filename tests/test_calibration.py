@@ -793,3 +793,66 @@ def test_a_cache_written_before_the_layout_copies_field_leaves_its_torch_conv_an
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(cached_calibration(device).samples) == 5
+
+
+# ---- the H100's shipped calibration (rule H1, README seventeenth session) ----------------------------------------
+
+def test_an_h100_gets_the_h100_calibration_and_no_other_gpu_borrows_it(tmp_path, monkeypatch):
+    from carm_advisor.calibration import load_calibration
+
+    monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
+    h100 = load_calibration({"uuid": "GPU-h100"}, "NVIDIA H100 80GB HBM3")
+    assert h100.provenance["device"] == "NVIDIA H100 80GB HBM3"
+    assert h100.estimate("torch", "Conv2D", "bfloat16", 1e-4) is not None
+    assert h100.estimate("jax", "Conv2D", "bfloat16", 1e-4) is None     # no H100 jax record was ever fitted
+    assert load_calibration({"uuid": "GPU-h200"}, "NVIDIA H200").provenance["device"] == "NVIDIA H200"
+    # another Hopper/Ampere model gets neither: efficiencies are relative to one GPU model's roofs and kernels
+    assert load_calibration({"uuid": "GPU-x"}, "NVIDIA H100 PCIe") is None
+    assert load_calibration({"uuid": "GPU-x"}, "NVIDIA A100-SXM4-80GB") is None
+
+
+def test_a_measured_h100_profile_predicts_calibrated_torch_times_slower_than_the_bound():
+    from pathlib import Path
+
+    import keras
+
+    from carm_advisor.calibration import load_calibration
+    from carm_advisor.predict import Predictor
+    from carm_advisor.profiles.profile import load_profile
+
+    root = Path(__file__).resolve().parents[1]
+    profile = load_profile(root / "benchmarks/results/nvidia-h100-characterisation-2026-12-06-s16/measured_profile.json")
+    calibration = load_calibration(None, profile.name)
+    inputs = keras.Input((56, 56, 64))
+    x = keras.layers.Conv2D(64, 3, padding="same", data_format="channels_last")(inputs)
+    model = keras.Model(inputs, keras.layers.Conv2D(128, 3, padding="same")(x))
+    rows = Predictor.for_backend(profile, "torch", calibration=calibration).rows(model, batch_size=24, dtype="bfloat16")
+    convs = [r for r in rows if r.type == "Conv2D"]
+    assert len(convs) == 2
+    assert all(r.calibrated_time_s is not None and r.calibrated_time_s >= r.predicted_time_s for r in convs)
+    none = Predictor.for_backend(profile, "torch", calibration=None).rows(model, batch_size=24, dtype="bfloat16")
+    assert all(getattr(r, "calibrated_time_s", None) is None for r in none if r.type == "Conv2D")
+
+
+def test_the_h100_calibrations_cited_test_figures_are_those_of_its_committed_results():
+    # The provenance quotes rule H1's figures; recompute them from the result files it names.
+    import gzip
+    import json
+    import re
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    text = shipped_calibration("NVIDIA H100 80GB HBM3").provenance["test"]
+
+    def figures(name):
+        d = json.loads(gzip.decompress((results / name).read_bytes()))
+        bound = sorted(abs(r["carm_bound_time_s"] / r["measured_time_s"] - 1) for r in d["models"])
+        n = len(bound)
+        return d["validation"]["models"]["headline"]["time_median_abs_err"], (bound[n // 2 - 1] + bound[n // 2]) / 2, n
+
+    mine, bound, n = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h100-calibration.json.gz")
+    h200, _, _ = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h200-calibration.json.gz")
+    assert n % 2 == 0 and mine < h200 < bound                    # the rule's verdict: (a) ships
+    quoted = [float(x) / 100 for x in re.findall(r"(\d+\.\d)%", text)]
+    assert quoted == [pytest.approx(round(v, 3), abs=5e-4) for v in (mine, h200, bound)]
+    assert f"(n={n})" in text
