@@ -1,7 +1,7 @@
 """Calibrated-prediction error on models the calibration never saw (leave one model out), offline on a CPU.
 
     python benchmarks/prediction_accuracy.py --records DIR [--records DIR ...] [--out benchmarks/results] [--batch-size 64]
-        [--train-models vgg16,resnet50,mobilenetv2] [--studies DB ...]
+        [--train-models vgg16,resnet50,mobilenetv2] [--studies DB ...] [--profile FILE]
 
 For each model in the records, the calibration is fitted on the OTHER models' records only
 (carm_advisor/calibration.py) and predicts this model's layers and whole-model time (leave one model
@@ -66,8 +66,9 @@ NOTES = [
 ]
 
 
-def rows_by_run(runs: list, build=None) -> list[list]:
-    """Each run's CARM rows with its measurement merged; one model build per (model, precision, layout)."""
+def rows_by_run(runs: list, build=None, profile=None) -> list[list]:
+    """Each run's CARM rows (on `profile`'s roofs, default the embedded H200) with its measurement merged; one model
+    build per (model, precision, layout)."""
     import dataclasses
 
     import keras
@@ -84,7 +85,7 @@ def rows_by_run(runs: list, build=None) -> list[list]:
             keras.config.set_image_data_format(run.layout)
             built[key] = build(run) if build else load_model(run.model_name, precision=run.precision)[0]
         run = dataclasses.replace(run, layers=[m for m in run.layers if m.execution in GPU_TIME_EXECUTIONS])
-        out.append(rows_for_run(run, model=built[key]))
+        out.append(rows_for_run(run, profile, model=built[key]))
     return out
 
 
@@ -111,7 +112,7 @@ def full_calibration(runs: list, rows: list[list], studies: list[str] | None = N
 
 
 def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_models: list[str] | None = None,
-             studies: list[str] | None = None) -> dict:
+             studies: list[str] | None = None, profile=None) -> dict:
     """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured).
 
     train_models None: leave one model out (each model predicted by a calibration fitted on the others).
@@ -136,7 +137,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
         if run.settings.get("method") == "layer-windows" and run.backend == "torch":
             continue  # the torch windows files check the profiler; the profiled file is this config's record
         calib = fitted if fitted is not None else full.without_model(run.model_name)
-        apply_calibration(rs, calib, run.backend)
+        apply_calibration(rs, calib, run.backend, profile)
         trained_classes = {s.layer_class for s in calib.samples if s.backend == run.backend}
         errs = []
         for r in rs if layers_valid(run) else ():   # layers timed at another precision: whole model only
@@ -220,7 +221,17 @@ def main(argv=None) -> int:
                              "leave-one-model-out runs over the training models beside it")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model training samples")
+    parser.add_argument("--profile", help="profile whose roofs place the records' layers (default: the embedded H200); "
+                                          "another GPU's records need that GPU's profile")
     args = parse_args(parser, argv)
+    from carm_advisor.errors import CarmError
+    from carm_advisor.profiles.profile import load_profile
+
+    try:
+        profile = load_profile(args.profile) if args.profile else None
+    except CarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     runs = load_runs(args.records)
     models = {r.model_name for r in runs}
     if args.train_models:
@@ -232,14 +243,16 @@ def main(argv=None) -> int:
     elif len(models) < 2:
         print(f"leave-one-model-out needs records of at least two models under {args.records}", file=sys.stderr)
         return 2
-    rows = rows_by_run(runs)
+    rows = rows_by_run(runs, profile=profile)
     if args.train_models:
-        doc = evaluate(runs, rows, args.batch_size, args.train_models, args.studies)
+        doc = evaluate(runs, rows, args.batch_size, args.train_models, args.studies, profile)
         train = [(run, rs) for run, rs in zip(runs, rows) if run.model_name in args.train_models]
-        lomo = evaluate([r for r, _ in train], [rs for _, rs in train], args.batch_size, studies=args.studies)
+        lomo = evaluate([r for r, _ in train], [rs for _, rs in train], args.batch_size, studies=args.studies,
+                        profile=profile)
         doc["leave_one_model_out"] = {k: v for k, v in lomo.items() if k != "details"}
     else:
-        doc = evaluate(runs, rows, args.batch_size, studies=args.studies)
+        doc = evaluate(runs, rows, args.batch_size, studies=args.studies, profile=profile)
+    doc["profile"] = args.profile or "embedded nvidia_h200"
     doc["records"] = [str(f) for f in record_files(args.records)]
     doc["studies"] = args.studies
     doc["notes"] = NOTES

@@ -243,3 +243,23 @@ def test_record_layers_records_torch_in_channels_last_when_asked(tmp_path):
         run = RunMeasurement.from_json(tmp_path / name)
         assert run.layout == "channels_last" and run.settings["config"]["layout"] == "channels_last"
     assert not list(tmp_path.glob("*channels_first*")) and not list(tmp_path.glob("_failed-*"))
+
+
+def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path, no_layout_copies):
+    # The same records placed on two profiles, the second with every roof and slope twice as fast (neither with a
+    # power model, whose cap would throttle the faster one): every layer's bound halves.
+    import dataclasses
+
+    from carm_advisor.profiles.profile import load_profile
+
+    mod = _load("prediction_accuracy")
+    keras.config.set_image_data_format("channels_last")
+    model = keras.applications.MobileNet(weights=None, input_shape=(64, 64, 3))
+    run = _synthetic_run(model, "mobilenet", 0.5)
+    slow = dataclasses.replace(load_profile(), power_model=None)
+    fast = dataclasses.replace(slow, ceilings={k: dataclasses.replace(c, value=2 * c.value) for k, c in slow.ceilings.items()})
+    (on_slow,) = mod.rows_by_run([run], build=lambda r: model, profile=slow)
+    (on_fast,) = mod.rows_by_run([run], build=lambda r: model, profile=fast)
+    ratios = [f.predicted_time_s / s.predicted_time_s for f, s in zip(on_fast, on_slow) if s.measured and s.predicted_time_s]
+    assert len(ratios) > 20 and all(r == pytest.approx(0.5) for r in ratios)
+    assert mod.main(["--records", str(tmp_path), "--profile", str(tmp_path / "none.json")]) == 2
