@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import shlex
-import shutil
 import socket
 import sys
 import tempfile
@@ -119,7 +118,7 @@ def tune(
 
     model_or_builder: a keras.applications name, a .keras file, "module:function", a builder function
     `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only,
-    or saved to a file for the workers, removed when the run ends). objective: one name of OBJECTIVES, or two (multi-objective;
+    or saved to a file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
@@ -232,81 +231,76 @@ def tune(
 
     remaining = n_trials - _finished_count(study)
     target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
-    scratch = _Scratch()   # files saved here for the workers; removed when the run ends
-    try:
-        # A built model is saved to a file only where another process needs it.
-        model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
-            else _portable_model(spec, built, scratch)
-        if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
-            study.set_user_attr("run", {
-                "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
-                "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
-                "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
-                "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
-                "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-                "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel,
-                                                log_dir or scratch.path(), study_name),
-                "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
-        if parallel:
-            if model_ref is None:
-                spec.portable()   # raises: this builder cannot run in a worker process
-            from carm_advisor.tune.parallel import check_gpus_exist, launch
+    # A built model is saved to a file only where another process needs it.
+    model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
+        else _portable_model(spec, built)
+    if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
+        study.set_user_attr("run", {
+            "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
+            "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
+            "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
+            "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
+            "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
+            "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name),
+            "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
+    if parallel:
+        if model_ref is None:
+            spec.portable()   # raises: this builder cannot run in a worker process
+        from carm_advisor.tune.parallel import check_gpus_exist, launch
 
-            check_gpus_exist(gpus, source)
-            _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
-            try:
-                limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
-                device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
-                                deadline_s=min(limits_s) if limits_s else None)
-                names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
-                device["name"] = ", ".join(sorted(names)) or None
-            finally:
-                _fail_stale(study)
-                quiet()
-            return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                                wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
-                                prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
-                                budget_stopped=bool(device.get("stopped_at_deadline")))
-        if runner is None and runner_factory is not None:
-            from carm_advisor.tune.parallel import runner_from_run
-
-            predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
-        if runner is None:
-            if source == "predicted":
-                runner = PredictedRunner(predictor)
-            else:
-                model_ref = model_ref or _portable_model(spec, built, scratch)
-                settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
-                runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
+        check_gpus_exist(gpus, source)
         _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
-
-        state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
-        from carm_advisor.tune.parallel import this_gpu
-
-        # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
-        # configuration whose worker died; a journal has none, so a resumed run there does not wait)
-        objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
-                                       trial_attrs={"gpu": this_gpu(source)},
-                                       shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
-        deadline_s = None if budget_s is None else start_s + budget_s
         try:
-            if remaining > 0:
-                with _progress(progress, n_trials, state) as callback:
-                    callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
-                                 optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
-                    study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
-                                   callbacks=callbacks, gc_after_trial=False)
+            limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
+            device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
+                            deadline_s=min(limits_s) if limits_s else None)
+            names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
+            device["name"] = ", ".join(sorted(names)) or None
         finally:
-            runner.close()
             _fail_stale(study)
             quiet()
         return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                            wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
-                            command=command or shlex.join(sys.argv), prune_margin=prune_margin,
-                            max_slowdown=max_slowdown, max_output_error=max_output_error,
-                            budget_stopped=state.budget_stopped)
+                            wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
+                            prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
+                            budget_stopped=bool(device.get("stopped_at_deadline")))
+    if runner is None and runner_factory is not None:
+        from carm_advisor.tune.parallel import runner_from_run
+
+        predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
+    if runner is None:
+        if source == "predicted":
+            runner = PredictedRunner(predictor)
+        else:
+            model_ref = model_ref or _portable_model(spec, built)
+            settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
+            runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
+    _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
+
+    state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
+    from carm_advisor.tune.parallel import this_gpu
+
+    # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
+    # configuration whose worker died; a journal has none, so a resumed run there does not wait)
+    objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
+                                   trial_attrs={"gpu": this_gpu(source)},
+                                   shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
+    deadline_s = None if budget_s is None else start_s + budget_s
+    try:
+        if remaining > 0:
+            with _progress(progress, n_trials, state) as callback:
+                callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
+                             optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
+                study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
+                               callbacks=callbacks, gc_after_trial=False)
     finally:
-        scratch.remove()
+        runner.close()
+        _fail_stale(study)
+        quiet()
+    return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+                        wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
+                        command=command or shlex.join(sys.argv), prune_margin=prune_margin,
+                        max_slowdown=max_slowdown, max_output_error=max_output_error,
+                        budget_stopped=state.budget_stopped)
 
 
 # ---- pieces -------------------------------------------------------------------------------------
@@ -480,11 +474,11 @@ def _constraints_func(constrained: bool, calibrated: bool):
     return lambda t: t.user_attrs.get("constraints", zeros)
 
 
-def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool, directory: str,
+def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool, log_dir: str | None,
                      study_name: str):
     """What a worker process gives ConfigPredictor(calibration=...) to use the calibration this process
     uses: False (none), True (the shipped one), or a path (the one given; a Calibration object, or the
-    calibration of a predictor given to tune(), is saved to a JSON file in `directory`). A
+    calibration of a predictor given to tune(), is saved to a JSON file in the log directory). A
     calibration that cannot be saved cannot run on several GPUs."""
     calib = getattr(predictor, "calibration", None)
     if calib is None:
@@ -494,6 +488,7 @@ def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool
     if own_predictor and calibration is True:
         return True
     if hasattr(calib, "save"):
+        directory = log_dir or tempfile.mkdtemp(prefix="carm-tune-")
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in study_name)
         return str(calib.save(os.path.join(os.path.abspath(directory), f"calibration-{safe}.json")))
     if parallel:
@@ -695,28 +690,9 @@ def _quiet_optuna():
     return restore
 
 
-class _Scratch:
-    """A run's temporary directory for the files its worker processes read (a built model saved as .keras, a
-    calibration object saved as JSON): made on first use, removed when tune() returns or raises, so a run
-    leaves no copy of the model behind (a user's Keras model can weigh hundreds of MB)."""
-
-    def __init__(self) -> None:
-        self._path: str | None = None
-
-    def path(self) -> str:
-        if self._path is None:
-            self._path = tempfile.mkdtemp(prefix="carm-tune-")
-        return self._path
-
-    def remove(self) -> None:
-        if self._path is not None:
-            shutil.rmtree(self._path, ignore_errors=True)
-            self._path = None
-
-
-def _portable_model(spec: ModelSpec, built, scratch: _Scratch) -> str:
+def _portable_model(spec: ModelSpec, built) -> str:
     if spec.kind == "model":
-        path = os.path.join(scratch.path(), f"{spec.name}.keras")
+        path = os.path.join(tempfile.mkdtemp(prefix="carm-tune-"), f"{spec.name}.keras")
         built.save(path)
         return path
     return spec.portable()
