@@ -1556,3 +1556,20 @@ def test_layout_copies_test_scores_read_the_torch_channels_last_rows_of_the_test
     assert list(sc["paired_layouts"]) == ["vgg16 float32 b32"]          # resnet50 has no channels_first record
     earlier = mod.layout_copies_test_scores(doc, "-s10")["whole_models_channels_last"]   # the -s10 folder's row alone
     assert earlier["n"] == 1 and earlier["time_median_abs_err"] == pytest.approx(1.0)
+
+
+def test_a_model_built_after_another_still_matches_its_recorded_auto_named_layers():
+    # Records name auto-named layers in a fresh process ("conv2d", "conv2d_1", ...). The validation builds every
+    # recorded model in one process: InceptionV3 built after Xception (whose shortcut convolutions are auto-named
+    # too) used to get "conv2d_4"... and its measured "conv2d" matched no row (seventeenth-session review).
+    import keras
+
+    mod = _load("power_model_validation")
+    keras.config.set_image_data_format("channels_last")
+    keras.applications.Xception(weights=None)
+    doc = {"model_name": "inceptionv3", "layout": "channels_last", "precision": "float32", "backend": "torch",
+           "math_mode": {"conv": "tf32", "matmul": "fp32"}, "batch_size": 2, "layers": [
+               {"name": n, "type": "Conv2D", "time_s": 1e-4, "power_w": 300.0} for n in ("conv2d", "conv2d_1", "conv2d_93")]}
+    rows, _ = mod._layer_rows_from_record(doc, load_profile(), None, None, {})
+    assert [r["name"] for r in rows] == ["conv2d", "conv2d_1", "conv2d_93"]   # InceptionV3 has 94 auto-named convs
+    assert all(r["flops"] > 0 for r in rows)
