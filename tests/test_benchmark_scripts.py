@@ -173,6 +173,8 @@ def test_summarize_compare_puts_the_carm_bound_time_beside_the_calibrated_one(tm
            "models": [{"carm_bound_time_s": 1.0, "measured_time_s": 2.0}, {"carm_bound_time_s": 1.0, "measured_time_s": 10.0},
                       {"carm_bound_time_s": 1.2, "measured_time_s": 1.0}, {"carm_bound_time_s": None, "measured_time_s": 1.0}]}
     (tmp_path / "x-power-model-a.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    (tmp_path / "x-power-model-0-old.json").write_text(json.dumps({"validation": {"n": 5, "models": [1, 2]}}))
     lines = mod.compare_table("x-power-model-*").splitlines()
-    assert len(lines) == 3
-    assert lines[2] == "| x-power-model-a.json.gz | 200 | 6.4% | 6.4% | 11.0% | 3 | 5.0% | 10.0% | 3.0% | 50.0% |"
+    assert len(lines) == 4
+    assert lines[2].startswith("| x-power-model-0-old.json | no whole-model headline in this file |")
+    assert lines[3] == "| x-power-model-a.json.gz | 200 | 6.4% | 6.4% | 11.0% | 3 | 5.0% | 10.0% | 3.0% | 50.0% |"
