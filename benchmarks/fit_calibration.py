@@ -51,13 +51,14 @@ def load_runs(paths: list[str]) -> list:
     return [r for r in runs if r.model_name]
 
 
-def add_studies(calibration, studies: list[str]) -> None:
-    """Add the measured tuning trials of `studies` to `calibration` as whole-model samples (in place)."""
+def add_studies(calibration, studies: list[str], profile=None) -> None:
+    """Add the measured tuning trials of `studies` to `calibration` as whole-model samples (in place), their bounds
+    on `profile`'s roofs (the embedded H200 when None), as the records' layers are."""
     from carm_advisor.calibration import whole_from_studies
 
     if not studies:
         return
-    found = whole_from_studies(studies)
+    found = whole_from_studies(studies, profile)
     calibration.whole.extend(found)
     calibration.provenance["studies"] = [Path(s).name for s in studies]
     calibration.provenance["study_models"] = sorted({w.model for w in found})
@@ -88,10 +89,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="record files or folders; repeat the flag or list several (all are used)")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model samples")
-    parser.add_argument("--profile", help="profile whose roofs place the records' layers (default: the embedded "
-                                          "H200); another GPU's records need that GPU's profile")
+    add_profile_argument(parser)
     parser.add_argument("--out", required=True)
     return parser
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", help="profile whose roofs place the records' layers (default: the embedded "
+                                          "H200); another GPU's records need that GPU's profile")
+
+
+def read_profile(path: str | None):
+    """The --profile profile (the embedded H200 without one), or None after a one-line error on stderr."""
+    from carm_advisor.errors import CarmError
+    from carm_advisor.profiles.profile import load_profile
+
+    try:
+        return load_profile(path)
+    except CarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
@@ -114,16 +131,11 @@ def main(argv=None) -> int:
     if not runs:
         print(f"no RunMeasurement records with a model name under {args.records}", file=sys.stderr)
         return 2
-    from carm_advisor.errors import CarmError
-    from carm_advisor.profiles.profile import load_profile
-
-    try:
-        profile = load_profile(args.profile)
-    except CarmError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    profile = read_profile(args.profile)
+    if profile is None:
         return 2
     calibration = fit_runs(runs, profile)
-    add_studies(calibration, args.studies)
+    add_studies(calibration, args.studies, profile)
     floor = launch_floor(calibration.provenance.get("device"))
     if floor:
         calibration.provenance["kernel_floor"] = floor

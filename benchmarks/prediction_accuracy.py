@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from _common import result_path, write  # noqa: E402
-from fit_calibration import add_studies, launch_floor, load_runs, parse_args, record_files  # noqa: E402
+from fit_calibration import (add_profile_argument, add_studies, launch_floor, load_runs, parse_args,  # noqa: E402
+                             read_profile, record_files)
 
 
 # What changed since the previous accuracy file, and when: every choice below was made BEFORE this run's
@@ -95,15 +96,16 @@ def _err(predicted: float | None, measured: float | None) -> float | None:
     return abs(predicted - measured) / measured
 
 
-def full_calibration(runs: list, rows: list[list], studies: list[str] | None = None):
-    """A calibration from every run's measured rows (the models already built: no rebuild)."""
+def full_calibration(runs: list, rows: list[list], studies: list[str] | None = None, profile=None):
+    """A calibration from every run's measured rows (the models already built: no rebuild), the studies' samples
+    on `profile`'s roofs as the rows are."""
     from carm_advisor.calibration import Calibration, layer_execution, layers_valid, samples_from_rows, whole_from_run
 
     full = Calibration()
     for run, rs in zip(runs, rows):
         samples = samples_from_rows(rs, run.backend, run.model_name, layer_execution(run)) if layers_valid(run) else []
         full = full.extended(Calibration(samples, whole_from_run(run, rs, run.model_name)))
-    add_studies(full, studies or [])
+    add_studies(full, studies or [], profile)
     devices = [(run.device or {}).get("name") for run in runs]
     floor = launch_floor(max(set(devices), key=devices.count)) if devices else None
     if floor:
@@ -120,7 +122,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
     (the held-out evaluation); the training models' own records are not evaluated."""
     from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
 
-    full = full_calibration(runs, rows, studies)
+    full = full_calibration(runs, rows, studies, profile)
     train = set(train_models or ())
     fitted = full.with_models(train) if train_models else None
     evaluated = [(run, rs) for run, rs in zip(runs, rows) if run.model_name not in train]
@@ -221,16 +223,10 @@ def main(argv=None) -> int:
                              "leave-one-model-out runs over the training models beside it")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model training samples")
-    parser.add_argument("--profile", help="profile whose roofs place the records' layers (default: the embedded H200); "
-                                          "another GPU's records need that GPU's profile")
+    add_profile_argument(parser)
     args = parse_args(parser, argv)
-    from carm_advisor.errors import CarmError
-    from carm_advisor.profiles.profile import load_profile
-
-    try:
-        profile = load_profile(args.profile) if args.profile else None
-    except CarmError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    profile = read_profile(args.profile)
+    if profile is None:
         return 2
     runs = load_runs(args.records)
     models = {r.model_name for r in runs}

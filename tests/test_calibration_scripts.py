@@ -263,3 +263,16 @@ def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path, no_l
     ratios = [f.predicted_time_s / s.predicted_time_s for f, s in zip(on_fast, on_slow) if s.measured and s.predicted_time_s]
     assert len(ratios) > 20 and all(r == pytest.approx(0.5) for r in ratios)
     assert mod.main(["--records", str(tmp_path), "--profile", str(tmp_path / "none.json")]) == 2
+
+
+def test_study_samples_take_the_profile_the_records_are_placed_on(monkeypatch):
+    # --studies beside --profile: the studies' whole-model bounds on the same GPU's roofs as the records' layers
+    import carm_advisor.calibration as calibration_mod
+    from carm_advisor.calibration import Calibration
+
+    fit = _load("fit_calibration")
+    seen = []
+    monkeypatch.setattr(calibration_mod, "whole_from_studies", lambda studies, profile=None: seen.append(profile) or [])
+    fit.add_studies(Calibration(), ["a.db"], profile="the H100 profile")
+    fit.add_studies(Calibration(), [], profile="unused: no study")
+    assert seen == ["the H100 profile"]
