@@ -176,19 +176,13 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
     """Analytic costs of a RunMeasurement's model (built on the CPU) placed by predict.Predictor, joined
     with its measured layers; with the calibrated times of the calibration given and of the same
     calibration without this model's samples."""
-    from carm_advisor.calibration import apply_calibration
-    from carm_advisor.model_loader import image_data_format, load_model
+    from carm_advisor.calibration import apply_calibration, rebuilt_model
+    from carm_advisor.model_loader import image_data_format
     from carm_advisor.predict import Predictor
 
-    import keras
-
     model_name = doc.get("model_name") or "vgg16"
-    # Auto-named layers ("conv2d_7") take their number from a per-process counter, and the records were named in a
-    # fresh one: without a fresh session here, a model built after others (InceptionV3 after Xception) got other
-    # names and most of its measured layers matched no row (calibration.rows_for_run does the same).
-    keras.backend.clear_session()
+    model = rebuilt_model(model_name, doc["precision"], doc["layout"])
     with image_data_format(doc["layout"]):
-        model, _ = load_model(model_name, precision=doc["precision"])
         rows = Predictor(profile, doc["math_mode"], backend=doc["backend"], calibration=calibration).rows(
             model, doc["batch_size"])
     costs = {r.name: r for r in rows}

@@ -1307,23 +1307,29 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
     return out
 
 
+def rebuilt_model(model_name: str, precision: str, layout: str):
+    """A recorded model built again on the CPU, in a fresh Keras session: auto-named layers ("conv2d_7") take their
+    number from a per-process counter, and only a fresh session gives the names the recording process gave (a model
+    built first there); a model built after others (InceptionV3 after Xception) matched few of its measured layers."""
+    import keras
+
+    from carm_advisor.model_loader import image_data_format, load_model
+
+    keras.backend.clear_session()
+    with image_data_format(layout):
+        return load_model(model_name, precision=precision)[0]
+
+
 def rows_for_run(run, profile=None, model=None) -> list:
     """Rebuild the run's model (by its recorded name, precision and layout) and merge the measurement
     into its CARM rows. `model` skips the rebuild."""
     from carm_advisor.analysis import merge_measurements
-    from carm_advisor.model_loader import image_data_format, load_model
     from carm_advisor.predict import Predictor, resolve_math_mode
     from carm_advisor.profiles.profile import load_profile
 
     profile = profile or load_profile()
     if model is None:
-        import keras
-
-        # Auto-named layers ("conv2d_7") take their number from a per-process counter: a fresh session
-        # gives the names the recording process gave (a model built first there), or the merge misses.
-        keras.backend.clear_session()
-        with image_data_format(run.layout):
-            model, _ = load_model(run.model_name, precision=run.precision)
+        model = rebuilt_model(run.model_name, run.precision, run.layout)
     rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)
     merge_measurements(rows, run, profile)
     return rows
