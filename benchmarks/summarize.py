@@ -12,6 +12,7 @@ import argparse
 import gzip
 import json
 import re
+import statistics
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -428,12 +429,6 @@ def _dispatch_choice_rows(c: dict | None) -> list[str]:
     return rows
 
 
-def _median_abs(xs: list[float]) -> float | None:
-    xs = sorted(abs(x) for x in xs)
-    n = len(xs)
-    return None if not n else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
-
-
 def compare_table(pattern: str) -> str:
     """The headline figures of the power-model results matching `pattern`, one row each: per layer (power, energy at
     the measured time, calibrated time) and per whole model (power, energy per sample and time with the calibrated
@@ -448,8 +443,9 @@ def compare_table(pattern: str) -> str:
         if m is None:   # an older result, before the whole-model headline
             rows.append(f"| {path.name} | no whole-model headline in this file |" + " |" * 8)
             continue
-        bound = _median_abs([r["carm_bound_time_s"] / r["measured_time_s"] - 1 for r in d["models"]
-                             if r.get("carm_bound_time_s") and r.get("measured_time_s")])
+        bound_errs = [abs(r["carm_bound_time_s"] / r["measured_time_s"] - 1) for r in d["models"]
+                      if r.get("carm_bound_time_s") and r.get("measured_time_s")]
+        bound = statistics.median(bound_errs) if bound_errs else None
         rows.append(f"| {path.name} | {v['n']} | {_pct(v['power_median_abs_err'])} | {_pct(v['energy_median_abs_err'])} "
                     f"| {_pct(v['time_median_abs_err'])} | {m['n']} | {_pct(m['power_median_abs_err'])} "
                     f"| {_pct(m['energy_per_sample_median_abs_err_calibrated_time'])} | {_pct(m['time_median_abs_err'])} "
