@@ -172,10 +172,15 @@ def _calibrated(rows, calibration, backend: str, execution: str | None, model: s
             if whole_s and layers else None)
 
 
+def _share(value, frac: float):
+    return value * frac if value is not None else None
+
+
 def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | None, lomo_cache: dict):
     """Analytic costs of a RunMeasurement's model (built on the CPU) placed by predict.Predictor, joined
     with its measured layers; with the calibrated times of the calibration given and of the same
     calibration without this model's samples."""
+    from carm_advisor.analysis import part_shares
     from carm_advisor.calibration import apply_calibration, rebuilt_model
     from carm_advisor.model_loader import image_data_format
     from carm_advisor.predict import Predictor
@@ -186,16 +191,27 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
         rows = Predictor(profile, doc["math_mode"], backend=doc["backend"], calibration=calibration).rows(
             model, doc["batch_size"])
     costs = {r.name: r for r in rows}
+    # A layer the cost model splits into parts (SeparableConv2D: "name:depthwise", "name:pointwise") is measured as
+    # one call "name": each part takes its share of the call's time and energy as analysis.merge_measurements gives
+    # it (part_of names the call; exclusion() keeps its power, the call's, out of the per-layer scores).
+    shares = part_shares(rows, {m["name"] for m in doc["layers"]})
+    parts: dict[str, list] = {}
+    for r in rows:
+        if id(r) in shares:
+            frac, base = shares[id(r)]
+            parts.setdefault(base, []).append((r, frac))
     out = []
     for m in doc["layers"]:
-        c = costs.get(m["name"])
-        if c is None or not c.known:
-            continue
-        out.append({"name": m["name"], "type": m["type"], "flops": c.flops, "bytes": c.bytes, "path": c.path,
-                    "output_elements": getattr(c, "output_elements", 0),
-                    "level": c.level, "time_s": m.get("time_s"), "power_w": m.get("power_w"),
-                    "energy_j": m.get("energy_j"), "sm_clock_mhz": m.get("sm_clock_mhz"),
-                    "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
+        whole = costs.get(m["name"])
+        for c, frac in ([(whole, 1.0)] if whole is not None else parts.get(m["name"], [])):
+            if not c.known:
+                continue
+            out.append({"name": c.name, "part_of": m["name"] if c is not whole else None, "type": m["type"],
+                        "flops": c.flops, "bytes": c.bytes, "path": c.path,
+                        "output_elements": getattr(c, "output_elements", 0),
+                        "level": c.level, "time_s": _share(m.get("time_s"), frac), "power_w": m.get("power_w"),
+                        "energy_j": _share(m.get("energy_j"), frac), "sm_clock_mhz": m.get("sm_clock_mhz"),
+                        "execution": m.get("execution"), "calibrated_time_s": c.calibrated_time_s})
     calibrated = {"in_sample": _calibrated(rows, calibration, doc["backend"], execution, model_name)}
     if calibration is not None:
         if model_name not in lomo_cache:
@@ -868,6 +884,9 @@ EXCLUSIONS = {
     "host_paced_without_gpu_time": "a layer timed one host-dispatched call at a time (DISPATCHED_EXECUTIONS) for "
                                    "which the calibration has no in-model GPU time (no jit whole-model fit): its "
                                    "GPU share of the call, which sets its power, is unknown",
+    "measured_as_one_call": "a part of a layer measured as one call (SeparableConv2D's depthwise and pointwise "
+                            "halves): its power is the call's, not the part's; its share of the call's time counts "
+                            "in the whole model",
 }
 
 
@@ -887,6 +906,8 @@ def exclusion(run: dict, layer: dict, min_layer_window_s: float) -> str | None:
         return "no_power_reading"
     if layer.get("execution") in DISPATCHED_EXECUTIONS and not layer.get("gpu_time_s_leave_one_model_out"):
         return "host_paced_without_gpu_time"
+    if layer.get("part_of"):
+        return "measured_as_one_call"
     return None
 
 

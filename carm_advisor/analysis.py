@@ -18,6 +18,27 @@ if TYPE_CHECKING:
 ABOVE_ROOF_TOLERANCE = 1.02
 
 
+def part_shares(rows: list, measured_names) -> dict[int, tuple[float, str]]:
+    """id(row) -> (share, measured name) for each row that is a part of a layer measured as one call.
+
+    A layer the cost model splits into parts ("name:depthwise", "name:pointwise": SeparableConv) is
+    measured as one call "name": each part gets the measured time and energy in proportion to its
+    CARM bound time (`predicted_time_s`; equal shares where no part has a bound). `rows`: objects with
+    `.name` and `.predicted_time_s` (LayerRow, or a Predictor's rows)."""
+    parts: dict[str, list] = {}
+    for row in rows:
+        base, sep, _ = row.name.rpartition(":")
+        if sep and base and row.name not in measured_names and base in measured_names:
+            parts.setdefault(base, []).append(row)
+    share: dict[int, tuple[float, str]] = {}
+    for base, group in parts.items():
+        bounds = [r.predicted_time_s or 0.0 for r in group]
+        total = sum(bounds)
+        for r, b in zip(group, bounds):
+            share[id(r)] = (b / total if total > 0 else 1.0 / len(group), base)
+    return share
+
+
 def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profile) -> list[str]:
     """Attach a run's measured time/energy (and counter intensity) to predicted rows; return warnings.
 
@@ -27,21 +48,7 @@ def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profi
     warnings: list[str] = []
     by_name = {m.name: m for m in run.layers}
     carm = profile.carm()
-    # A layer the cost model splits into parts ("name:depthwise", "name:pointwise": SeparableConv) is
-    # measured as one call "name": each part gets the measured time and energy in proportion to its
-    # CARM bound time (equal shares where a part has no bound), and says so in its notes.
-    parts: dict[str, list[LayerRow]] = {}
-    for row in rows:
-        base, sep, _ = row.name.rpartition(":")
-        if sep and base and row.name not in by_name and base in by_name:
-            parts.setdefault(base, []).append(row)
-    share: dict[int, tuple[float, str]] = {}
-    for base, group in parts.items():
-        bounds = [r.predicted_time_s or 0.0 for r in group]
-        total = sum(bounds)
-        for r, b in zip(group, bounds):
-            frac = b / total if total > 0 else 1.0 / len(group)
-            share[id(r)] = (frac, base)
+    share = part_shares(rows, by_name)
     for row in rows:
         frac, base = share.get(id(row), (1.0, row.name))
         m = by_name.get(base)

@@ -475,7 +475,8 @@ def test_validate_scores_layers_at_their_measured_time_and_filters_what_is_no_pe
     out = mod.validate(runs, _hand_carm(), _hand_model(), 2000.0, min_layer_window_s=0.5)
     v = out["validation"]
     assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 1,
-                                       "window_short": 1, "no_power_reading": 1, "host_paced_without_gpu_time": 0}
+                                       "window_short": 1, "no_power_reading": 1, "host_paced_without_gpu_time": 0,
+                                       "measured_as_one_call": 0}
     assert v["filters"]["evaluated"] == 6 and v["filters"]["scored"] == 2
     a = next(r for r in out["layers"] if r["run"] == "long.json" and r["layer"] == "a")
     assert a["scored"] and a["predicted_power_w"] == pytest.approx(400.0) and a["power_err"] == pytest.approx(-0.2)
@@ -572,7 +573,8 @@ def test_records_from_several_folders_carry_their_method_window_and_whole_model_
     assert mod.main(args) == 0
     v = json.loads(next(out.glob("*.json")).read_text())["validation"]
     assert v["filters"]["removed"] == {"layers_not_in_policy_dtype": 0, "profiled": 1, "window_unknown": 0,
-                                       "window_short": 1, "no_power_reading": 0, "host_paced_without_gpu_time": 0}
+                                       "window_short": 1, "no_power_reading": 0, "host_paced_without_gpu_time": 0,
+                                       "measured_as_one_call": 0}
     assert v["filters"]["scored"] == 1 and v["filters"]["min_layer_window_s"] == 0.5 and v["models"]["n"] == 2
 
 
@@ -1573,3 +1575,34 @@ def test_a_model_built_after_another_still_matches_its_recorded_auto_named_layer
     rows, _ = mod._layer_rows_from_record(doc, load_profile(), None, None, {})
     assert [r["name"] for r in rows] == ["conv2d", "conv2d_1", "conv2d_93"]   # InceptionV3 has 94 auto-named convs
     assert all(r["flops"] > 0 for r in rows)
+
+
+def test_a_separable_conv_measured_as_one_call_counts_its_parts_time_but_scores_no_part_power():
+    # Xception's SeparableConv2D layers are measured as one call ("block2_sepconv1") and costed as two parts
+    # ("...:depthwise" on CUDA cores, "...:pointwise" on Tensor Cores). The validation joined by name and dropped
+    # them: the whole models' layer time kept only about half of Xception's (seventeenth-session note).
+    import keras
+
+    mod = _load("power_model_validation")
+    keras.config.set_image_data_format("channels_last")
+    batch = 2
+    doc = {"model_name": "xception", "layout": "channels_last", "precision": "float32", "backend": "torch",
+           "math_mode": {"conv": "tf32", "matmul": "fp32"}, "batch_size": batch, "layers": [
+               {"name": "block1_conv1", "type": "Conv2D", "time_s": 2e-4, "power_w": 400.0, "energy_j": 0.08},
+               {"name": "block2_sepconv1", "type": "SeparableConv2D", "time_s": 1e-4, "power_w": 300.0,
+                "energy_j": 0.03}]}
+    rows, _ = mod._layer_rows_from_record(doc, load_profile(), None, None, {})
+    by = {r["name"]: r for r in rows}
+    assert set(by) == {"block1_conv1", "block2_sepconv1:depthwise", "block2_sepconv1:pointwise"}
+    dw, pw = by["block2_sepconv1:depthwise"], by["block2_sepconv1:pointwise"]
+    # by hand: block1 (3x3 stride 2 valid, 299 -> 149) and block1_conv2 (3x3 valid, 149 -> 147) give 147x147x64;
+    # a 3x3 depthwise over it is 9 MACs per element, the pointwise 64 -> 128 channels 64 MACs per output element
+    assert dw["flops"] >= 2 * batch * 147 * 147 * 64 * 9 and dw["flops"] < 1.1 * 2 * batch * 147 * 147 * 64 * 9
+    assert pw["flops"] >= 2 * batch * 147 * 147 * 128 * 64 and pw["flops"] < 1.1 * 2 * batch * 147 * 147 * 128 * 64
+    assert dw["time_s"] + pw["time_s"] == pytest.approx(1e-4) and dw["time_s"] > 0 and pw["time_s"] > 0
+    assert dw["energy_j"] + pw["energy_j"] == pytest.approx(0.03)
+    assert dw["power_w"] == pw["power_w"] == 300.0 and dw["part_of"] == pw["part_of"] == "block2_sepconv1"
+    assert by["block1_conv1"]["part_of"] is None and by["block1_conv1"]["time_s"] == 2e-4
+    run = {"layers_in_policy_dtype": True, "method": "layer_windows", "layer_window_s": 1.0}
+    assert mod.exclusion(run, dw, 0.5) == "measured_as_one_call"
+    assert mod.exclusion(run, by["block1_conv1"], 0.5) is None
