@@ -3,7 +3,9 @@
 - nothing: a SQLite file `carm-tune-<model>.db` in the working directory;
 - a path ending .db/.sqlite/.sqlite3: that SQLite file;
 - any SQLAlchemy URL (`sqlite:///...`, `postgresql://...`): Optuna's RDBStorage;
-- `journal:PATH` or a path ending .log: Optuna's JournalStorage on a file (several processes may share it).
+- `journal:PATH` or a path ending .log: Optuna's JournalStorage on a file (several processes may share it);
+- `sqlite:///:memory:` (or `sqlite://`): Optuna's InMemoryStorage, a study only this process sees, gone when
+  it ends (a SQLite in-memory database is one per connection: Optuna's heartbeat thread would find it empty).
 
 RDB studies send a heartbeat while a trial runs: a trial left RUNNING by a killed process goes stale
 after `grace_s` and is marked FAIL (optuna.storages.fail_stale_trials) when a study resumes, so it is
@@ -51,9 +53,25 @@ def storage_url(spec: str | None, model_name: str) -> str:
     )
 
 
+def in_memory(url: str) -> bool:
+    """A SQLite URL that names no file (sqlite:///:memory:, sqlite://, a URI filename with mode=memory)."""
+    if not url.startswith("sqlite"):
+        return False
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+    except Exception:   # open_storage reports a malformed URL
+        return False
+    database = u.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database or u.query.get("mode") == "memory"
+
+
 def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBEAT_S):
     """An Optuna storage object for `spec` (see the module docstring)."""
     url = storage_url(spec, model_name)
+    if in_memory(url):
+        return optuna.storages.InMemoryStorage()
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
