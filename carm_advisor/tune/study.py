@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
 from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
                                       WorkerRunner, WorkerSettings)
 from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
-from carm_advisor.tune.storage import HEARTBEAT_S, open_storage, storage_url
+from carm_advisor.tune.storage import HEARTBEAT_S, in_memory, open_storage, storage_url
 
 PRUNE_MARGIN = 0.10   # the bound's energy comes from a fitted power model: keep 10% benefit of the doubt
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -118,10 +119,17 @@ def tune(
 
     model_or_builder: a keras.applications name, a .keras file, "module:function", a builder function
     `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only,
-    or saved to a file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
+    or saved to a .keras file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
     `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
+    The saved copy of a built model (and of a Calibration object, without log_dir) is kept as long as the
+    study, since the study's "run" attributes name it for workers joining later and for
+    fit_calibration.py --studies: beside a SQLite or journal file, in `<file name>.files/<study name>/`
+    (`s.db` -> `s.db.files/<study name>/<model name>.keras`); for a database server, in the working
+    directory, `carm-tune-<database>-<hash of the URL>.files/<study name>/`; for an in-memory storage
+    (sqlite:///:memory:), in a temporary directory removed when tune() returns. A resumed study overwrites
+    its own copy. Delete that folder with the study.
     log: a function given one line per finished trial (for runs without a terminal).
     calibration: "auto" (default): a predicted study uses the shipped calibration of the profile's GPU model
     (with this GPU's cache) and reports its predictions as trial values; a measured study orders its first
@@ -231,76 +239,81 @@ def tune(
 
     remaining = n_trials - _finished_count(study)
     target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
-    # A built model is saved to a file only where another process needs it.
-    model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
-        else _portable_model(spec, built)
-    if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
-        study.set_user_attr("run", {
-            "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
-            "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
-            "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
-            "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
-            "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-            "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name),
-            "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
-    if parallel:
-        if model_ref is None:
-            spec.portable()   # raises: this builder cannot run in a worker process
-        from carm_advisor.tune.parallel import check_gpus_exist, launch
+    files = _StudyFiles(url, study_name, store)   # beside the storage; a temporary one goes when tune() returns
+    try:
+        # A built model is saved to a file only where another process needs it.
+        model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
+            else _portable_model(spec, built, files)
+        if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
+            study.set_user_attr("run", {
+                "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
+                "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
+                "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
+                "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
+                "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
+                "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name,
+                                                files),
+                "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
+        if parallel:
+            if model_ref is None:
+                spec.portable()   # raises: this builder cannot run in a worker process
+            from carm_advisor.tune.parallel import check_gpus_exist, launch
 
-        check_gpus_exist(gpus, source)
+            check_gpus_exist(gpus, source)
+            _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
+            try:
+                limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
+                device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
+                                deadline_s=min(limits_s) if limits_s else None)
+                names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
+                device["name"] = ", ".join(sorted(names)) or None
+            finally:
+                _fail_stale(study)
+                quiet()
+            return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+                                wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
+                                prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
+                                budget_stopped=bool(device.get("stopped_at_deadline")))
+        if runner is None and runner_factory is not None:
+            from carm_advisor.tune.parallel import runner_from_run
+
+            predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
+        if runner is None:
+            if source == "predicted":
+                runner = PredictedRunner(predictor)
+            else:
+                model_ref = model_ref or _portable_model(spec, built, files)
+                settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
+                runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
         _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
+
+        state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
+        from carm_advisor.tune.parallel import this_gpu
+
+        # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
+        # configuration whose worker died; a journal has none, so a resumed run there does not wait)
+        objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
+                                       trial_attrs={"gpu": this_gpu(source)},
+                                       shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
+        deadline_s = None if budget_s is None else start_s + budget_s
         try:
-            limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
-            device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
-                            deadline_s=min(limits_s) if limits_s else None)
-            names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
-            device["name"] = ", ".join(sorted(names)) or None
+            if remaining > 0:
+                with _progress(progress, n_trials, state) as callback:
+                    callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
+                                 optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
+                    study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
+                                   callbacks=callbacks, gc_after_trial=False)
         finally:
+            runner.close()
             _fail_stale(study)
             quiet()
         return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                            wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
-                            prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
-                            budget_stopped=bool(device.get("stopped_at_deadline")))
-    if runner is None and runner_factory is not None:
-        from carm_advisor.tune.parallel import runner_from_run
-
-        predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
-    if runner is None:
-        if source == "predicted":
-            runner = PredictedRunner(predictor)
-        else:
-            model_ref = model_ref or _portable_model(spec, built)
-            settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
-            runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
-    _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
-
-    state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
-    from carm_advisor.tune.parallel import this_gpu
-
-    # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
-    # configuration whose worker died; a journal has none, so a resumed run there does not wait)
-    objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
-                                   trial_attrs={"gpu": this_gpu(source)},
-                                   shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
-    deadline_s = None if budget_s is None else start_s + budget_s
-    try:
-        if remaining > 0:
-            with _progress(progress, n_trials, state) as callback:
-                callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
-                             optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
-                study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
-                               callbacks=callbacks, gc_after_trial=False)
+                            wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
+                            command=command or shlex.join(sys.argv), prune_margin=prune_margin,
+                            max_slowdown=max_slowdown, max_output_error=max_output_error,
+                            budget_stopped=state.budget_stopped)
     finally:
-        runner.close()
-        _fail_stale(study)
-        quiet()
-    return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                        wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
-                        command=command or shlex.join(sys.argv), prune_margin=prune_margin,
-                        max_slowdown=max_slowdown, max_output_error=max_output_error,
-                        budget_stopped=state.budget_stopped)
+        files.remove_if_temporary()
 
 
 # ---- pieces -------------------------------------------------------------------------------------
@@ -475,11 +488,11 @@ def _constraints_func(constrained: bool, calibrated: bool):
 
 
 def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool, log_dir: str | None,
-                     study_name: str):
+                     study_name: str, files: _StudyFiles):
     """What a worker process gives ConfigPredictor(calibration=...) to use the calibration this process
     uses: False (none), True (the shipped one), or a path (the one given; a Calibration object, or the
-    calibration of a predictor given to tune(), is saved to a JSON file in the log directory). A
-    calibration that cannot be saved cannot run on several GPUs."""
+    calibration of a predictor given to tune(), is saved to a JSON file in the log directory, else in the
+    study's folder beside its storage: `files`). A calibration that cannot be saved cannot run on several GPUs."""
     calib = getattr(predictor, "calibration", None)
     if calib is None:
         return False
@@ -488,7 +501,7 @@ def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool
     if own_predictor and calibration is True:
         return True
     if hasattr(calib, "save"):
-        directory = log_dir or tempfile.mkdtemp(prefix="carm-tune-")
+        directory = log_dir or files.directory()
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in study_name)
         return str(calib.save(os.path.join(os.path.abspath(directory), f"calibration-{safe}.json")))
     if parallel:
@@ -690,10 +703,100 @@ def _quiet_optuna():
     return restore
 
 
-def _portable_model(spec: ModelSpec, built) -> str:
+class _StudyFiles:
+    """Where a study keeps the files its worker processes read: a built model saved as .keras, and a
+    Calibration object saved as JSON (where no log_dir is given). The study's "run" attributes name them,
+    for the processes that rebuild the run later -- a resumed tune(), `carm-advise worker` joining by
+    storage URL and study name, the workers of several GPUs, fit_calibration.py --studies
+    (calibration.whole_from_studies) -- so they live as long as the study, in one folder per study:
+
+    - a SQLite file or a journal file: beside it, `<file name>.files/<study name>/`;
+    - another database (postgresql://, mysql://...): the working directory, where the default storage
+      would go: `carm-tune-<database>-<hash of the URL>.files/<study name>/` (a worker on another machine
+      needs that folder at the same path);
+    - an in-memory storage (sqlite:///:memory:): a temporary directory, removed when tune() returns,
+      since no other process can join such a study.
+
+    The same storage and study name give the same folder, so a resumed study overwrites its own copy
+    rather than leaving another. Nothing is created before a file is saved."""
+
+    def __init__(self, url: str, study_name: str, store=None) -> None:
+        self._temporary = False
+        self._path: str | None = None
+        base = _storage_file(url)
+        if base is None and (isinstance(store, optuna.storages.InMemoryStorage) or in_memory(url)):
+            self._temporary = True
+            return
+        if base is None:
+            base = os.path.join(os.getcwd(), f"carm-tune-{_rdb_label(url)}")
+        self._path = os.path.join(f"{base}.files", _safe_name(study_name))
+
+    def directory(self) -> str:
+        if self._path is None:
+            self._path = tempfile.mkdtemp(prefix="carm-tune-")
+        os.makedirs(self._path, exist_ok=True)
+        return self._path
+
+    def remove_if_temporary(self) -> None:
+        if self._temporary and self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._path = None
+
+
+def _storage_file(url: str) -> str | None:
+    """The absolute path of the file holding the storage (SQLite, journal); None for a server or in memory."""
+    if url.startswith("journal:"):
+        return os.path.abspath(url[len("journal:"):])
+    if not url.startswith("sqlite") or in_memory(url):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    if database.startswith("file:"):   # a SQLite URI filename (?uri=true)
+        database = database[len("file:"):].split("?")[0]
+    return os.path.abspath(database)
+
+
+def _rdb_label(url: str) -> str:
+    """A file name for a server database: its name and a hash of where it is (the password left out)."""
+    import hashlib
+
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        where, name = f"{u.get_backend_name()}://{u.host}:{u.port}/{u.database}", u.database or "db"
+    except Exception:
+        where, name = url, "db"
+    return f"{_safe_name(name)}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+
+
+def _safe_name(text: str) -> str:
+    """`text` as one file name: other characters become "_"; a name changed so (or over 100 characters)
+    takes a hash of the original, so two study names never share a folder."""
+    import hashlib
+
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).lstrip(".")
+    if safe != text or len(safe) > 100:
+        safe = f"{safe[:100] or 'study'}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def _portable_model(spec: ModelSpec, built, files: _StudyFiles) -> str:
+    """The string a worker process rebuilds the model from; a built model is saved first (_StudyFiles says
+    where), written whole under another name and then moved over the copy a resumed study left, so a worker
+    still reading that copy is not handed a half-written file. The file keeps the model's name: a worker
+    names the model by its file's stem."""
     if spec.kind == "model":
-        path = os.path.join(tempfile.mkdtemp(prefix="carm-tune-"), f"{spec.name}.keras")
-        built.save(path)
+        directory = files.directory()
+        path = os.path.join(directory, f"{spec.name}.keras")
+        partial = os.path.join(directory, f".{spec.name}.{os.getpid()}.partial.keras")
+        try:
+            built.save(partial)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
         return path
     return spec.portable()
 
