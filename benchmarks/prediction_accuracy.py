@@ -114,15 +114,20 @@ def full_calibration(runs: list, rows: list[list], studies: list[str] | None = N
 
 
 def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_models: list[str] | None = None,
-             studies: list[str] | None = None, profile=None) -> dict:
-    """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured).
+             studies: list[str] | None = None, profile=None, eager_host: str | None = None) -> dict:
+    """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured). `eager_host`: the torch eager
+    host form (calibration.EAGER_HOST_FORMS; None: the product's).
 
     train_models None: leave one model out (each model predicted by a calibration fitted on the others).
     train_models given: one calibration fitted on those models' records predicts every OTHER model's
     (the held-out evaluation); the training models' own records are not evaluated."""
+    import dataclasses
+
     from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
 
     full = full_calibration(runs, rows, studies, profile)
+    if eager_host is not None:
+        full = dataclasses.replace(full, eager_host=eager_host)
     train = set(train_models or ())
     fitted = full.with_models(train) if train_models else None
     evaluated = [(run, rs) for run, rs in zip(runs, rows) if run.model_name not in train]
@@ -212,6 +217,29 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
     }
 
 
+def eager_host_choice(runs: list, rows: list[list], batch_size: int | None = None,
+                      train_models: list[str] | None = None, studies: list[str] | None = None, profile=None) -> dict:
+    """Each calibration.EAGER_HOST_FORMS form's torch eager whole-model time (as `evaluate` holds out: leave one model
+    out, or the models outside `train_models`): median |error|, median signed error, n, worst. README rule 4 (the
+    eighteenth session) reads it: the lowest median |error| on the choosing records, the incumbent unless beaten."""
+    from carm_advisor.calibration import EAGER_HOST, EAGER_HOST_FORMS
+
+    table = {}
+    for form in EAGER_HOST_FORMS:
+        doc = evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host=form)
+        found = [e["whole"]["eager"] for e in doc["details"] if e["backend"] == "torch" and "eager" in e["whole"]]
+        signed = [w["calibrated_s"] / w["measured_s"] - 1 for w in found if w.get("calibrated_s")]
+        table[form] = {"n": len(signed), "time_median_abs_err": statistics.median(abs(x) for x in signed) if signed else None,
+                       "time_median_signed_err": statistics.median(signed) if signed else None,
+                       "too_fast": sum(1 for x in signed if x < 0),
+                       "worst_abs_err": max((abs(x) for x in signed), default=None)}
+    scored = {k: v for k, v in table.items() if v["time_median_abs_err"] is not None}
+    best = min(scored, key=lambda k: scored[k]["time_median_abs_err"]) if scored else EAGER_HOST
+    if EAGER_HOST in scored and scored[best]["time_median_abs_err"] >= scored[EAGER_HOST]["time_median_abs_err"]:
+        best = EAGER_HOST
+    return {"in_use": EAGER_HOST, "lowest": best, "candidates": table}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", nargs="+", action="extend", required=True,
@@ -223,6 +251,9 @@ def main(argv=None) -> int:
                              "leave-one-model-out runs over the training models beside it")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model training samples")
+    parser.add_argument("--eager-host-choice", action="store_true",
+                        help="also score each torch eager host form (calibration.EAGER_HOST_FORMS) as evaluated: "
+                             "eager_host_choice in the file")
     add_profile_argument(parser)
     args = parse_args(parser, argv)
     profile = read_profile(args.profile)
@@ -248,6 +279,13 @@ def main(argv=None) -> int:
         doc["leave_one_model_out"] = {k: v for k, v in lomo.items() if k != "details"}
     else:
         doc = evaluate(runs, rows, args.batch_size, studies=args.studies, profile=profile)
+    if args.eager_host_choice:
+        doc["eager_host_choice"] = eager_host_choice(runs, rows, args.batch_size, args.train_models, args.studies,
+                                                     profile)
+        if args.train_models:
+            train = [(run, rs) for run, rs in zip(runs, rows) if run.model_name in args.train_models]
+            doc["leave_one_model_out"]["eager_host_choice"] = eager_host_choice(
+                [r for r, _ in train], [rs for _, rs in train], args.batch_size, studies=args.studies, profile=profile)
     doc["profile"] = args.profile or "embedded nvidia_h200"
     doc["records"] = [str(f) for f in record_files(args.records)]
     doc["studies"] = args.studies

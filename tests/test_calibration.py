@@ -194,6 +194,41 @@ def test_eager_whole_model_is_the_slower_of_the_cuda_graph_fit_and_the_fastest_h
     assert c.whole_time_s(_rows(("Conv2D", 1.0), ("Activation", 4.0)), "torch", "eager") == pytest.approx(3.0)
 
 
+def test_each_eager_host_form_takes_its_time_per_call_from_the_host_paced_records():
+    from carm_advisor.calibration import eager_host_per_call_s
+
+    def eager(model, dtype, per_call_s, calls=100):   # host-paced: 10x its graph time
+        return WholeSample("torch", "eager", per_call_s * calls, 1e-3, 1e-3, calls, model=model,
+                           graph_time_s=per_call_s * calls / 10, dtype=dtype)
+
+    host = [eager("a", "float32", 300e-6), eager("a", "bfloat16", 500e-6),
+            eager("b", "float32", 400e-6), eager("b", "float32", 600e-6), eager("b", "bfloat16", 700e-6)]
+    # by hand: fastest 300 us; a's median (300, 500) = 400, b's (400, 600, 700) = 600 -> 500 us
+    assert eager_host_per_call_s(host, "fastest")[0] == pytest.approx(300e-6)
+    assert eager_host_per_call_s(host, "median_of_models")[0] == pytest.approx(500e-6)
+    # bfloat16 only: a 500, b 700 -> 600 us; float32: a 300, b median(400, 600) = 500 -> 400 us; float16 has none: 500
+    assert eager_host_per_call_s(host, "median_of_models_by_dtype", "bfloat16")[0] == pytest.approx(600e-6)
+    assert eager_host_per_call_s(host, "median_of_models_by_dtype", "float32")[0] == pytest.approx(400e-6)
+    assert eager_host_per_call_s(host, "median_of_models_by_dtype", "float16")[0] == pytest.approx(500e-6)
+    assert eager_host_per_call_s([], "median_of_models") == (None, "no host-paced record")
+    with pytest.raises(ValueError, match="eager_host"):
+        eager_host_per_call_s(host, "slowest")
+    with pytest.raises(ValueError, match="eager_host"):
+        Calibration(eager_host="slowest")
+    # through the product's path: whole = max(GPU, calls x host); 3 tiny bfloat16 layers, the GPU-paced record absent
+    graph = [WholeSample("torch", "cuda_graph", 3.0, 2.0, 2.0, 10), WholeSample("torch", "cuda_graph", 5.0, 4.0, 2.0, 10)]
+    rows = _rows(("Conv2D", 1e-6), ("Activation", 1e-6), ("Dense", 1e-6))
+    for r in rows:
+        r.dtype = "bfloat16"
+    for form, per_call in (("fastest", 300e-6), ("median_of_models", 500e-6), ("median_of_models_by_dtype", 600e-6)):
+        c = Calibration(whole=graph + host, eager_host=form)
+        assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(3 * per_call), form
+    # a GPU-paced eager record (no more than 1.3x its graph time) sets no host time
+    c = Calibration(whole=graph + [WholeSample("torch", "eager", 2.1, 1.0, 1.0, 100, graph_time_s=2.0, model="c")],
+                    eager_host="median_of_models")
+    assert c.whole_fit("torch", "eager").dispatch_per_call_s is None
+
+
 def test_round_trip_and_bad_schema(tmp_path, calib):
     path = calib.save(tmp_path / "c.json")
     assert Calibration.load(path).estimate("torch", "Conv2D", "bfloat16", 1e-4).efficiency == pytest.approx(BF16_CELL_E)
