@@ -2026,7 +2026,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceilings", type=Path, action="append", required=True)
     ap.add_argument("--profile", help="profile whose roofs place the layers (default: the embedded H200)")
     ap.add_argument("--calibration", type=Path,
-                    help="calibration JSON for the calibrated whole-model time (default: the shipped one)")
+                    help="calibration JSON for the calibrated whole-model time (default: the one shipped for the "
+                         "profile's GPU model, calibration.SHIPPED; none for a GPU model without one: the CARM bound. "
+                         "Before the eighteenth session the default was the H200's whatever the profile)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     ap.add_argument("--min-layer-window-s", type=float, default=0.5,
                     help="score per-layer power only where the record's layer energy windows are at least this "
@@ -2060,8 +2062,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --min-layer-window-s must be >= 0, received: {args.min_layer_window_s}", file=sys.stderr)
         return 2
     try:   # a bad calibration or profile is a one-line error
-        calibration = Calibration.load(args.calibration) if args.calibration else shipped_calibration()
         profile = load_profile(args.profile)
+        calibration = Calibration.load(args.calibration) if args.calibration else shipped_calibration(profile.name)
         fixed_duty = load_profile(args.duty_from).power_model if args.duty_from else None
     except CarmError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -2153,7 +2155,8 @@ def main(argv: list[str] | None = None) -> int:
            "fit": {**fit.to_dict(), "power_limit_w": limit, "from": [str(p) for p in args.ceilings],
                    "left_out": sorted(drop)},
            "duty_from": args.duty_from or "fitted on the records (leave one model out)",
-           "calibration": {"from": str(args.calibration) if args.calibration else "shipped",
+           "calibration": {"from": str(args.calibration) if args.calibration else
+                           f"shipped for {profile.name}" if calibration.samples else f"none shipped for {profile.name}",
                            "provenance": calibration.provenance},
            "validation": result["validation"], "duty_curves": result["duty_curves"]}
     if shipped is not None:

@@ -1606,3 +1606,26 @@ def test_a_separable_conv_measured_as_one_call_counts_its_parts_time_but_scores_
     run = {"layers_in_policy_dtype": True, "method": "layer_windows", "layer_window_s": 1.0}
     assert mod.exclusion(run, dw, 0.5) == "measured_as_one_call"
     assert mod.exclusion(run, by["block1_conv1"], 0.5) is None
+
+
+def test_without_calibration_the_validation_takes_the_one_shipped_for_the_profiles_gpu(monkeypatch, tmp_path):
+    # before: the H200's calibration whatever the profile, so an H100 profile's records got H200 efficiencies
+    mod = _load("power_model_validation")
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_load_runs(records, profile, calibration):
+        seen.append((profile.name, calibration.provenance.get("device") if calibration else None))
+        raise Stop
+
+    monkeypatch.setattr(mod, "load_runs", fake_load_runs)
+    (tmp_path / "r").mkdir()
+    ceilings = ["--ceilings", str(RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"),
+                "--ceilings", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json")]
+    h100 = RESULTS / "nvidia-h100-characterisation-2026-12-06-s16" / "measured_profile.json"
+    for extra in ([], ["--profile", str(h100)]):
+        with pytest.raises(Stop):
+            mod.main(["--records", str(tmp_path / "r"), *ceilings, "--out", str(tmp_path), *extra])
+    assert seen == [("NVIDIA H200", "NVIDIA H200"), ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")]
