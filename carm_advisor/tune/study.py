@@ -502,7 +502,7 @@ def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool
         return True
     if hasattr(calib, "save"):
         directory = log_dir or files.directory()
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in study_name)
+        safe = _file_chars(study_name)
         return str(calib.save(os.path.join(os.path.abspath(directory), f"calibration-{safe}.json")))
     if parallel:
         raise ValueError(f"several GPUs: the workers cannot load this calibration ({type(calib).__name__}: no save()); "
@@ -771,12 +771,17 @@ def _rdb_label(url: str) -> str:
     return f"{_safe_name(name)}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
 
 
+def _file_chars(text: str) -> str:
+    """`text` with every character a file name should not hold made "_"."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
 def _safe_name(text: str) -> str:
     """`text` as one file name: other characters become "_"; a name changed so (or over 100 characters)
     takes a hash of the original, so two study names never share a folder."""
     import hashlib
 
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).lstrip(".")
+    safe = _file_chars(text).lstrip(".")
     if safe != text or len(safe) > 100:
         safe = f"{safe[:100] or 'study'}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
     return safe
