@@ -114,9 +114,10 @@ def full_calibration(runs: list, rows: list[list], studies: list[str] | None = N
 
 
 def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_models: list[str] | None = None,
-             studies: list[str] | None = None, profile=None, eager_host: str | None = None) -> dict:
+             studies: list[str] | None = None, profile=None, eager_host: str | None = None, full=None) -> dict:
     """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured). `eager_host`: the torch eager
-    host form (calibration.EAGER_HOST_FORMS; None: the product's).
+    host form (calibration.EAGER_HOST_FORMS; None: the product's). `full`: the calibration of every run and study
+    (full_calibration) when the caller has it already.
 
     train_models None: leave one model out (each model predicted by a calibration fitted on the others).
     train_models given: one calibration fitted on those models' records predicts every OTHER model's
@@ -125,7 +126,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
 
     from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
 
-    full = full_calibration(runs, rows, studies, profile)
+    full = full if full is not None else full_calibration(runs, rows, studies, profile)
     if eager_host is not None:
         full = dataclasses.replace(full, eager_host=eager_host)
     train = set(train_models or ())
@@ -225,8 +226,9 @@ def eager_host_choice(runs: list, rows: list[list], batch_size: int | None = Non
     from carm_advisor.calibration import EAGER_HOST, EAGER_HOST_FORMS
 
     table = {}
+    full = full_calibration(runs, rows, studies, profile)   # fitted once; each form changes only how it is read
     for form in EAGER_HOST_FORMS:
-        doc = evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host=form)
+        doc = evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host=form, full=full)
         found = [e["whole"]["eager"] for e in doc["details"] if e["backend"] == "torch" and "eager" in e["whole"]]
         signed = [w["calibrated_s"] / w["measured_s"] - 1 for w in found if w.get("calibrated_s")]
         table[form] = {"n": len(signed), "time_median_abs_err": statistics.median(abs(x) for x in signed) if signed else None,

@@ -151,6 +151,10 @@ JIT_HOST = "max"
 # one), "median_of_models_by_dtype" (the same over the records of the compute dtype predicted, e.g. the casts of a
 # mixed policy; every dtype's where it has none). The H100's held-out eager time (seventeenth session, 15 of 16 too
 # fast with "fastest") prompted it; the choice is made on the H200 records through -s13, the test is fresh records.
+# Result: choosing (n=147, nvidia-h200-prediction-accuracy-2026-12-06-s18-rule4-choosing.json) fastest 31.9%,
+# median_of_models 17.3%, median_of_models_by_dtype 17.7%; test (-s18h, H100 held out, n=14,
+# nvidia-h100-80gb-hbm3-prediction-accuracy-2026-12-06-s18h-rule4-test.json) median_of_models 41.6% against
+# fastest 13.8%: the candidate lost, the incumbent stays.
 EAGER_HOST_FORMS = ("fastest", "median_of_models", "median_of_models_by_dtype")
 EAGER_HOST = "fastest"
 # Whether the GPU-side launch floors of a jit call (kernels x the measured floor, in its GPU time) count as busy in
