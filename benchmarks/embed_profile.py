@@ -66,14 +66,6 @@ def launch_floor_of(measured: dict, file_name: str) -> dict:
     return {"value_s": floor["value_s"], "provenance": provenance}
 
 
-def read_json(path: Path) -> dict:
-    """A result file, plain or gzip-compressed (.json.gz: how validation results are kept)."""
-    import gzip
-
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
-
-
 def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     """The profile's power_model.duty (and duty_tensor_core where the result fitted the Tensor Core layers' curve
     apart) from a power_model_validation.py result, saying where they came from: {"duty": ..., ["duty_tensor_core": ...]}."""
@@ -184,6 +176,8 @@ def main(argv: list[str]) -> int:
     elif args.power_sweep:
         ap.error("--power-sweep joins the sweep fit: it needs --power-fit sweep")
     if args.duty:
+        from carm_advisor.result_files import read_json
+
         doc["power_model"] = {**doc["power_model"],
                               **duty_of(read_json(args.duty), args.duty.name, args.power_fit == "sweep")}
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing

@@ -271,7 +271,7 @@ DISPATCH_TEST = "-s4"
 # Result when the rule was applied (the -s5 records before the after-choice ones): choosing records, pooled
 # per-layer power none 10.0% / norm 2 10.6% / inf 9.5%: inf chosen; test (MobileNetV2 jax bf16 b32, MobileNetV2 and
 # ResNet50 torch fp16 b32, MobileNetV2 torch fp32 b32) 17.4 / 17.3 / 13.1%. With every record of the session
-# (nvidia-h200-power-model-2026-12-04-s5.json.gz; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
+# (nvidia-h200-power-model-2026-12-04-s5.json.xz; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
 # test 14.5 / 12.4 / 11.2%; whole-model power on the choosing records 6.9 / 9.4 / 7.7% (the rule did not look at
 # it). The test holds every folder of the session: the records taken before the change (-s5c1, -s5c2) and after
 # the choice (-s5c3 layers, -s5c4 whole models). The duty curves of every candidate are fitted leave one model out
@@ -346,7 +346,7 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
 # -0.31 against -0.21 for the bound time. Rule, written before the candidate's figures: the lowest pooled per-layer
 # headline power (leave one model out) on the records before DUTY_FILL_TEST decides, the incumbent staying unless
 # beaten; DUTY_FILL_TEST's records test it (whole models only: -s7 has no layer windows). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json.gz): choosing, per layer (n=4900) / whole models (n=176):
+# (nvidia-h200-power-model-2026-12-04-s7.json.xz): choosing, per layer (n=4900) / whole models (n=176):
 # size_efficiency 9.5% / 7.6%, fill_efficiency 10.0% / 10.0%; -s7 whole models (n=32) 5.3% / 7.4%: the incumbent
 # stays. The output size alone does not say how a layer fills the GPU better than its bound time: the bins' bias
 # comes from a minority of layers, and the median fit follows the rest.
@@ -373,7 +373,7 @@ def _size_term_choice(results: dict[str, dict], test: str) -> dict:
 # The duty curve's size terms together, eighth session of 2026-12-04: "size_efficiency" (the incumbent, the bound-time
 # term) or "size_fill_efficiency" (the bound-time term times the output-elements one, min(1, (n_out / n_full) **
 # gamma_fill); carm/power_fit.fit_duty_curve). Proposed after fill_efficiency alone lost (above), and after seeing, in
-# nvidia-h200-power-model-2026-12-04-s8-with-unseen.json.gz, EfficientNetB0's torch Conv2D layers (its squeeze-excite
+# nvidia-h200-power-model-2026-12-04-s8-with-unseen.json.xz, EfficientNetB0's torch Conv2D layers (its squeeze-excite
 # 1x1 convolutions on 1x1 maps) predicted +47% (median) and the per-layer figure with the unseen models pooled at
 # 12.1%. Rule, written and committed before the candidate's figures: the lowest pooled per-layer headline power
 # (leave one model out) on the records before DUTY_SIZE_FILL_TEST decides, the incumbent staying unless beaten;
@@ -443,13 +443,13 @@ def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_ab
 # of small layers, and after seeing the incumbent's whole-model power on the choosing records rise from 6.6% to
 # 7.6% when -s5c3 joined the duty fits; the gaps_at_constant power figures were not seen before the rule: the lower
 # whole-model power median on the records before WHOLE_POWER_TEST decides, the incumbent staying unless beaten.
-# Result (nvidia-h200-power-model-2026-12-04-s5.json.gz, whole models recorded alone included): choosing 7.7%
+# Result (nvidia-h200-power-model-2026-12-04-s5.json.xz, whole models recorded alone included): choosing 7.7%
 # (layers_mean) vs 8.4% (gaps_at_constant), n=105: the incumbent stays; test (-s5, n=17) 12.2% vs 7.6%.
 # Re-chosen in the sixth session on every record before -s6 (the rule written before -s6 was scored; the
 # pooled figures of the -s5 file, layers_mean 8.2% vs 8.4% over all 122, were known), after the jit host form
 # (calibration.JIT_HOST "max") gave host-paced jit calls a GPU share: choosing (n=122) layers_mean 7.9% vs
 # gaps_at_constant 8.0%: the incumbent stays; test (-s6, n=25) 6.4% vs 7.3%
-# (nvidia-h200-power-model-2026-12-04-s6.json.gz).
+# (nvidia-h200-power-model-2026-12-04-s6.json.xz).
 WHOLE_POWER_CANDIDATES = {"layers_mean": "duty_lomo_power_err", "gaps_at_constant": "duty_lomo_gaps_at_constant_power_err"}
 WHOLE_POWER_TEST = "-s6"
 
@@ -673,7 +673,7 @@ def kin_dtype_choice(results: dict[str, dict]) -> dict:
 # DUTY_UNIT_CHOOSING_BEFORE decides, the incumbent (one curve) staying unless beaten; a candidate whose whole-model
 # power (leave one model out, every whole model) on those records is worse than the incumbent's is not taken.
 # DUTY_UNIT_TEST's records test it; the ninth session's are a weak test (their by-class breakdown prompted it).
-# Result (tenth session, code 67fb69f, every record through -s9: nvidia-h200-power-model-2026-12-05-s10-choice.json.gz,
+# Result (tenth session, code 67fb69f, every record through -s9: nvidia-h200-power-model-2026-12-05-s10-choice.json.xz,
 # validation.duty_unit_choice): one -> by_unit. Choosing records: pooled per-layer power 11.0% -> 10.9% (n=4900),
 # whole-model power 8.2% -> 7.5% (n=208); weak test (-s9): per-layer 14.1% -> 12.8% (n=1056), whole-model power
 # 7.0% -> 7.4% (n=27). Chosen: by_unit, a margin of 0.1 point on the deciding figure.
@@ -709,7 +709,7 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
 
 # A duty curve per compute path (carm/power_model.PowerModel.duty_by_path): each path with at least
 # DUTY_PATH_MIN_LAYERS scored layers gets its own curve, the rest keep their unit's. Proposed in the eleventh session
-# (2026-12-05) after a breakdown of nvidia-h200-power-model-2026-12-05-s10-adopted.json.gz by path on the torch
+# (2026-12-05) after a breakdown of nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz by path on the torch
 # layers (the only ones a duty curve predicts: jax layers are host-paced): 16-bit Tensor Core layers over-predicted
 # by +12% to +15% (signed median), TF32 ones by -2% to +5%; float32 CUDA-core layers by +11% to +21%, packed 16-bit
 # ones by -1% to +1%. Rule, written in the README and committed (8a76c63) before the candidate's figures and before
@@ -1662,7 +1662,7 @@ def layout_copies_test_scores(doc: dict, test: str) -> dict:
 
 
 def write_compact(path: Path, doc: dict) -> Path:
-    """The result JSON, indented except the per-layer rows (one line each)."""
+    """The result JSON, indented except the per-layer rows (one line each); xz-compressed where `path` ends in .xz."""
     import datetime as dt
     import shlex
 
@@ -1675,9 +1675,9 @@ def write_compact(path: Path, doc: dict) -> Path:
     text = (head + ',\n "layers": ' + json.dumps(layers, separators=(",", ":"))[:-1] + ',"rows":[\n' + body
             + "\n]}\n}\n")
     json.loads(text)   # well formed
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+    from carm_advisor.result_files import write_text
+
+    return write_text(path, text)   # .json.xz: compressed (how results are committed)
 
 
 def capped_observations(runs: list[dict], power_limit_w: float, carm, exclude_run: str | None = None,
@@ -1984,17 +1984,17 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
 
 
 def rescore(argv: list[str]) -> int:
-    """`--rescore IN OUT [NOTE]`: a written result (.json or .json.gz) with validation.session_tests (SESSION_TESTS)
-    added from its own rows, written compactly to OUT (a "file_note" NOTE where given); nothing is refitted."""
-    import gzip
+    """`--rescore IN OUT [NOTE]`: a written result (.json, .json.xz or .json.xz) with validation.session_tests
+    (SESSION_TESTS) added from its own rows, written compactly to OUT (a "file_note" NOTE where given); nothing is
+    refitted."""
+    from carm_advisor.result_files import read_json
 
     if len(argv) not in (2, 3):
         print("error: usage: power_model_validation.py --rescore IN OUT [NOTE]", file=sys.stderr)
         return 2
     src, out = Path(argv[0]), Path(argv[1])
     try:
-        raw = src.read_bytes()
-        doc = json.loads(gzip.decompress(raw) if src.suffix == ".gz" else raw)
+        doc = read_json(src)
     except (OSError, ValueError) as exc:
         print(f"error: not a readable result: {src} ({exc})", file=sys.stderr)
         return 2

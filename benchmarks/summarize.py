@@ -9,25 +9,29 @@
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import statistics
 from pathlib import Path
 
+from carm_advisor.result_files import COMPRESSED_SUFFIXES, read_json
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def matches(pattern: str) -> list[Path]:
-    """The result files matching `pattern` (*.json), else their gzip-compressed copies (*.json.gz: superseded
-    power-model files are kept compressed, the working tree that travels to the GPU machine being limited)."""
-    return sorted(RESULTS.glob(pattern)) or sorted(RESULTS.glob(pattern + ".gz"))
+    """The result files matching `pattern` (*.json), else their compressed copies (*.json.xz, or *.json.xz for older
+    ones: validation results are kept compressed, the working tree that travels to the GPU machine being limited)."""
+    found = sorted(RESULTS.glob(pattern))
+    for suffix in COMPRESSED_SUFFIXES:
+        found = found or sorted(RESULTS.glob(pattern + suffix))
+    return found
 
 
 def load(pattern: str) -> dict:
     """The one result file matching `pattern` (matches)."""
     (path,) = matches(pattern)
-    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+    return read_json(path)
 
 
 def ceilings_table(d: dict) -> str:

@@ -67,7 +67,7 @@ BOUND_EXECUTIONS = ("jit", "torch.compile")
 # JIT_HOST (power_model_validation.py: jit_other_share_choice; leave-one-model-out whole-model time over the jit
 # records before -s6, the incumbent 1 unless beaten). Seen before the rule: under "max" at share 1, the large
 # batches of ResNet50 and MobileNetV2 (many normalization and activation layers XLA fuses) predicted 40-70% too
-# long when left out, their own records' e above 1. Result (nvidia-h200-power-model-2026-12-04-s6.json.gz,
+# long when left out, their own records' e above 1. Result (nvidia-h200-power-model-2026-12-04-s6.json.xz,
 # validation.jit_other_share_choice), time on the choosing records (n=49) / on -s6 (n=39): share 1 9.0% / 15.3%,
 # 0.5 22.0% / 26.9%, 0 29.1% / 31.4%: 1 stays.
 JIT_OTHER_SHARES = (1.0, 0.5, 0.0)
@@ -77,7 +77,7 @@ JIT_OTHER_SHARE = 1.0
 # their traffic never reaches memory; the non-matmul layers it cannot fuse keep their bound. Proposed in the sixth
 # session after the large-batch ResNet50 and MobileNetV2 errors above (seen on -s6); chosen by the rule of
 # JIT_HOST (power_model_validation.py: jit_fusion_choice; the records before -s6 decide, off unless beaten).
-# Result (nvidia-h200-power-model-2026-12-04-s6.json.gz, commit 8af8e90): time on the choosing records (n=49) / on
+# Result (nvidia-h200-power-model-2026-12-04-s6.json.xz, commit 8af8e90): time on the choosing records (n=49) / on
 # -s6 (n=39): off 8.7% / 15.3%, on 28.2% / 41.6%: off stays. The non-matmul layers' traffic does show in the
 # jitted models' time on the H200 (a likely cause, not checked: XLA runs cuDNN convolutions as custom calls and
 # does not fold the normalization after one into it), so the leave-one-model-out error of ResNet50 and
@@ -100,7 +100,7 @@ JIT_FUSION = "none"
 # Under JIT_HOST "max": one efficiency for the matmul-class layers' bound and another for the rest's, fitted
 # together with h across the models (_grid_fit_split), in place of one e for both. Proposed in the sixth session
 # after JIT_FUSION lost (the large-batch ResNet50 and MobileNetV2 errors, seen on -s6); chosen by the same rule
-# (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json.gz,
+# (power_model_validation.py: jit_split_choice; off unless beaten). Result (nvidia-h200-power-model-2026-12-04-s6.json.xz,
 # commit 3efe0c4): time on the choosing records (n=49) off 8.7%, on 8.8%: off stays. On the -s6
 # test (n=39) it did better (time 14.8% vs 15.3%, power 7.0% vs 7.9%, energy per sample 15.3% vs 18.5%): a
 # re-choice on later records may adopt it. Re-chosen in the seventh session with JIT_FUSION (jit_gpu_choice, see
@@ -110,7 +110,7 @@ JIT_SPLIT_E = False
 # lower leave-one-model-out whole-model time over the jit records before -s7 decides, the incumbent (one e over
 # every dtype) staying unless beaten; -s7 tests it. Rule written before the per-dtype figures under "max" were seen;
 # seen before it: the incumbent's -s7 errors, float32 the worst for ResNet50 at large batch (+57% to +79%). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json.gz), time on the choosing records (n=88) | on -s7 (n=24): one e 10.2% |
+# (nvidia-h200-power-model-2026-12-04-s7.json.xz), time on the choosing records (n=88) | on -s7 (n=24): one e 10.2% |
 # 16.9%, per dtype 16.9% | 29.7%: one e stays (the models differ more than the dtypes; a fit per dtype has a third
 # of the records).
 JIT_PER_DTYPE = False
@@ -136,7 +136,7 @@ KERNEL_FLOOR_EXECUTIONS = ("jit",)
 # |error| of the leave-one-model-out calibrated whole-model time over the jax whole-model records recorded
 # before -s6, the incumbent staying unless beaten; -s6 tests it. Seen before the rule: the incumbent's
 # errors on -s6c1 (small batches under-, large ones over-predicted) and on the records before it.
-# Result (nvidia-h200-power-model-2026-12-04-s6.json.gz, validation.jit_host_choice), additive -> max: choosing
+# Result (nvidia-h200-power-model-2026-12-04-s6.json.xz, validation.jit_host_choice), additive -> max: choosing
 # (n=49) time 20.8% -> 9.0%, power 10.2% -> 9.2%, energy per sample 21.9% -> 12.5%; test (-s6c1, n=13) time
 # 19.4% -> 14.9%, power 12.4% -> 8.3%, energy per sample 42.2% -> 17.1%. Chosen: max. With the records taken
 # after the choice (-s6c3) in the test and the review's mends (own records of the dtype, the calls a prediction
@@ -168,7 +168,7 @@ EAGER_HOST = "fastest"
 # (commit d6ea68a), whole-model power on the choosing records (n=88) | on -s7 (n=24): busy 8.7% | 5.6%, idle
 # 10.7% | 6.8%. A review found the idle candidate took the floors out of the GPU share but left them in the layers'
 # time weights (in_model_time_s), taking their share off every layer; rescored with the layers weighted over their
-# working time (with_floor) (nvidia-h200-power-model-2026-12-04-s7.json.gz, commit 7585796): busy 8.7% | 5.6%, idle
+# working time (with_floor) (nvidia-h200-power-model-2026-12-04-s7.json.xz, commit 7585796): busy 8.7% | 5.6%, idle
 # 10.8% | 6.7%: busy stays. The floors' time draws more than the constant: a jit call's launches keep the GPU's
 # clocks and front end busy between kernels.
 JIT_FLOOR_BUSY = True
@@ -183,7 +183,7 @@ DISPATCH_OVERLAP_NORM = 2.0
 # samples' bound / time; "time_weighted", sum(bound) / sum(time) over its samples: the efficiency at which the cell's
 # layers take their summed time. Where efficiencies spread within a cell, bound / median misses that sum (the mean
 # of 1 / e is above 1 / the median of e), and a whole model's time is a sum of layers. Proposed in the eighth
-# session of 2026-12-04 (no device lent: no fresh test set) after seeing, in nvidia-h200-power-model-2026-12-04-s7.json.gz,
+# session of 2026-12-04 (no device lent: no fresh test set) after seeing, in nvidia-h200-power-model-2026-12-04-s7.json.xz,
 # the torch whole models' calibrated time predicted short IN SAMPLE (median VGG16 -17%, ResNet50 -6%, the other
 # models -9%, MobileNetV2 +2%) while their measured layer sums match their whole time (median gap ~2%, up to 9%). Rule, written
 # and committed before the candidate's figures were seen (power_model_validation.py: cell_statistic_choice): the
@@ -191,7 +191,7 @@ DISPATCH_OVERLAP_NORM = 2.0
 # predict (every execution but jit, whose time is the CARM bound / e) recorded before CELL_STATISTIC_TEST decides, the
 # incumbent staying unless beaten, and a candidate whose pooled per-layer headline power on those records is above
 # its target (10%) is not taken; CELL_STATISTIC_TEST's torch whole models test it. Result (nvidia-h200-power-model-
-# 2026-12-04-s8-before-change.json.gz, validation.cell_statistic_choice, code 72a7b5e), median -> time_weighted, on the
+# 2026-12-04-s8-before-change.json.xz, validation.cell_statistic_choice, code 72a7b5e), median -> time_weighted, on the
 # choosing records: the cells' whole models (n=88) time 11.1% -> 10.6%, power 7.2% -> 6.4%, energy per sample 15.5%
 # -> 10.8%; every whole model (n=176) power 7.6% -> 7.2%; pooled per-layer power (n=4900) 9.5% -> 9.8%. On the test
 # (-s7 torch whole models, n=8; a weak test, as the -s7 file's in-sample errors prompted the candidate): time 11.3% ->
@@ -218,7 +218,7 @@ KIN_DTYPES = False
 # memory level (LayerRow.layout_copy_s, predict.Predictor), and a measured one has the same taken off its time
 # before its efficiency is learned (samples_from_rows): the torch efficiencies were learned mostly on
 # channels_first records. The fifth candidate of the twelfth session (README: its rule, written before its figures),
-# adopted by it (nvidia-h200-power-model-2026-12-05-s12-layout-choice.json.gz against ...-s11-path-choice.json.gz,
+# adopted by it (nvidia-h200-power-model-2026-12-05-s12-layout-choice.json.xz against ...-s11-path-choice.json.xz,
 # every record through -s9): torch channels_last whole-model time 23.7% -> 19.1% (n=4, leave one model out), the VGG16
 # tuning trials on torch eager channels_last 32.8% -> 24.6% (n=9, in sample); per-layer power 11.14% -> 11.15%,
 # whole-model power 7.44% -> 7.41%, time 11.4% -> 10.9%, energy per sample 14.2% -> 14.1%. The copies are counted at
@@ -230,7 +230,7 @@ LAYOUT_COPIES = True
 # (ZeroPadding2D, Concatenate, Reshape: layer class "data-movement") at the pass's size and dtype, the floor included
 # (the seventh candidate, README thirteenth session: on -s13 the measured channels_last cost is 2-4x the copies'
 # bound; torch's data-movement cells reach 0.17-0.5 of the roof at those sizes). Adopted by its rule, written before
-# its figures (nvidia-h200-power-model-2026-12-05-s13-copy-form-data-movement.json.gz against ...-roof.json.gz, every
+# its figures (nvidia-h200-power-model-2026-12-05-s13-copy-form-data-movement.json.xz against ...-roof.json.xz, every
 # record before -s13): torch channels_last whole-model time 19.1% -> 7.5% (n=4, leave one model out), the VGG16
 # tuning trials on torch eager channels_last 24.6% -> 4.2% (n=9); per-layer power 11.5% and whole-model power 8.1%
 # unchanged, whole-model time 10.8% -> 9.0%, energy per sample 14.7% -> 13.8%. A sample keeps the copies' bound it

@@ -871,22 +871,22 @@ def test_a_measured_h100_profile_predicts_calibrated_torch_times_slower_than_the
 
 def test_the_h100_calibrations_cited_test_figures_are_those_of_its_committed_results():
     # The provenance quotes rule H1's figures; recompute them from the result files it names.
-    import gzip
-    import json
     import re
     from pathlib import Path
+
+    from carm_advisor.result_files import read_json
 
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     text = shipped_calibration("NVIDIA H100 80GB HBM3").provenance["test"]
 
     def figures(name):
-        d = json.loads(gzip.decompress((results / name).read_bytes()))
+        d = read_json(results / name)
         bound = sorted(abs(r["carm_bound_time_s"] / r["measured_time_s"] - 1) for r in d["models"])
         n = len(bound)
         return d["validation"]["models"]["headline"]["time_median_abs_err"], (bound[n // 2 - 1] + bound[n // 2]) / 2, n
 
-    mine, bound, n = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h100-calibration.json.gz")
-    h200, _, _ = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h200-calibration.json.gz")
+    mine, bound, n = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h100-calibration.json.xz")
+    h200, _, _ = figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h200-calibration.json.xz")
     assert n % 2 == 0 and mine < h200 < bound                    # the rule's verdict: (a) ships
     quoted = [float(x) / 100 for x in re.findall(r"(\d+\.\d)%", text)]
     assert quoted == [pytest.approx(round(v, 3), abs=5e-4) for v in (mine, h200, bound)]

@@ -23,7 +23,7 @@ def embed_args(out, *extra):
     # the shipped profile carries the sweep fit over run 10 and the power sweep (the fit the power model
     # validation validates) and the duty curve that validation fitted against it (embed_profile.py --duty)
     args += ["--power-fit", "sweep", "--power-sweep", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"),
-             "--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.gz")]
+             "--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz")]
     return args + list(extra)
 
 

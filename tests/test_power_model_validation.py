@@ -40,13 +40,13 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.gz"   # the shipped profile's duty source
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz"   # the shipped profile's duty source
 
 
 def _read(path):
-    import gzip
+    from carm_advisor.result_files import read_json
 
-    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    return read_json(path)
 
 
 def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_profile(tmp_path):
@@ -1331,13 +1331,15 @@ def test_session_test_scores_take_the_test_folders_rows_alone_and_rescore_writes
     assert m["time_median_signed_err"] == pytest.approx(0.41)                        # (1.0 - 0.18) / 2
     assert st["models_by_backend_model"]["torch vgg16"]["time_median_abs_err"] == pytest.approx(1.0)
     assert mod.session_test_scores(doc, "-s10")["layers"]["n"] == 0
-    # --rescore: the same figures from a written (gzipped) file, a note added; a bad file is one line and exit 2
+    # --rescore: the same figures from a written (gzipped) file, a note added, written xz-compressed where the name
+    # says so; a bad file is one line and exit 2
     import gzip
     import json
+    import lzma
     src = tmp_path / "in.json.gz"
     src.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    assert mod.main(["--rescore", str(src), str(tmp_path / "out.json"), "a note"]) == 0
-    out = json.loads((tmp_path / "out.json").read_text())
+    assert mod.main(["--rescore", str(src), str(tmp_path / "out.json.xz"), "a note"]) == 0
+    out = json.loads(lzma.decompress((tmp_path / "out.json.xz").read_bytes()))
     assert out["file_note"] == "a note" and out["validation"]["session_tests"]["-s9"]["models"]["n"] == 2
     (tmp_path / "bad.json").write_text("{")
     assert mod.main(["--rescore", str(tmp_path / "bad.json"), str(tmp_path / "o.json")]) == 2

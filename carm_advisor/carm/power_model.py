@@ -49,7 +49,7 @@ form times min(1, (t_bound / t_size) ** gamma_size): a layer whose work is too s
 or a 1x1 convolution on 14x14 maps at batch 64, bound times of 0.5-2 us) draws 150-300 W replayed alone
 whatever share of its roof it reaches. Chosen by the same protocol on every record before that session and
 tested on its records (-s3*: ResNet50 and MobileNetV2 at three precisions and batch 32/64/128):
-benchmarks/results/nvidia-h200-power-model-2026-12-04-s3.json.gz, validation.duty_form_choice.
+benchmarks/results/nvidia-h200-power-model-2026-12-04-s3.json.xz, validation.duty_form_choice.
 
 Replay-paced calls (fifth session of 2026-12-04): a layer replayed alone from a CUDA graph (the torch layer
 windows) costs the host one graph launch per call, ~5-6 us on the H200 (calibration.Calibration.replay_floor_s);
