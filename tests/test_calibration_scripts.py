@@ -276,3 +276,46 @@ def test_study_samples_take_the_profile_the_records_are_placed_on(monkeypatch):
     fit.add_studies(Calibration(), ["a.db"], profile="the H100 profile")
     fit.add_studies(Calibration(), [], profile="unused: no study")
     assert seen == ["the H100 profile"]
+
+
+def test_eager_host_choice_scores_each_form_on_torch_eager_models_and_keeps_the_incumbent_unless_beaten(monkeypatch):
+    # evaluate() is faked: each form's held-out torch eager whole models (calibrated / measured), plus rows the
+    # choice must skip (jax; a torch model with no eager time; an eager time with no calibrated prediction).
+    mod = _load("prediction_accuracy")
+    monkeypatch.setattr(mod, "full_calibration", lambda *a, **k: "FULL")
+    ratios = {"fastest": [0.70, 0.80, 1.10], "median_of_models": [0.95, 1.20, 1.02],
+              "median_of_models_by_dtype": [0.90, 1.10, 1.30]}
+    seen = []
+
+    def evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host, full):
+        seen.append((eager_host, full))
+        details = [{"backend": "torch", "whole": {"eager": {"calibrated_s": r, "measured_s": 1.0}}} for r in ratios[eager_host]]
+        details += [{"backend": "jax", "whole": {"eager": {"calibrated_s": 5.0, "measured_s": 1.0}}},
+                    {"backend": "torch", "whole": {"cuda_graph": {"calibrated_s": 5.0, "measured_s": 1.0}}},
+                    {"backend": "torch", "whole": {"eager": {"calibrated_s": None, "measured_s": 1.0}}}]
+        return {"details": details}
+
+    monkeypatch.setattr(mod, "evaluate", evaluate)
+    out = mod.eager_host_choice([], [])
+    assert [s for s, _ in seen] == ["fastest", "median_of_models", "median_of_models_by_dtype"]
+    assert all(full == "FULL" for _, full in seen)                       # the full calibration fitted once, shared
+    c = out["candidates"]
+    # fastest: errors -0.30, -0.20, +0.10 -> median |err| 0.20, signed -0.20, 2 too fast, worst 0.30
+    assert c["fastest"]["n"] == 3 and c["fastest"]["too_fast"] == 2
+    assert c["fastest"]["time_median_abs_err"] == pytest.approx(0.20)
+    assert c["fastest"]["time_median_signed_err"] == pytest.approx(-0.20)
+    assert c["fastest"]["worst_abs_err"] == pytest.approx(0.30)
+    # median_of_models: -0.05, +0.20, +0.02 -> 0.05, signed +0.02, 1 too fast
+    assert c["median_of_models"]["time_median_abs_err"] == pytest.approx(0.05)
+    assert c["median_of_models"]["time_median_signed_err"] == pytest.approx(0.02)
+    assert c["median_of_models"]["too_fast"] == 1
+    assert out["in_use"] == "fastest" and out["lowest"] == "median_of_models"
+    # a tie with the incumbent keeps the incumbent, even where another form comes first: with by_dtype in use,
+    # fastest (0.20, listed first) ties it (|err| 0.20, 0.20, 0.10 -> 0.20); median_of_models is worse (0.25)
+    import carm_advisor.calibration as calibration
+
+    monkeypatch.setattr(calibration, "EAGER_HOST", "median_of_models_by_dtype")
+    ratios["median_of_models"] = [0.75, 1.25, 1.20]
+    ratios["median_of_models_by_dtype"] = [0.80, 1.20, 1.10]
+    out = mod.eager_host_choice([], [])
+    assert out["in_use"] == "median_of_models_by_dtype" and out["lowest"] == "median_of_models_by_dtype"
