@@ -1984,7 +1984,7 @@ def summary(layers: list[dict], models: list[dict], min_layer_window_s: float = 
 
 
 def rescore(argv: list[str]) -> int:
-    """`--rescore IN OUT [NOTE]`: a written result (.json, .json.xz or .json.xz) with validation.session_tests
+    """`--rescore IN OUT [NOTE]`: a written result (.json, .json.xz or .json.gz) with validation.session_tests
     (SESSION_TESTS) added from its own rows, written compactly to OUT (a "file_note" NOTE where given); nothing is
     refitted."""
     from carm_advisor.result_files import read_json

@@ -20,7 +20,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def matches(pattern: str) -> list[Path]:
-    """The result files matching `pattern` (*.json), else their compressed copies (*.json.xz, or *.json.xz for older
+    """The result files matching `pattern` (*.json), else their compressed copies (*.json.xz, or *.json.gz for older
     ones: validation results are kept compressed, the working tree that travels to the GPU machine being limited)."""
     found = sorted(RESULTS.glob(pattern))
     for suffix in COMPRESSED_SUFFIXES:

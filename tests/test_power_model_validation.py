@@ -13,6 +13,7 @@ from _same_json import assert_same_json
 
 from carm_advisor.errors import CarmError, ProfileError
 from carm_advisor.profiles.profile import load_profile, profile_from_dict
+from carm_advisor.result_files import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -43,10 +44,6 @@ def _embed(tmp_path, *extra):
 POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz"   # the shipped profile's duty source
 
 
-def _read(path):
-    from carm_advisor.result_files import read_json
-
-    return read_json(path)
 
 
 def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_profile(tmp_path):
@@ -57,7 +54,7 @@ def test_embed_profile_with_the_sweep_and_duty_files_regenerates_the_shipped_pro
 def test_the_shipped_power_model_is_the_validated_sweep_fit_with_its_duty_curve(tmp_path):
     from carm_advisor.carm.power_model import DutyCurve
 
-    validation = _read(POWER_MODEL)
+    validation = read_json(POWER_MODEL)
     pm = load_profile().power_model
     # The profile ships the fit the validation scored: the same rows (run 10 and the power sweep, the
     # profile's dropped benchmarks left out), the same constant and energies (the validation's own record).
@@ -95,7 +92,7 @@ def test_power_sweep_needs_the_sweep_fit(tmp_path):
 
 
 def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_path):
-    validation = _read(POWER_MODEL)
+    validation = read_json(POWER_MODEL)
     curve = {"variable": "efficiency", "gamma": 0.08, "source": "fitted on every scored layer (in sample)",
              "form": "P = P_const + (P_busy - P_const) * min(1, t_bound / t) ** gamma"}
     validation["shipped_power_model"]["duty_curves"]["in_sample"] = curve
@@ -109,7 +106,7 @@ def test_embed_profile_takes_an_efficiency_form_duty_curve_without_t_full(tmp_pa
 
 
 def test_embed_profile_takes_the_tensor_core_curve_where_the_result_fitted_one(tmp_path):
-    validation = _read(POWER_MODEL)
+    validation = read_json(POWER_MODEL)
     curves = validation["shipped_power_model"]["duty_curves"]
     curves["in_sample"] = {"variable": "efficiency", "gamma": 0.08}
     curves["tensor_core_in_sample"] = {"variable": "efficiency", "gamma": 0.3}
@@ -130,7 +127,7 @@ def test_embed_profile_takes_the_tensor_core_curve_where_the_result_fitted_one(t
 
 
 def test_embed_profile_takes_the_path_curves_where_the_result_fitted_them(tmp_path):
-    validation = _read(POWER_MODEL)
+    validation = read_json(POWER_MODEL)
     curves = validation["shipped_power_model"]["duty_curves"]
     curves["in_sample"] = {"variable": "efficiency", "gamma": 0.08}
     curves["by_path_in_sample"] = {"tc_bf16": {"variable": "efficiency", "gamma": 0.5}}
