@@ -100,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's start-up chatter is not our output
     parser = build_parser()
-    args = parser.parse_args(tune_shorthand(sys.argv[1:] if argv is None else list(argv)))
+    given = sys.argv[1:] if argv is None else list(argv)
+    expanded = tune_shorthand(given)
+    args = parser.parse_args(expanded)
+    args.shorthand = expanded != given   # `carm-advise MODEL ...` for `carm-advise tune MODEL ...`
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -138,27 +141,26 @@ def _import_keras(lean: bool = False) -> None:
 
 def _analyze(args) -> int:
     started_s = time.perf_counter()
-    _import_keras(lean=True)   # without the optional packages Keras imports and the analysis never uses
-    timings_s = {"keras_import": time.perf_counter() - started_s}
-    from rich.console import Console
-
-    from carm_advisor.analysis import analyze
-    from carm_advisor.model_loader import is_model_file, load_model
-    from carm_advisor.profiles.profile import load_profile
-
     from carm_advisor.report.files import Outputs
 
-    profile = load_profile(args.profile) if args.profile else None
-    outputs = Outputs()   # paths checked now, not after the whole analysis has run
-    outputs.plan(args.json_path, "JSON report")
-    outputs.plan(args.plot_path, "CARM chart")
-    outputs.plan(args.plot_energy_path, "energy-efficiency chart")
+    outputs = Outputs()   # paths checked first, not after Keras' import and the whole analysis
+    outputs.plan(args.json_path, "JSON report", "--json")
+    outputs.plan(args.plot_path, "CARM chart", "--plot")
+    outputs.plan(args.plot_energy_path, "energy-efficiency chart", "--plot-energy")
     for out in (args.plot_path, args.plot_energy_path):
         if out:
             from carm_advisor.report.plot import check_plot_format
 
             check_plot_format(out)
-    console = Console(stderr=False)
+    _import_keras(lean=True)   # without the optional packages Keras imports and the analysis never uses
+    timings_s = {"keras_import": time.perf_counter() - started_s}
+    from carm_advisor.analysis import analyze
+    from carm_advisor.model_loader import is_model_file, load_model
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.report.console import make_console
+
+    profile = load_profile(args.profile) if args.profile else None
+    console = make_console()
     if args.layout:
         import keras
 
@@ -219,14 +221,22 @@ def _analyze(args) -> int:
 
 def _ceilings(args) -> int:
     """carm-advise ceilings: measure (or --show) the roofs, print a table, optionally save JSON and a chart."""
+    from carm_advisor.report.files import Outputs
+
+    outputs = Outputs()   # before the minutes of measuring
+    outputs.plan(args.json_path, "profile", "--json")
+    outputs.plan(args.plot_path, "CARM roofs chart", "--plot")
+    if args.plot_path:
+        from carm_advisor.report.plot import check_plot_format
+
+        check_plot_format(args.plot_path)
     if args.show and args.exclude:
         _check_recorded_benchmarks(args.exclude, args.profile)
-    from rich.console import Console
-
     from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.report.console import make_console
     from carm_advisor.report.render import ceilings_table
 
-    console = Console()
+    console = make_console()
     if args.show:
         profile = load_profile(args.profile) if args.profile else _profile_for_show()
     else:
@@ -238,13 +248,17 @@ def _ceilings(args) -> int:
     console.print(ceilings_table(profile))
     for flag in profile.provenance.get("flags") or []:
         console.print(f"[bold red]flag:[/] {flag}")
+    with outputs:   # both files renamed into place once both were written
+        if args.json_path:
+            outputs.stage(args.json_path, profile.save)
+        if args.plot_path:
+            from carm_advisor.report.plot import plot_profile
+
+            outputs.stage(args.plot_path, lambda tmp: plot_profile(profile, tmp))
+        outputs.commit()
     if args.json_path:
-        profile.save(args.json_path)
         console.print(f"profile written to {args.json_path}")
     if args.plot_path:
-        from carm_advisor.report.plot import plot_profile
-
-        plot_profile(profile, args.plot_path)
         console.print(f"CARM roofs chart written to {args.plot_path}")
     return 0
 
@@ -279,8 +293,6 @@ def _check_recorded_benchmarks(names: tuple[str, ...], profile_path: str | None)
 
 
 def _build(args) -> int:
-    from rich.console import Console
-
     from carm_advisor.measure.build import build_kernels, detect_arch
 
     started = time.perf_counter()
@@ -289,7 +301,9 @@ def _build(args) -> int:
     elapsed_s = time.perf_counter() - started
     what = "reused the cached build (sources unchanged)" if r.cached else f"compiled with {r.nvcc}"
     tf_op = str(r.tf_op_path) if r.tf_op_path else "not built (TensorFlow is not installed here)"
-    Console(highlight=False).print(
+    from carm_advisor.report.console import make_console
+
+    make_console(highlight=False).print(
         f"CUDA micro-benchmarks for {', '.join(r.archs)}: {what} in {elapsed_s:.1f} s\n"
         f"  library:       {r.lib_path}\n  TensorFlow op: {tf_op}\n  build log:     {r.log_path}", soft_wrap=True)
     return 0
@@ -301,11 +315,32 @@ _SUBCOMMANDS = ("analyze", "ceilings", "build-kernels", "tune", "worker")
 
 
 def tune_shorthand(argv: list[str]) -> list[str]:
-    """`carm-advise MODEL --objective ...` means `carm-advise tune MODEL --objective ...`."""
-    if argv and argv[0] not in _SUBCOMMANDS and not argv[0].startswith("-") and any(
-            a == "--objective" or a.startswith("--objective=") or a == "--pareto" for a in argv[1:]):
-        return ["tune", *argv]
-    return argv
+    """`carm-advise MODEL [tune options]` means `carm-advise tune MODEL [tune options]`.
+
+    Whenever the first argument is neither a subcommand nor an option (`carm-advise`, `--help` and the
+    subcommands stay as they are); a near miss of a subcommand (`analyse`) stays too, for argparse to
+    name the choices."""
+    import difflib
+
+    if not argv or argv[0] in _SUBCOMMANDS or argv[0].startswith("-"):
+        return argv
+    first = argv[0]
+    if (not os.path.exists(first) and not any(c in first for c in "./:")
+            and difflib.get_close_matches(first.lower(), _SUBCOMMANDS, n=1, cutoff=0.75)):
+        return argv
+    return ["tune", *argv]
+
+
+def _check_shorthand_model(model: str) -> None:
+    """`carm-advise WORD`: say that WORD is neither a subcommand nor a model, before a study is stored."""
+    from carm_advisor.errors import ModelLoadError
+    from carm_advisor.model_loader import application_names, is_model_file
+
+    if is_model_file(model) or ":" in model:
+        return
+    if model.lower().replace("-", "").replace("_", "") not in application_names():
+        raise ModelLoadError(f"'{model}' is neither a subcommand ({', '.join(_SUBCOMMANDS)}) nor a model file "
+                             "nor a keras.applications model (vgg16, resnet50, ...); see carm-advise --help")
 
 
 def _positive_float(text: str) -> float:
@@ -405,22 +440,20 @@ def _worker(args) -> int:
 
 
 def _tune(args) -> int:
+    from carm_advisor.report.files import check_output_path, check_writable_dir
     from carm_advisor.tune.storage import storage_url
 
-    storage_url(args.storage, args.model)  # a bad storage is reported before Keras takes seconds to load
+    if args.json_path:   # output paths and a bad storage are reported before Keras takes seconds to load
+        check_output_path(args.json_path, "--json")
+    if args.plot_dir:
+        check_writable_dir(args.plot_dir, "--plot")
+    storage_url(args.storage, args.model)
     _import_keras()
-    from rich.console import Console
-
+    if getattr(args, "shorthand", False):
+        _check_shorthand_model(args.model)
+    from carm_advisor.report.console import make_console
     from carm_advisor.tune.study import tune
 
-    from pathlib import Path
-
-    from carm_advisor.report.files import check_output_path
-
-    if args.json_path:
-        check_output_path(args.json_path)
-    if args.plot_dir and not Path(args.plot_dir).is_dir():
-        raise OSError(f"plot directory does not exist: {args.plot_dir}")
     objectives = args.objective or ["gflops_per_watt"]
     runner = None
     kwargs = {}
@@ -434,7 +467,7 @@ def _tune(args) -> int:
 
         runner = FakeRunner(ConfigPredictor(model_spec(args.model), load_profile(args.profile) if args.profile else None),
                             delay_s=args.fake_measure_s)
-    console = Console()
+    console = make_console()
     result = tune(
         args.model, objective=objectives, n_trials=args.trials, storage=args.storage, study_name=args.study,
         mode=args.mode, pareto=args.pareto, backends=args.backends, batch_sizes=args.batch_sizes,

@@ -6,6 +6,7 @@ All model loading lives here; errors are one-line ModelLoadErrors.
 from __future__ import annotations
 
 import contextlib
+import re
 import zipfile
 from pathlib import Path
 
@@ -130,6 +131,9 @@ def _load_file(path: Path):
     try:
         model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as exc:  # corrupt archives, unknown classes, unsafe lambdas: all one line
+        unknown = unknown_classes(path, exc)
+        if unknown:
+            raise ModelLoadError(f"could not load {path}: {_unknown_classes_text(unknown)}") from None
         raise ModelLoadError(f"could not load {path}: {_first_line(exc)}") from None
     if not isinstance(model, keras.Model):
         raise ModelLoadError(f"{path} holds a {type(model).__name__}, not a Keras model")
@@ -141,3 +145,71 @@ def _load_file(path: Path):
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+# Keras 3 ("Could not locate class 'Scale'", "... function 'swish2'") and legacy .h5 ("Unknown layer: 'Scale'").
+_UNKNOWN_OBJECT = re.compile(r"Could not locate (?:class|function) '([^']+)'|Unknown (?:layer|object|activation|"
+                             r"initializer|regularizer|constraint|loss|metric)(?: type)?: '?([A-Za-z_][\w.>]*)'?")
+
+
+def unknown_classes(path: Path, exc: BaseException) -> list[tuple[str, str | None]]:
+    """(class name, registered name) of the custom objects a model file uses and this process has not
+    registered: the one Keras names in `exc` first, then the others of the .keras file's config.json
+    (Keras stops at the first). [] when the error is not about an unknown object."""
+    match = _UNKNOWN_OBJECT.search(str(exc))
+    if not match:
+        return []
+    first = match.group(1) or match.group(2)
+    custom = _unregistered_in_config(path)
+    registered_as = dict(custom)
+    found = [(first, registered_as.get(first))]
+    found += [(name, reg) for name, reg in custom if name != first]
+    return found
+
+
+def _unregistered_in_config(path: Path) -> list[tuple[str, str | None]]:
+    """Objects of a .keras file's config.json from outside Keras that are not registered here."""
+    import json
+
+    import keras
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except Exception:   # an .h5 file, or no readable config: the exception's name alone
+        return []
+    found: dict[str, str | None] = {}
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            name, module = node.get("class_name"), node.get("module")
+            if (isinstance(name, str) and not name.startswith("__") and "config" in node
+                    and not (isinstance(module, str) and (module == "keras" or module.startswith("keras.")))):
+                registered = node.get("registered_name")
+                key = registered if isinstance(registered, str) else name
+                if keras.saving.get_registered_object(key) is None:
+                    found.setdefault(name, registered if isinstance(registered, str) else None)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    return list(found.items())
+
+
+def _unknown_classes_text(unknown: list[tuple[str, str | None]]) -> str:
+    name, registered = unknown[0]
+    key = registered or name
+    package = registered.split(">")[0] if registered and ">" in registered else None
+    others = [n for n, _ in unknown[1:]]
+    decorator = f"@keras.saving.register_keras_serializable(package={package!r})" if package else \
+        "@keras.saving.register_keras_serializable()"
+    saved_as = [f"saved as {registered!r}"] if registered and registered != name else []
+    if others:
+        saved_as.append(f"also not registered: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
+    return (f"unknown custom class {name}" + (f" ({'; '.join(saved_as)})" if saved_as else "")
+            + f": it is not registered in this process; register it with {decorator} on the class, in a module "
+            f"imported before loading, or load the model in Python with keras.saving.load_model(path, "
+            f"custom_objects={{{key!r}: {name}}}) and pass it to carm_advisor.analyze()")

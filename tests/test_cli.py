@@ -99,7 +99,8 @@ def test_saved_keras_model_is_analysed(capsys, tmp_path):
     (["analyze", "vgg16", "--precision", "float13"], "invalid choice"),
     (["analyze", "vgg16", "--input-shape", "a,b"], "input shape"),
     (["analyze"], "model"),
-    (["frobnicate"], "invalid choice"),
+    (["frobnicate"], "'frobnicate' is neither a subcommand"),   # a first word that is no subcommand is a model for tune
+    (["analyse", "vgg16"], "invalid choice: 'analyse'"),             # ... unless it is a near miss of one
 ])
 def test_bad_options(capsys, argv, fragment):
     code, _, err = run_cli(capsys, *argv)

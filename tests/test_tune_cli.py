@@ -1,4 +1,4 @@
-"""The tune CLI: the MODEL --objective shorthand, and bad input as one line with exit code 2."""
+"""The tune CLI: the `carm-advise MODEL ...` shorthand, and bad input as one line with exit code 2."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import pytest
 from carm_advisor.cli import main, tune_shorthand
 
 
-def test_model_with_objective_is_shorthand_for_tune():
+def test_model_first_is_shorthand_for_tune():
     assert tune_shorthand(["vgg16", "--objective", "gflops_per_watt"]) == ["tune", "vgg16", "--objective", "gflops_per_watt"]
     assert tune_shorthand(["vgg16", "--pareto"])[0] == "tune"
     assert tune_shorthand(["analyze", "vgg16", "--batch-size", "8"]) == ["analyze", "vgg16", "--batch-size", "8"]
-    assert tune_shorthand(["vgg16"]) == ["vgg16"]   # no objective: not a tune request (argparse will say so)
+    assert tune_shorthand(["vgg16"]) == ["tune", "vgg16"]   # the README's default objective needs no flag
+    assert tune_shorthand(["vgg16", "--trials", "1"]) == ["tune", "vgg16", "--trials", "1"]
+    assert tune_shorthand(["analyse", "vgg16"]) == ["analyse", "vgg16"]   # a near miss: argparse names the choices
+    assert tune_shorthand(["--help"]) == ["--help"] and tune_shorthand([]) == []
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -83,8 +85,29 @@ def _predictions_line(t: dict) -> Text:
 _DROP_FIRST = ("roof power", "cal. power", "power", "AI F/B", "FLOPs", "E share", "energy", "eff.", "bound time")
 
 
+SEQUENTIAL_MARK = "\u2020"   # dagger: a time that is a bound ignoring the dependence between sequential steps
+_SEQUENTIAL_STEPS = re.compile(r"\b(\d+) sequential steps\b")
+
+
+def sequential_steps(notes: str) -> int | None:
+    """The step count of a recurrent layer's note ("128 sequential steps: ..."), None for other layers."""
+    match = _SEQUENTIAL_STEPS.search(notes or "")
+    return int(match.group(1)) if match else None
+
+
+def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
+    if not marked:
+        return None
+    named = ", ".join(f"{name}: {plural(steps, 'step')}" for name, steps in marked[:4]) + (", ..." if len(marked) > 4 else "")
+    return Text(f"{SEQUENTIAL_MARK} recurrent ({named}): each step waits for the one before, and the bound and "
+                "calibrated times ignore that dependence; the real time can be far longer", style="yellow")
+
+
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
-    """One row per layer; on narrow terminals the lesser columns are left out and the rest wrap."""
+    """One row per layer; on narrow terminals the lesser columns are left out and the rest wrap.
+
+    A recurrent layer's times are marked (SEQUENTIAL_MARK) and explained under the table: its CARM
+    bound spreads the work of all steps over the whole GPU, as if they did not wait for each other."""
     shares, energy_shares = report.time_shares(), report.energy_shares()
     measured = any(r.measured for r in report.layers)
     columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
@@ -98,7 +121,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
-    cells_of = []
+    cells_of, marked = [], []
     for r in rows:
         if not r.known:
             cells = [r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red")]
@@ -115,22 +138,29 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
                           _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            cells += [seconds(r.predicted_time_s), seconds(r.calibrated_time_s), _watts(r.calibrated_power_w),
+            steps = sequential_steps(r.notes)
+            mark = SEQUENTIAL_MARK if steps else ""
+            if steps:
+                marked.append((r.name, steps))
+            bound_time, calibrated = seconds(r.predicted_time_s), seconds(r.calibrated_time_s)
+            cells += [bound_time + mark if bound_time != "-" else bound_time,
+                      calibrated + mark if calibrated != "-" else calibrated, _watts(r.calibrated_power_w),
                       _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
         cells_of.append(cells)
     names = [name for name, _ in columns]
     droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
     dropped: set[str] = set()
     while True:
-        table = _layers_table(columns, cells_of, dropped)
+        table = _layers_table(columns, cells_of, dropped, _sequential_legend(marked))
         natural = Console(width=10_000).measure(table).maximum   # unwrapped width
         if natural <= width or not droppable:
             return table
         dropped.add(droppable.pop(0))
 
 
-def _layers_table(columns, cells_of, dropped: set[str]) -> Table:
-    table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False)
+def _layers_table(columns, cells_of, dropped: set[str], caption: Text | None = None) -> Table:
+    table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False, caption=caption,
+                  caption_justify="left")
     keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
     for i in keep:
         name, just = columns[i]
@@ -192,5 +222,10 @@ def renderables(report, top: int | None = None, width: int = 200):
 
 
 def print_report(report, console: Console | None = None, top: int | None = None) -> None:
-    console = console or Console()
+    from carm_advisor.report.console import make_console, wants_full_width
+
+    console = console or make_console()
+    if wants_full_width(console):   # not a terminal: as wide as the layer table with every column
+        natural = Console(width=10_000).measure(layer_table(report, top, width=10_000)).maximum
+        console.width = max(console.width, natural)
     console.print(Group(*renderables(report, top, console.width)))
