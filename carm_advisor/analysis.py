@@ -166,6 +166,8 @@ def analyze(
             f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
             + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
         )
+    warnings += memory_warnings(model, batch_size, compute_dtype, profile)
+    warnings += calibration_range_warnings(calib, backend, batch_size)
     precision_name = precision or _model_precision(model)
     model_info = ModelInfo(
         name=name or getattr(model, "name", "model"),
@@ -210,6 +212,41 @@ def analyze(
         verify_recommendations(report, runner=verify_runner, model=model,
                                model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+def memory_warnings(model, batch_size: int, compute_dtype: str | None, profile: Profile) -> list[str]:
+    """A warning where one call at this batch size cannot fit in the profile's GPU memory: its LOWER BOUND
+    (mapping/memory.py: weights at their storage dtype + the largest matmul layer's input + output at the batch
+    and compute dtype) exceeds the profile's memory_bytes. None where it may fit."""
+    from carm_advisor.mapping import map_model
+    from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
+
+    try:
+        costs = map_model(model, batch_size=batch_size, compute_dtype=compute_dtype)
+    except Exception:   # the rows were mapped already; a mapping problem is reported there
+        return []
+    why = does_not_fit(footprint_lower_bound(model, costs), profile)
+    if not why:
+        return []
+    return [f"batch size {batch_size} cannot run on {profile.name}: one call {why}; the figures are for a "
+            f"batch that does not fit in its memory"]
+
+
+def calibration_range_warnings(calib, backend: str, batch_size: int) -> list[str]:
+    """A warning where the batch size lies outside the batch sizes of the calibration's whole-model records of
+    this backend's execution (whole_model_execution): the calibrated whole-model figure extrapolates. None
+    without such records (no calibration, a backend it has none of, records that noted no batch size)."""
+    if calib is None:
+        return []
+    from carm_advisor.predict import whole_batch_range
+
+    execution = whole_model_execution(backend)
+    rng = whole_batch_range(calib, backend, execution)
+    if rng is None or rng[0] <= batch_size <= rng[1]:
+        return []
+    return [f"batch size {batch_size} is outside the batch sizes the calibration's {backend} {execution} "
+            f"whole-model records were measured at ({rng[0]}-{rng[1]}): the calibrated whole-model figures "
+            f"are an extrapolation"]
 
 
 def _calibration_of(calibration, run, profile):

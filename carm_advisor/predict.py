@@ -233,6 +233,16 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     return times, share
 
 
+def whole_batch_range(calibration, backend: str, execution: str) -> tuple[int, int] | None:
+    """(smallest, largest) batch size of the calibration's whole-model records of this backend and execution
+    (what its whole-model fit was made from; records that did not note their batch size are left out), or
+    None where it has no such record."""
+    sizes = [int(w.batch_size) for w in getattr(calibration, "whole", None) or []
+             if getattr(w, "backend", None) == backend and getattr(w, "execution", None) == execution
+             and getattr(w, "time_s", 0) > 0 and (getattr(w, "batch_size", 0) or 0) > 0]
+    return (min(sizes), max(sizes)) if sizes else None
+
+
 # Whole-model executions the host can pace (a Python dispatch per layer call): torch eager.
 HOST_PACED_WHOLE = ("eager",)
 

@@ -173,7 +173,7 @@ class ConfigPredictor:
             from carm_advisor.predict import Predictor
 
             predictor = Predictor(self.profile, mode, backend=config.backend, calibration=self.calibration)
-            rows = predictor.rows(self.model(config.layout), batch_size=config.batch_size, dtype=config.compute_dtype)
+            rows = predictor.rows_for_costs(self._costs(config))
             known = [r for r in rows if r.known and r.predicted_time_s is not None]
             energies = [r.predicted_energy_j for r in known]
             calibrated_t = [getattr(r, "calibrated_time_s", None) for r in known]
@@ -188,6 +188,49 @@ class ConfigPredictor:
                 calibrated_energy_j=sum(calibrated_e) if known and None not in calibrated_e else None,
             )
         return self._cache[key]
+
+    def _costs(self, config: TrialConfig) -> list:
+        """The model's layer costs at this configuration's layout, batch size and compute dtype (map_model)."""
+        key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype)
+        if key not in self._cache:
+            from carm_advisor.mapping import map_model
+
+            self._cache[key] = map_model(self.model(config.layout), batch_size=config.batch_size,
+                                         compute_dtype=config.compute_dtype)
+        return self._cache[key]
+
+    def memory(self, config: TrialConfig, mode: str = "inference"):
+        """A LOWER BOUND on the GPU memory one call of this configuration needs (mapping/memory.py says what it
+        counts): weights at their storage dtype + the largest matmul layer's input + output at the batch and
+        compute dtype (+ gradients and the activations kept for backward in training)."""
+        key = ("memory", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype, mode,
+               config.backend if mode == "training" else None)
+        if key not in self._cache:
+            from carm_advisor.mapping.memory import footprint_lower_bound
+
+            self._cache[key] = footprint_lower_bound(self.model(config.layout), self._costs(config),
+                                                     training=mode == "training", backend=config.backend)
+        return self._cache[key]
+
+    def does_not_fit(self, config: TrialConfig, mode: str = "inference") -> str | None:
+        """"predicted: needs at least X GB, the GPU has Y GB (...)" where the memory lower bound exceeds the
+        profile's memory_bytes; None where it may fit (or the profile records no memory size)."""
+        from carm_advisor.mapping.memory import does_not_fit
+
+        why = does_not_fit(self.memory(config, mode), self.profile)
+        return f"predicted: {why}" if why else None
+
+    def calibrated_batch_range(self, backend: str, compiler: str) -> tuple[int, int] | None:
+        """The batch sizes (smallest, largest) of the whole-model records behind this backend and compiler's
+        calibrated value (whole_execution), or None (no calibration, no records noting a batch size)."""
+        if self.calibration is None:
+            return None
+        execution = whole_execution(self.calibration, backend, compiler)[0]
+        if execution is None:
+            return None
+        from carm_advisor.predict import whole_batch_range
+
+        return whole_batch_range(self.calibration, backend, execution)
 
     def value_prediction(self, config: TrialConfig) -> Prediction:
         """The figure a predicted study reports for `config`: the calibrated whole-model prediction of

@@ -74,6 +74,16 @@ def render(result) -> Iterator:
             summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
     if result.gain_note:
         summary.append(result.gain_note, style="bold")
+    for d in result.keras_defaults:
+        g = d["gain"].get(o.name)
+        if g is None or g != g:
+            continue
+        from carm_advisor.tune.space import TrialConfig
+
+        summary.append(("\n" if summary.plain else "")
+                       + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "
+                       f"({TrialConfig.from_dict(d['config']).label()}), both calibrated predictions",
+                       style="bold green" if g > 1 else "bold")
     c = result.counts
     verb = "measured" if result.source.startswith("measured") else f"evaluated ({result.source})"
     summary.append(f"\n{c['measured']} configurations {verb}, {c['repeats_reused']} repeats reused, "
@@ -91,6 +101,8 @@ def render(result) -> Iterator:
         from carm_advisor.tune.result import TOP1_CAVEAT
 
         summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
+    for w in result.warnings:
+        summary.append(f"\nwarning: {w}", style="yellow")
     if result.budget_stopped:
         summary.append("\nstopped before the time budget: rerun the same command to resume the study")
     from rich.console import Group

@@ -76,6 +76,10 @@ class TuneResult:
     budget_stopped: bool = False
     value_policy: str | None = None      # predicted studies: how calibrated and bound values compete
     study: Any = field(default=None, repr=False)
+    # predicted studies: the best against the Keras defaults (float32, channels_last, batch 32, uncompiled) of
+    # each calibrated backend in the search, both calibrated (keras_default_gains)
+    keras_defaults: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     # --- figures -----------------------------------------------------------------------------
 
@@ -107,6 +111,15 @@ class TuneResult:
                     f"{self.best.value_source} prediction (not comparable)")
         return None
 
+    def default_gain(self, backend: str, objective: str | None = None) -> float | None:
+        """best / the Keras defaults on `backend` in the objective (>1 is better), both calibrated predictions;
+        None where that backend's defaults have no calibrated value or the best is not calibrated."""
+        o = OBJECTIVES[objective] if objective else self.objectives[0]
+        for d in self.keras_defaults:
+            if d["backend"] == backend:
+                return d["gain"].get(o.name)
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "source": self.source, "objectives": [o.name for o in self.objectives],
@@ -116,6 +129,7 @@ class TuneResult:
             "best": self.best.to_dict() if self.best else None,
             "gain": {o.name: self.gain(o.name) for o in OBJECTIVES.values()},
             "slowdown": self.slowdown, "gain_note": self.gain_note,
+            "gain_over_keras_default": self.keras_defaults, "warnings": self.warnings,
             "next_best": [t.to_dict() for t in self.next_best],
             "pareto": [t.to_dict() for t in self.pareto],
             "counts": self.counts, "blind_search": self.blind_search,
@@ -238,6 +252,8 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     clock = None
     if best is not None and best.config.sm_clock_mhz is None and predictor.predict(best.config).rows:
         clock = _clock_recommendation(best, predictor, primary)
+    defaults = keras_default_gains(best, space, predictor) if source == "predicted" else []
+    warnings = batch_range_warnings(records, predictor) if source == "predicted" else []
     return TuneResult(
         objectives=objectives, source=source, trials=records, baseline=baseline, best=best, next_best=ranked[1:4],
         pareto=pareto, counts=counts, blind_search=blind, layer_changes=changes, clock_recommendation=clock,
@@ -245,7 +261,59 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
         command=command, limits={"max_slowdown": max_slowdown, "max_output_error": max_output_error,
                                  "prune_margin": prune_margin},
         budget_stopped=budget_stopped, value_policy=study.user_attrs.get("value_policy"), study=study,
+        keras_defaults=defaults, warnings=warnings,
     )
+
+
+def keras_default_gains(best: TrialRecord | None, space: SearchSpace, predictor) -> list[dict[str, Any]]:
+    """A predicted study's best against the Keras defaults (float32, channels_last, batch 32, the backend's
+    uncompiled default: torch eager, jax XLA, tensorflow graph) on each backend of the search whose defaults
+    have a calibrated value, gain as TuneResult.gain: best / defaults per objective (>1 better), None where
+    the best's value is not calibrated too (a CARM bound against a calibrated value is no gain)."""
+    from carm_advisor.tune.predicted import VALUE_CALIBRATED, value_prediction
+    from carm_advisor.tune.space import baseline_config
+
+    calibrates = getattr(predictor, "calibrates", None)
+    if calibrates is None:
+        return []
+    comparable = bool(best is not None and best.measurement and best.value_source == VALUE_CALIBRATED)
+    out = []
+    for backend in space.backends:
+        cfg = baseline_config(backend, "channels_last")
+        if not calibrates(backend, cfg.compiler):
+            continue
+        check = getattr(predictor, "does_not_fit", None)
+        if check is not None and check(cfg):   # defaults that cannot run are no reference
+            continue
+        p = value_prediction(predictor, cfg)
+        if p.value_source != VALUE_CALIBRATED:
+            continue
+        values = {name: o.value(p) for name, o in OBJECTIVES.items()}
+        gain = {name: (o.gain(value_of(o, best), values[name]) if comparable else None) for name, o in OBJECTIVES.items()}
+        out.append({"backend": backend, "config": cfg.to_dict(), "key": cfg.key, "value_source": p.value_source,
+                    "values": values, "gain": gain, "best": best.config.key if best and best.config else None})
+    return out
+
+
+def batch_range_warnings(records: list[TrialRecord], predictor) -> list[str]:
+    """One warning naming the calibrated trials whose batch size lies outside the batch sizes of the whole-model
+    records their calibrated value was fitted on (an extrapolation); none where the calibration notes none."""
+    ranges = getattr(predictor, "calibrated_batch_range", None)
+    if ranges is None:
+        return []
+    outside: dict[tuple, set[int]] = {}
+    for r in records:
+        if r.state != "COMPLETE" or r.repeat_of is not None or r.config is None or r.value_source != "calibrated":
+            continue
+        rng = ranges(r.config.backend, r.config.compiler)
+        if rng and not rng[0] <= r.config.batch_size <= rng[1]:
+            outside.setdefault((r.config.backend, r.config.compiler, rng), set()).add(r.config.batch_size)
+    if not outside:
+        return []
+    parts = [f"{b} {c} at batch {', '.join(str(x) for x in sorted(sizes))} (records: batch {lo}-{hi})"
+             for (b, c, (lo, hi)), sizes in sorted(outside.items())]
+    return ["calibrated values outside the batch sizes the calibration was fitted on are extrapolations: "
+            + "; ".join(parts)]
 
 
 def _clock_recommendation(best: TrialRecord, predictor, objective: Objective) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@
   the next one. Out of memory is `TrialOutOfMemory` (the study prunes that trial and goes on).
 - `PredictedRunner` (no GPU): the calibrated whole-model prediction of the configuration where the
   calibration has one, else its CARM bound; labelled predicted, with `extra["value_source"]`
-  ("calibrated" or "CARM bound") and how it was made (`extra["value_detail"]`).
+  ("calibrated" or "CARM bound") and how it was made (`extra["value_detail"]`). A configuration whose
+  memory LOWER BOUND (mapping/memory.py) exceeds the profile's memory_bytes is `TrialOutOfMemory`
+  ("predicted: needs at least X GB, the GPU has Y GB").
 - `FakeRunner`: deterministic made-up figures (the bound slowed by fixed per-backend factors), with an
   optional delay per trial: for tests and `benchmarks/vgg16_tuning.py --fake`. Never presented as a
   measurement: its source is "fake".
@@ -88,10 +90,20 @@ class PredictedRunner:
 
     source = "predicted"
 
-    def __init__(self, predictor: ConfigPredictor) -> None:
+    def __init__(self, predictor: ConfigPredictor, mode: str = "inference") -> None:
         self.predictor = predictor
+        self.mode = mode
+
+    def does_not_fit(self, config: TrialConfig) -> str | None:
+        """Why `config` cannot fit in the profile's GPU memory (its memory lower bound is larger), else None
+        (a predictor without a memory bound, a test stub, never says so)."""
+        check = getattr(self.predictor, "does_not_fit", None)
+        return check(config, self.mode) if check is not None else None
 
     def run(self, config: TrialConfig) -> Measurement:
+        why = self.does_not_fit(config)
+        if why:
+            raise TrialOutOfMemory(why)
         p = value_prediction(self.predictor, config)
         bound = self.predictor.predict(config)
         return Measurement(time_s=p.time_s, energy_j=p.energy_j, flops=p.flops, batch_size=p.batch_size,

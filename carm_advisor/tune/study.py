@@ -17,7 +17,14 @@ ranked against them: it is marked infeasible through the Optuna constraint "unca
 its bound, never the best); the calibration offers no other-backend fallback for a backend without a
 single record (tensorflow on the H200), only for layers of a backend it has records of. Without any
 calibration (--no-calibration) every trial is the bound and all compete. Pruning always compares a
-configuration's CARM bound with the best measured (or calibrated) value.
+configuration's CARM bound with the best measured (or calibrated) value. A predicted configuration whose
+memory LOWER BOUND (mapping/memory.py) exceeds the profile's memory_bytes is pruned "out_of_memory" before
+that, and never picked as a first trial.
+
+Resuming: a study stores a fingerprint of what its trial values depend on (study_fingerprint: source, mode,
+objectives, model; for a predicted study also the profile and a hash of the calibration) when it is created;
+tune() refuses (StudyMismatchError, one line) to resume one made with a different fingerprint. The model is
+loaded (or its name checked) before the storage is opened, so a bad model leaves no study file behind.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any, Iterable, Sequence
 
 import optuna
 
+from carm_advisor.errors import CarmError
 from carm_advisor.tune.builder import ModelSpec, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
 from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
@@ -209,6 +217,11 @@ def tune(
     calibrated = source == "predicted" and any(
         getattr(predictor, "calibrates", lambda b, c: False)(b, c) for b in space.backends for c in space.compilers[b])
 
+    # The model first: a bad name or file fails here, before a storage file (and its baseline trial) exists.
+    _check_model(spec, predictor, baseline, own_predictor)
+    fits = _fits(source, predictor, mode)
+    fingerprint = study_fingerprint(source, mode, objectives, spec, predictor)
+
     quiet = _quiet_optuna()
     url = storage_url(storage, spec.name)
     try:
@@ -229,6 +242,11 @@ def tune(
     except ValueError as exc:
         quiet()
         raise ValueError(f"cannot resume study {study_name!r} in {url}: {exc}") from None
+    try:
+        _check_fingerprint(study, fingerprint, url)
+    except BaseException:
+        quiet()
+        raise
     _fail_stale(study)
     study.set_user_attr("space", space.to_dict())
     study.set_user_attr("objectives", [o.name for o in objectives])
@@ -260,7 +278,7 @@ def tune(
             from carm_advisor.tune.parallel import check_gpus_exist, launch
 
             check_gpus_exist(gpus, source)
-            _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
+            _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated, fits)
             try:
                 limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
                 device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
@@ -280,12 +298,12 @@ def tune(
             predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
         if runner is None:
             if source == "predicted":
-                runner = PredictedRunner(predictor)
+                runner = PredictedRunner(predictor, mode)
             else:
                 model_ref = model_ref or _portable_model(spec, built, files)
                 settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
                 runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
-        _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated)
+        _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated, fits)
 
         state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
         from carm_advisor.tune.parallel import this_gpu
@@ -404,6 +422,14 @@ def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPre
         bound_values = [o.value(bound) for o in objectives]
         trial.set_user_attr("bound", {"time_s": bound.time_s, "energy_j": bound.energy_j, "flops": bound.flops,
                                       "values": bound_values, "source": bound.source})
+        # A predicted trial that cannot fit in the GPU's memory (its lower bound exceeds it) is pruned as a
+        # measured one that ran out of memory would be, before the bound is compared.
+        too_big = getattr(runner, "does_not_fit", None)
+        too_big = too_big(config) if too_big is not None else None
+        if too_big:
+            trial.set_user_attr("pruned_reason", "out_of_memory")
+            trial.set_user_attr("pruned_detail", too_big[:500])
+            raise optuna.TrialPruned(f"out of memory: {too_big}")
         if carm_pruning and config.key != state.baseline.key:
             reason = _carm_prune_reason(objectives, bound_values, state.feasible_values(complete), margin)
             if reason:
@@ -555,16 +581,19 @@ def _carm_prune_reason(objectives: list[Objective], bound_values: list[float], m
 
 
 def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: ConfigPredictor,
-                   objectives: list[Objective], carm_order: bool, calibrated_only: bool = False) -> None:
+                   objectives: list[Objective], carm_order: bool, calibrated_only: bool = False,
+                   fits=None) -> None:
     """Baseline first, then per backend and compiler its configuration predicted best (once per study);
-    calibrated_only: only the (backend, compiler) pairs the calibration covers (a predicted calibrated study)."""
+    calibrated_only: only the (backend, compiler) pairs the calibration covers (a predicted calibrated study);
+    fits(config): False for a configuration that cannot fit in the GPU's memory (never picked)."""
     if study.user_attrs.get("enqueued"):
         return
     study.enqueue_trial(baseline.params(), user_attrs={"role": "baseline"}, skip_if_exists=True)
     if carm_order:
         primary = objectives[0]
         for backend in space.backends:
-            configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key]
+            configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key
+                       and (fits is None or fits(c))]
             if not configs:
                 continue
             # Per compiler (the calibrated prediction sees it, the bound does not): its best prediction.
@@ -576,6 +605,98 @@ def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: 
                 pick = mine[primary.select(values)]
                 study.enqueue_trial(pick.params(), user_attrs={"role": "carm_order"}, skip_if_exists=True)
     study.set_user_attr("enqueued", True)
+
+
+def _check_model(spec: ModelSpec, predictor, baseline: TrialConfig, own_predictor: bool) -> None:
+    """Build (our predictor: it needs the model anyway) or at least name-check the model, so that a model that
+    cannot load stops tune() before any storage is created."""
+    if own_predictor and hasattr(predictor, "model"):
+        predictor.model(baseline.layout)
+    elif spec.kind == "application":
+        from carm_advisor.model_loader import application_names, load_model
+
+        if spec.spec.replace("-", "").replace("_", "") not in application_names():
+            load_model(spec.spec)   # raises ModelLoadError with its one line (known names, a hint)
+
+
+def _fits(source: str, predictor, mode: str):
+    """fits(config) for a predicted study whose predictor has a memory lower bound, else None."""
+    check = getattr(predictor, "does_not_fit", None)
+    if source != "predicted" or check is None:
+        return None
+    return lambda config: check(config, mode) is None
+
+
+class StudyMismatchError(CarmError):
+    """The study to resume was made with something its stored trial values depend on that differs now."""
+
+
+def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec: ModelSpec, predictor) -> dict:
+    """What a stored trial value depends on beyond its configuration. Every study: where the values come from
+    (measured / predicted / fake), the mode, the objectives (in order) and the model's name. A PREDICTED
+    study also: the profile (its name and a hash of its content) and the calibration (a hash of its records,
+    provenance and settings), since each predicted value is computed from them."""
+    out: dict[str, Any] = {"source": source, "mode": mode, "objectives": [o.name for o in objectives],
+                           "model": spec.name}
+    if source == "predicted":
+        out["profile"] = _profile_identity(getattr(predictor, "profile", None))
+        out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
+    return out
+
+
+def _sha(obj) -> str:
+    import hashlib
+    import json
+
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _profile_identity(profile) -> str:
+    if profile is None:
+        return "none"
+    to_dict = getattr(profile, "to_dict", None)
+    content = to_dict() if to_dict is not None else repr(profile)
+    return f"{getattr(profile, 'name', type(profile).__name__)} sha256:{_sha(content)}"
+
+
+def _calibration_hash(calibration) -> str:
+    """A hash of a Calibration's content: its samples, whole-model records, provenance and settings; for
+    another object (a test's stub), its class and, where it has one, its to_dict()."""
+    if calibration is None:
+        return "none"
+    if dataclasses.is_dataclass(calibration) and hasattr(calibration, "samples") and hasattr(calibration, "whole"):
+        settings = {f.name: getattr(calibration, f.name) for f in dataclasses.fields(calibration)
+                    if f.name not in ("samples", "whole")}
+        content = {"samples": [list(vars(x).values()) for x in calibration.samples],
+                   "whole": [list(vars(x).values()) for x in calibration.whole], "settings": settings}
+        return f"sha256:{_sha(content)}"
+    to_dict = getattr(calibration, "to_dict", None)
+    kind = f"{type(calibration).__module__}.{type(calibration).__qualname__}"
+    return f"{kind} sha256:{_sha(to_dict())}" if to_dict is not None else kind
+
+
+def _check_fingerprint(study, fingerprint: dict, url: str) -> None:
+    """Store the fingerprint in a new study; refuse to resume one made with a different one (its values would
+    be stale), and a PREDICTED one with finished trials but no fingerprint (made before they were stored: what
+    its values were computed from is unknown). A measured study without one gets it (its values are
+    measurements: no profile or calibration in them)."""
+    stored = study.user_attrs.get("fingerprint")
+    where = f"study {study.study_name!r} in {url}"
+    advice = "pass a new --study name (study_name=) or another --storage to start a fresh study"
+    if stored is None:
+        finished = any(t.state in FINISHED for t in study.get_trials(deepcopy=False))
+        if finished and fingerprint.get("source") == "predicted":
+            raise StudyMismatchError(f"{where} holds predicted trials with no record of the profile and "
+                                     f"calibration they were computed from (an older carm_advisor made it), so "
+                                     f"they may be stale: {advice}")
+        study.set_user_attr("fingerprint", fingerprint)
+        return
+    differ = [k for k in sorted(set(stored) | set(fingerprint)) if stored.get(k) != fingerprint.get(k)]
+    if differ:
+        what = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differ)
+        raise StudyMismatchError(f"{where} was made with a different {', '.join(differ)} ({what}); its trial "
+                                 f"values would be stale here: {advice}")
 
 
 def _with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:
