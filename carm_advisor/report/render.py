@@ -103,11 +103,34 @@ def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
                 "calibrated times ignore that dependence; the real time can be far longer", style="yellow")
 
 
+POWER_MARK = "\u2021"   # double dagger: a bound time the power limit stretched beyond the roofs' time
+POWER_LIMIT_NOTE = "slowed by the power limit"   # what predict.Predictor writes in such a row's notes
+POWER_LEGEND = (f"{POWER_MARK} slowed by the power limit (predicted): the bound time is stretched so the board power "
+                "stays within the limit, longer than FLOPs / attainable")
+
+
+def power_limited(notes: str | None) -> bool:
+    """True for a row whose notes say the power limit stretched its CARM bound time (predict.Predictor)."""
+    return POWER_LIMIT_NOTE in (notes or "")
+
+
+def _legend(*parts: Text | None) -> Text | None:
+    shown = [p for p in parts if p is not None]
+    if not shown:
+        return None
+    out = Text()
+    for i, part in enumerate(shown):
+        out.append_text(Text("\n") if i else Text())
+        out.append_text(part)
+    return out
+
+
 def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     """One row per layer; on narrow terminals the lesser columns are left out and the rest wrap.
 
     A recurrent layer's times are marked (SEQUENTIAL_MARK) and explained under the table: its CARM
-    bound spreads the work of all steps over the whole GPU, as if they did not wait for each other."""
+    bound spreads the work of all steps over the whole GPU, as if they did not wait for each other. A bound
+    time the power limit stretched (the row's notes say so) is marked POWER_MARK, also explained there."""
     shares, energy_shares = report.time_shares(), report.energy_shares()
     measured = any(r.measured for r in report.layers)
     columns = [("layer", "left"), ("type", "left"), ("FLOPs", "right"), ("AI F/B", "right"), ("bound", "left"),
@@ -121,7 +144,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
-    cells_of, marked = [], []
+    cells_of, marked, capped = [], [], []
     for r in rows:
         if not r.known:
             cells = [r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red")]
@@ -143,6 +166,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
             if steps:
                 marked.append((r.name, steps))
             bound_time, calibrated = seconds(r.predicted_time_s), seconds(r.calibrated_time_s)
+            if bound_time != "-" and power_limited(r.notes):
+                capped.append(r.name)
+                bound_time += POWER_MARK
             cells += [bound_time + mark if bound_time != "-" else bound_time,
                       calibrated + mark if calibrated != "-" else calibrated, _watts(r.calibrated_power_w),
                       _watts(r.predicted_power_w), f"{shares.get(r.name, 0):.1%}"]
@@ -151,7 +177,8 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
     dropped: set[str] = set()
     while True:
-        table = _layers_table(columns, cells_of, dropped, _sequential_legend(marked))
+        power = Text(POWER_LEGEND, style="yellow") if capped and "bound time" not in dropped else None
+        table = _layers_table(columns, cells_of, dropped, _legend(_sequential_legend(marked), power))
         natural = Console(width=10_000).measure(table).maximum   # unwrapped width
         if natural <= width or not droppable:
             return table

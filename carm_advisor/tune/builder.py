@@ -2,13 +2,18 @@
 
 A model is named by a string so a child process can rebuild it: a keras.applications name
 (`vgg16`), a `.keras` file, or `"package.module:function"`, a builder called as `function(config)`
-under the trial's dtype policy and image data format. From Python a builder function may be passed
+under the trial's dtype policy and image data format. A model file is rebuilt at another precision
+from its own config, its layers' dtype policies replaced (`rebuild_under_policy`), with its weights;
+its layout cannot be changed so (its input shape and weights are laid out for it), and a file whose
+policies cannot be replaced (quantized layers, float16 variables) keeps its precision too:
+`file_traits` says which, and tune() narrows the space and says so in the result's warnings. From Python a builder function may be passed
 directly; it is turned into its "module:function" name when trials run in child processes (a lambda
 or a nested function cannot travel there: it is then refused with one line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -28,8 +33,15 @@ class ModelSpec:
 
     @property
     def rebuilds_per_precision(self) -> bool:
-        """A saved file keeps its own dtype policy and layout; the others rebuild under the trial's."""
-        return self.kind != "file"
+        """Every kind builds under the trial's dtype policy: a saved file is rebuilt from its config
+        (rebuild_under_policy); one whose policies cannot be replaced is searched at its own precision only
+        (tune() narrows the space: file_traits)."""
+        return True
+
+    @property
+    def keeps_own_layout(self) -> bool:
+        """A saved file keeps its layout: its input shape and weights are laid out for it."""
+        return self.kind == "file"
 
     def portable(self) -> str:
         """The string a worker process can rebuild the model from."""
@@ -96,7 +108,7 @@ def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channe
         keras.utils.set_random_seed(seed)
     if spec.kind == "file":
         model, _ = load_model(spec.spec)
-        return model
+        return rebuild_under_policy(model, policy)
     if spec.kind == "model":
         return spec.fn()
     with image_data_format(layout):
@@ -123,3 +135,148 @@ def _takes_argument(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return True
     return len(params) >= 1
+
+
+# ---- a model file at another precision ------------------------------------------------------------
+
+# Policies a file's layers may hold for the file to be rebuilt at another precision: their variables are
+# float32 in each, so its weights load into the rebuilt model as they are.
+REBUILDABLE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclass(frozen=True)
+class FileTraits:
+    """What a model file fixes. policy: the dtype policy most of its layers hold (its own precision); layout:
+    its layers' data_format (None: no layer has one, so the layout changes nothing); fixed_precision: why its
+    precision cannot be changed here, None where rebuild_under_policy can change it."""
+
+    policy: str | None
+    layout: str | None
+    fixed_precision: str | None = None
+
+
+def _policies(node, found: list) -> None:
+    """Every dtype policy object of a serialised Keras config: (class name, policy name)."""
+    if isinstance(node, dict):
+        name = node.get("class_name")
+        conf = node.get("config")
+        if isinstance(name, str) and name.endswith("DTypePolicy") and isinstance(conf, dict):
+            found.append((name, conf.get("name") or f"{conf.get('mode')}_from_{conf.get('source_name')}"))
+            return
+        for value in node.values():
+            _policies(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _policies(value, found)
+
+
+def _data_formats(node, found: list) -> None:
+    if isinstance(node, dict):
+        fmt = node.get("data_format")
+        if isinstance(fmt, str) and fmt not in found:
+            found.append(fmt)
+        for value in node.values():
+            _data_formats(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _data_formats(value, found)
+
+
+def config_traits(config: dict) -> FileTraits:
+    """FileTraits of a serialised model (keras.saving.serialize_keras_object, or a .keras file's config.json)."""
+    found: list = []
+    _policies(config, found)
+    formats: list = []
+    _data_formats(config, formats)
+    layout = formats[0] if formats else None
+    names = [n for _, n in found]
+    own = max(set(names), key=names.count) if names else None
+    odd = sorted({f"{n} ({c})" if c != "DTypePolicy" else n for c, n in found
+                  if c != "DTypePolicy" or n not in REBUILDABLE_POLICIES})
+    if not found:
+        why = "its config names no dtype policy to replace"
+    elif odd:
+        why = f"its layers hold dtype polic{'ies' if len(odd) > 1 else 'y'} {', '.join(odd)}, which a rebuild cannot replace"
+    else:
+        why = None
+    return FileTraits(own, layout, why)
+
+
+def file_config(path: str) -> dict:
+    """The serialised model of a model file: a .keras archive's config.json (read without its weights), else
+    the loaded model's (a bad file raises load_model's one-line ModelLoadError)."""
+    import json
+    import zipfile
+
+    with contextlib.suppress(OSError, KeyError, ValueError, zipfile.BadZipFile):
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+        if isinstance(config, dict):
+            return config
+    import keras
+
+    from carm_advisor.model_loader import load_model
+
+    with keras.device("cpu"):   # the tuner's own process takes no GPU memory from the trials
+        model, _ = load_model(path)
+    return keras.saving.serialize_keras_object(model)
+
+
+def file_traits(spec: ModelSpec) -> FileTraits:
+    return config_traits(file_config(spec.spec))
+
+
+def _replace_policies(node, old: str, new: str):
+    """A copy of a serialised config with every DTypePolicy named `old` named `new` (layers set to another
+    policy, such as a float32 output layer of a mixed model, keep theirs)."""
+    if isinstance(node, dict):
+        if node.get("class_name") == "DTypePolicy" and isinstance(node.get("config"), dict) \
+                and node["config"].get("name") == old:
+            return {**node, "config": {**node["config"], "name": new}}
+        return {k: _replace_policies(v, old, new) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_replace_policies(v, old, new) for v in node]
+    return node
+
+
+def rebuild_under_policy(model, policy: str | None):
+    """`model` (loaded from a file) at dtype policy `policy`: rebuilt from its config with its own policy (the
+    one most of its layers hold) replaced, under that global policy (for layers whose config names none) and
+    its own image data format, with its weights (float32 variables in every REBUILDABLE_POLICIES policy).
+    The model itself where the policy is its own, or where its policies cannot be replaced (FileTraits)."""
+    import keras
+
+    from carm_advisor.model_loader import dtype_policy, image_data_format
+
+    if policy is None:
+        return model
+    try:
+        config = keras.saving.serialize_keras_object(model)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot rebuild {model.name!r} at {policy}: its config cannot be serialised "
+                             f"({type(exc).__name__}: {exc})") from None
+    traits = config_traits(config)
+    if traits.fixed_precision or traits.policy == policy:
+        return model
+    try:
+        with image_data_format(traits.layout), dtype_policy(policy):
+            rebuilt = keras.saving.deserialize_keras_object(_replace_policies(config, traits.policy, policy),
+                                                            safe_mode=True)
+        rebuilt.set_weights(model.get_weights())
+    except Exception as exc:
+        raise ModelLoadError(f"cannot rebuild {model.name!r} at {policy}: {type(exc).__name__}: {exc}") from None
+    return rebuilt
+
+
+def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> str:
+    """One line: what of the space a model file leaves out, why, and how to search it."""
+    from pathlib import Path
+
+    why = []
+    if traits.fixed_precision:
+        why.append(f"its precision stays its own ({traits.fixed_precision})")
+    if any(d.startswith("channels_") for d in dropped):
+        why.append(f"its layout stays {traits.layout} (a saved model's input shape and weights are laid out for it)")
+    return (f"{Path(spec.spec).name}: {', '.join(dropped)} not searched: {'; '.join(why)}; to search "
+            f"{'them' if len(dropped) > 1 else 'it'}, pass a builder 'module:function' that builds the model under "
+            "the trial's dtype policy and image data format (README, 'Tune it for energy')")

@@ -147,6 +147,7 @@ class ConfigPredictor:
 
         self.spec = spec
         self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.profile_origin = profile_origin(profile)
         self.calibration = resolve_calibration(calibration, self.profile)
         self._models: dict[str, Any] = {}
         if model is not None:
@@ -307,8 +308,37 @@ class ConfigPredictor:
         return self.predict(config).flops
 
 
+def profile_origin(profile) -> dict[str, Any]:
+    """Where a profile given as load_profile takes it came from: {"from": "embedded", "embedded": name} (None or an
+    embedded name), {"from": "file", "path": absolute path}, or {"from": "object"} (a Profile given as such)."""
+    from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED, Profile
+
+    if isinstance(profile, Profile):
+        return {"from": "object"}
+    if profile is None or str(profile) in EMBEDDED:
+        return {"from": "embedded", "embedded": DEFAULT_EMBEDDED if profile is None else str(profile)}
+    return {"from": "file", "path": os.path.abspath(str(profile))}
+
+
+def predicted_device(predictor) -> dict[str, Any]:
+    """The `device` of a PREDICTED study: no device was measured ("measured": False, and no "name": that key
+    names a device that ran, and readers such as benchmarks/vgg16_tuning.py name result files by it); the profile
+    its predictions came from (keys as analyze's report: profile the profile's GPU, source "profile",
+    profile_source recorded/measured; profile_from embedded/file/object)."""
+    profile = getattr(predictor, "profile", None)
+    if profile is None:
+        return {"measured": False, "note": "not measured; no profile named"}
+    origin = getattr(predictor, "profile_origin", None) or {"from": "object"}
+    where = {"embedded": f"the embedded {profile.source} profile of {profile.name} ({origin.get('embedded')})",
+             "file": f"the {profile.source} profile of {profile.name} in {origin.get('path')}"}.get(
+        origin["from"], f"the {profile.source} profile of {profile.name} (given as a Profile object)")
+    return {"source": "profile", "measured": False, "profile": profile.name,
+            "profile_source": profile.source, "profile_from": origin["from"], "profile_path": origin.get("path"),
+            "profile_embedded": origin.get("embedded"), "note": f"not measured: every figure is predicted from {where}"}
+
+
 def _layout_key(spec: ModelSpec, layout: str | None) -> str:
-    return "own" if not spec.rebuilds_per_precision or spec.kind == "model" else str(layout)
+    return "own" if spec.keeps_own_layout or spec.kind == "model" else str(layout)
 
 
 def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) -> Prediction:
@@ -331,6 +361,8 @@ def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) ->
 
 def layer_changes(before: Prediction, after: Prediction, limit: int = 8) -> list[dict[str, Any]]:
     """Layers whose roof changed between two configurations, or whose bound time moved most (CARM bound)."""
+    from carm_advisor.report.render import power_limited
+
     old = {r.name: r for r in before.rows if r.known}
     out = []
     for r in after.rows:
@@ -345,6 +377,8 @@ def layer_changes(before: Prediction, after: Prediction, limit: int = 8) -> list
             "path_before": o.path, "path_after": r.path,
             "time_per_sample_before_s": per_sample_old, "time_per_sample_after_s": per_sample_new,
             "speedup": per_sample_old / per_sample_new if per_sample_new else math.nan,
+            # the power limit stretched the bound time beyond the roofs' (the row's notes say so)
+            "power_limited_before": power_limited(o.notes), "power_limited_after": power_limited(r.notes),
             "source": SOURCE_BOUND,
         })
     changed = [c for c in out if c["bound_before"] != c["bound_after"] or c["path_before"] != c["path_after"]]

@@ -38,7 +38,9 @@ def render(result) -> Iterator:
     lines = Text()
     lines.append(f"{_label(result.source, result.value_policy)}", style="bold")
     lines.append(f"   study {result.study_name}   storage {result.storage_url}")
-    if result.device.get("name"):
+    if result.device.get("measured") is False and result.device.get("note"):
+        lines.append(f"\ndevice {result.device['note']}")
+    elif result.device.get("name"):
         lines.append(f"\ndevice {result.device['name']}")
     table = Table(box=None, show_header=True, pad_edge=False)
     table.add_column("")
@@ -85,8 +87,10 @@ def render(result) -> Iterator:
                        f"({TrialConfig.from_dict(d['config']).label()}), both calibrated predictions",
                        style="bold green" if g > 1 else "bold")
     c = result.counts
-    verb = "measured" if result.source.startswith("measured") else f"evaluated ({result.source})"
-    summary.append(f"\n{c['measured']} configurations {verb}, {c['repeats_reused']} repeats reused, "
+    evaluated = c.get(result.source, c["measured"])   # a predicted study counts them as "predicted"
+    verb = {"measured": "measured", "predicted": "predicted (nothing measured)"}.get(
+        result.source, f"evaluated ({result.source})")
+    summary.append(f"\n{evaluated} configurations {verb}, {c['repeats_reused']} repeats reused, "
                    f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
                    f"{c['failed']} failed, {c['infeasible']} infeasible")
     if c.get("uncalibrated_not_ranked"):
@@ -127,11 +131,17 @@ def render(result) -> Iterator:
             pf.add_row(t.config.label(), *[_fmt(v) for v in t.values])
         yield pf
     if result.layer_changes:
-        lc = Table(title="layers baseline -> best (CARM bound, per sample)", box=None)
+        from carm_advisor.report.render import POWER_LEGEND, POWER_MARK
+
+        capped = any(ch.get("power_limited_before") or ch.get("power_limited_after") for ch in result.layer_changes)
+        lc = Table(title="layers baseline -> best (CARM bound, per sample)", box=None, caption_justify="left",
+                   caption=Text(POWER_LEGEND + "; the speed-up is of the bound times", style="yellow") if capped else None)
         for col in ("layer", "roof before", "roof after", "bound speed-up"):
             lc.add_column(col, justify="right" if col == "bound speed-up" else "left")
         for ch in result.layer_changes:
-            lc.add_row(ch["layer"], str(ch["bound_before"]), str(ch["bound_after"]), f"{ch['speedup']:.2f}x")
+            lc.add_row(ch["layer"], str(ch["bound_before"]) + (POWER_MARK if ch.get("power_limited_before") else ""),
+                       str(ch["bound_after"]) + (POWER_MARK if ch.get("power_limited_after") else ""),
+                       f"{ch['speedup']:.2f}x")
         yield lc
     clock = result.clock_recommendation
     if clock:

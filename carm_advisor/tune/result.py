@@ -227,7 +227,10 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     counts = {
         "trials": len(records),
         "complete": sum(r.state == "COMPLETE" for r in records),
-        "measured": len(measured),
+        # distinct configurations evaluated, under what they are: "measured" (0 where nothing ran), and in a
+        # predicted (or fake) study "predicted" ("fake") too
+        "measured": len(measured) if source == "measured" else 0,
+        **({source: len(measured)} if source != "measured" else {}),
         "repeats_reused": sum(r.state == "COMPLETE" and r.repeat_of is not None for r in records),
         "pruned_by_carm": sum(r.pruned_reason == "carm_bound" for r in records),
         "pruned_out_of_memory": sum(r.pruned_reason == "out_of_memory" for r in records),
@@ -253,7 +256,8 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     if best is not None and best.config.sm_clock_mhz is None and predictor.predict(best.config).rows:
         clock = _clock_recommendation(best, predictor, primary)
     defaults = keras_default_gains(best, space, predictor) if source == "predicted" else []
-    warnings = batch_range_warnings(records, predictor) if source == "predicted" else []
+    warnings = list(study.user_attrs.get("space_notes") or [])   # what a model file left out of the space
+    warnings += batch_range_warnings(records, predictor) if source == "predicted" else []
     return TuneResult(
         objectives=objectives, source=source, trials=records, baseline=baseline, best=best, next_best=ranked[1:4],
         pareto=pareto, counts=counts, blind_search=blind, layer_changes=changes, clock_recommendation=clock,

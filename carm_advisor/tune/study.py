@@ -47,7 +47,7 @@ import optuna
 from carm_advisor.errors import CarmError
 from carm_advisor.tune.builder import ModelSpec, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
-from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
+from carm_advisor.tune.predicted import ConfigPredictor, predicted_device, value_prediction
 from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
                                       WorkerRunner, WorkerSettings)
 from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
@@ -198,9 +198,9 @@ def tune(
     if space is None:
         space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks,
                                     require_installed=source != "predicted")
-    if not spec.rebuilds_per_precision:  # a saved model keeps its dtype policy and layout
-        space = SearchSpace(space.backends, tuple(p for p in space.precisions if p.startswith("float32")) or ("float32",),
-                            space.batch_sizes, space.layouts[:1], space.compilers, space.sm_clocks_mhz)
+    traits, space_notes = None, []
+    if spec.keeps_own_layout:   # a model file: its own layout, and its own precision where it cannot be rebuilt
+        space, traits, space_notes = _narrow_to_file(space, spec)
     if baseline is None:
         import keras
 
@@ -208,6 +208,8 @@ def tune(
         layout = keras.config.image_data_format()
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
+        if traits is not None and not traits.fixed_precision and traits.policy in space.precisions:
+            baseline = dataclasses.replace(baseline, precision=traits.policy)   # a file saved mixed runs mixed
     space = _with_baseline(space, baseline)
     if isinstance(calibration, str) and calibration == "auto":
         calibration = source == "predicted"
@@ -252,6 +254,7 @@ def tune(
     study.set_user_attr("objectives", [o.name for o in objectives])
     study.set_user_attr("source", source)
     study.set_user_attr("baseline", baseline.to_dict())
+    study.set_user_attr("space_notes", space_notes)
     if source == "predicted":
         study.set_user_attr("value_policy", VALUE_POLICY_CALIBRATED if calibrated else VALUE_POLICY_BOUND)
 
@@ -285,6 +288,8 @@ def tune(
                                 deadline_s=min(limits_s) if limits_s else None)
                 names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
                 device["name"] = ", ".join(sorted(names)) or None
+                if source == "predicted":
+                    device.update(predicted_device(predictor))
             finally:
                 _fail_stale(study)
                 quiet()
@@ -326,7 +331,8 @@ def tune(
             _fail_stale(study)
             quiet()
         return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                            wall_s=time.perf_counter() - start_s, device=getattr(runner, "device", None) or {},
+                            wall_s=time.perf_counter() - start_s,
+                            device=predicted_device(predictor) if source == "predicted" else getattr(runner, "device", None) or {},
                             command=command or shlex.join(sys.argv), prune_margin=prune_margin,
                             max_slowdown=max_slowdown, max_output_error=max_output_error,
                             budget_stopped=state.budget_stopped)
@@ -697,6 +703,26 @@ def _check_fingerprint(study, fingerprint: dict, url: str) -> None:
         what = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differ)
         raise StudyMismatchError(f"{where} was made with a different {', '.join(differ)} ({what}); its trial "
                                  f"values would be stale here: {advice}")
+
+
+def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, Any, list[str]]:
+    """The space of a model file (builder.file_traits): its own layout (where its layers have one) and, where
+    its dtype policies cannot be replaced, the float32 precisions alone (what run it as saved); with the one-line
+    note naming what was left out, why, and how to search it (none where nothing was)."""
+    import keras
+
+    from carm_advisor.tune.builder import file_traits, narrowing_note
+
+    traits = file_traits(spec)
+    layout = traits.layout or keras.config.image_data_format()   # none: no layer has a layout, it changes nothing
+    dropped = [lay for lay in space.layouts if lay != layout] if traits.layout else []
+    precisions = space.precisions
+    if traits.fixed_precision:
+        precisions = tuple(p for p in precisions if p.startswith("float32")) or ("float32",)
+        dropped = [p for p in space.precisions if p not in precisions] + dropped
+    narrowed = SearchSpace(space.backends, precisions, space.batch_sizes, (layout,), space.compilers,
+                           space.sm_clocks_mhz)
+    return narrowed, traits, [narrowing_note(spec, traits, dropped)] if dropped else []
 
 
 def _with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:

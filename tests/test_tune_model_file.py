@@ -1,0 +1,151 @@
+"""A user's .keras file in the tuner: searched at every precision (rebuilt from its config under the trial's
+dtype policy, with its own weights); its layout stays its own, and what the space leaves out is said in one
+line in the result's warnings and its rendered summary, with how to widen it (a builder "module:function")."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from rich.console import Console
+
+from carm_advisor.tune.builder import build, model_spec
+from carm_advisor.tune.space import PRECISIONS
+from carm_advisor.tune.study import tune
+
+SUPPORT = Path(__file__).parent / "tune_support"
+
+
+def _small(fmt: str = "channels_last", output_dtype=None):
+    shape = (16, 16, 3) if fmt == "channels_last" else (3, 16, 16)
+    inputs = keras.Input(shape)
+    x = keras.layers.Conv2D(8, 3, activation="relu", data_format=fmt, name="conv")(inputs)
+    x = keras.layers.Flatten(name="flatten")(x)
+    outputs = keras.layers.Dense(10, activation="softmax", name="fc", dtype=output_dtype)(x)
+    return keras.Model(inputs, outputs, name="small")
+
+
+def _save(model, path: Path) -> str:
+    model.save(path)
+    return str(path)
+
+
+def _tune(path: str, tmp_path: Path, **kwargs):
+    return tune(path, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "s.db"),
+                backends=("torch",), **kwargs)
+
+
+def _rendered(result) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=400).print(result)
+    return buf.getvalue()
+
+
+def test_a_model_file_is_searched_at_mixed_precision_and_the_layout_left_out_is_said(tmp_path):
+    path = _save(_small(), tmp_path / "small.keras")
+    result = _tune(path, tmp_path)
+    # The five precisions of the space (README: float32, TF32 on, TF32 off, mixed_float16, mixed_bfloat16).
+    assert result.space.precisions == PRECISIONS
+    assert result.space.layouts == ("channels_last",)
+    # One line: what was left out (channels_first), why, and how to search it.
+    assert len(result.warnings) == 1
+    w = result.warnings[0]
+    assert "\n" not in w and w.startswith("small.keras: channels_first not searched")
+    assert "laid out" in w and "'module:function'" in w
+    assert result.to_dict()["warnings"] == result.warnings
+    assert "warning: small.keras: channels_first not searched" in _rendered(result)
+
+
+def test_a_channels_first_file_keeps_its_own_layout_and_says_channels_last_is_left_out(tmp_path):
+    path = _save(_small("channels_first"), tmp_path / "small.keras")
+    result = _tune(path, tmp_path)
+    assert result.space.layouts == ("channels_first",)
+    assert result.baseline.config.layout == "channels_first"
+    assert result.warnings[0].startswith("small.keras: channels_last not searched")
+
+
+def test_a_file_without_a_layer_that_has_a_layout_has_nothing_left_out(tmp_path):
+    inputs = keras.Input((32,))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="fc")(inputs), name="mlp")
+    result = _tune(_save(model, tmp_path / "mlp.keras"), tmp_path)
+    assert result.space.precisions == PRECISIONS and len(result.space.layouts) == 1
+    assert result.warnings == []
+
+
+def test_a_quantized_file_keeps_its_precision_and_the_warning_names_what_was_dropped(tmp_path):
+    inputs = keras.Input((32,))
+    x = keras.layers.Reshape((4, 4, 2), name="reshape")(inputs)
+    x = keras.layers.Conv2D(4, 3, name="conv")(x)
+    model = keras.Model(inputs, keras.layers.Dense(4, name="fc")(keras.layers.Flatten()(x)), name="q")
+    model.quantize("int8")   # Dense kernels to int8: a rebuild cannot give them another policy
+    path = _save(model, tmp_path / "q.keras")
+    from carm_advisor.tune.builder import file_traits
+
+    traits = file_traits(model_spec(path))
+    assert traits.fixed_precision and "int8_from_float32" in traits.fixed_precision
+    from carm_advisor.tune.space import SearchSpace
+    from carm_advisor.tune.study import _narrow_to_file
+
+    space, _, notes = _narrow_to_file(SearchSpace(("torch",)), model_spec(path))
+    assert space.precisions == ("float32", "float32_tf32", "float32_no_tf32")
+    assert space.layouts == ("channels_last",)
+    assert len(notes) == 1
+    assert notes[0].startswith("q.keras: mixed_float16, mixed_bfloat16, channels_first not searched")
+    assert "int8_from_float32" in notes[0] and "'module:function'" in notes[0]
+
+
+def test_a_file_is_rebuilt_under_the_trials_policy_with_its_own_weights(tmp_path):
+    model = _small()
+    path = _save(model, tmp_path / "small.keras")
+    spec = model_spec(path)
+    f32 = build(spec, "float32")
+    mixed = build(spec, "mixed_float16")
+    assert [lay.dtype_policy.name for lay in f32.layers[1:]] == ["float32"] * 3
+    assert [lay.dtype_policy.name for lay in mixed.layers[1:]] == ["mixed_float16"] * 3
+    assert mixed.get_layer("conv").compute_dtype == "float16"
+    for a, b in zip(mixed.get_weights(), model.get_weights()):   # the file's weights, variables in float32
+        assert a.dtype == np.float32 and np.array_equal(a, b)
+
+
+def test_a_file_saved_mixed_keeps_its_float32_output_layer_and_runs_its_own_policy_as_baseline(tmp_path):
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = _small(output_dtype="float32")   # the mixed-precision guide's float32 output layer
+    finally:
+        keras.config.set_dtype_policy("float32")
+    path = _save(model, tmp_path / "small.keras")
+    spec = model_spec(path)
+    bf16 = build(spec, "mixed_bfloat16")
+    assert [bf16.get_layer(n).dtype_policy.name for n in ("conv", "flatten", "fc")] == \
+        ["mixed_bfloat16", "mixed_bfloat16", "float32"]
+    assert all(lay.dtype_policy.name == "float32" for lay in build(spec, "float32").layers[1:])
+    result = _tune(path, tmp_path)
+    assert result.baseline.config.precision == "mixed_float16"
+
+
+def test_the_real_worker_runs_a_model_file_at_mixed_precision(tmp_path, monkeypatch):
+    """Before, the worker ran the file as saved for every precision: mixed_bfloat16 had float32's zero error."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(SUPPORT))
+    from stubs import TablePredictor
+    from tiny_models import tiny_cnn
+
+    from carm_advisor.tune.runner import WorkerRunner, WorkerSettings
+    from carm_advisor.tune.space import TrialConfig
+
+    path = _save(tiny_cnn(), tmp_path / "tiny_cnn.keras")
+    settings = WorkerSettings(window_s=0.05, min_windows=2, max_windows=3, warmup_calls=1, idle_gap_s=0,
+                              accuracy_samples=4)
+    runner = WorkerRunner(path, TablePredictor({"float32": (1, 1), "mixed_bfloat16": (1, 1)}, 100.0),
+                          settings, trial_timeout_s=300, log_dir=str(tmp_path))
+    try:
+        f32 = runner.run(TrialConfig("torch", "float32", 4, "channels_last", "eager"))
+        bf16 = runner.run(TrialConfig("torch", "mixed_bfloat16", 4, "channels_last", "eager"))
+    finally:
+        runner.close()
+    assert f32.output_error < 1e-5
+    assert 1e-5 < bf16.output_error < 0.1   # bfloat16 keeps ~3 significant digits
