@@ -45,7 +45,10 @@ def test_a_batch_one_byte_past_the_gpu_memory_is_warned_and_one_that_fits_is_not
     assert memory_warnings(ok) == []
     over = advisor.analyze(model, batch_size=709, profile=small_gpu(), measure=False, calibration=False)
     (w,) = memory_warnings(over)
-    assert w.startswith("batch size 709 cannot run on Small GPU: one call needs at least 0.01 GB, the GPU has 0.01 GB")
+    # 10,002,432 and 10,000,000 bytes both read "0.01" GB at three significant digits: printed with the decimals
+    # that tell them apart (6: 0.010002 and 0.010000)
+    assert w.startswith("batch size 709 cannot run on Small GPU: one call needs at least 0.010002 GB, "
+                        "the GPU has 0.010000 GB")
     assert "layer 'fc' input + output 0.00581 GB at float32" in w   # 8192 * 709 = 5,808,128
 
 
@@ -59,6 +62,17 @@ def test_vgg16_at_a_hundred_million_samples_is_warned_on_the_h200():
     (w,) = memory_warnings(report)
     assert "needs at least 2,569,011.8 GB, the GPU has 150.1 GB" in w
     assert memory_warnings(advisor.analyze(model, batch_size=32, measure=False, calibration=False)) == []
+
+
+def test_figures_that_would_read_the_same_are_printed_apart():
+    from carm_advisor.mapping.memory import gb_apart
+
+    # 150.12 GB and 150.10 GB both read "150.1" at one decimal: two decimals tell them apart
+    assert gb_apart(150_120_000_000, 150_100_000_000) == ("150.12", "150.10")
+    # one byte apart: 1,000,000,001 and 1,000,000,000 bytes need all 9 decimals of a GB
+    assert gb_apart(1_000_000_001, 1_000_000_000) == ("1.000000001", "1.000000000")
+    # figures that already read apart keep gb()'s form: 0.00184 (three significant digits) and 0.001
+    assert gb_apart(1_840_596, 1_000_000) == ("0.00184", "0.001")
 
 
 def whole(backend, execution, batch_size):

@@ -46,10 +46,12 @@ def test_lower_bound_of_three_dense_layers_by_hand():
     assert infer.weights_bytes == 25120 and infer.largest_layer == "d1" and infer.largest_layer_bytes == 600_000
     assert infer.total_bytes == 625_120
     train = footprint_lower_bound(model, costs, training=True, backend="torch")
-    # weights 25120 + gradients 25120 + max(600,000, kept 680 * 1000) = 730,240
-    assert train.gradient_bytes == 25120 and train.kept_bytes == 680_000 and train.total_bytes == 730_240
-    # jax: XLA may rematerialise the kept inputs, so only the largest layer counts: 50240 + 600,000
-    assert footprint_lower_bound(model, costs, training=True, backend="jax").total_bytes == 650_240
+    # gradients, kept activations and the largest layer need not be resident together (backward frees the
+    # activations as the gradients appear): weights 25120 + max(gradients 25120, kept 680 * 1000 = 680,000,
+    # largest 600,000) = 705,120
+    assert train.gradient_bytes == 25120 and train.kept_bytes == 680_000 and train.total_bytes == 705_120
+    # jax: XLA may rematerialise the kept inputs, so only the largest layer counts: 25120 + max(25120, 600,000)
+    assert footprint_lower_bound(model, costs, training=True, backend="jax").total_bytes == 625_120
     # bfloat16 compute halves the activations, not the (float32) weights: 25120 + 300 * 1000
     half = footprint_lower_bound(model, map_model(model, batch_size=1000, compute_dtype="bfloat16"))
     assert half.total_bytes == 325_120
@@ -60,8 +62,48 @@ def test_a_frozen_layers_input_is_not_kept_for_backward():
     model.get_layer("d1").trainable = False
     train = footprint_lower_bound(model, map_model(model, batch_size=1000), training=True, backend="torch")
     # kept: the inputs of d2 (50) and d3 (20) only: 70 * 4 * 1000 = 280,000 < the largest layer's 600,000;
-    # gradients: d2 and d3's weights, 1020 + 210 = 1230 * 4 = 4920.  25120 + 4920 + 600,000 = 630,040
-    assert train.kept_bytes == 280_000 and train.gradient_bytes == 4920 and train.total_bytes == 630_040
+    # gradients: d2 and d3's weights, 1020 + 210 = 1230 * 4 = 4920.  25120 + max(4920, 280,000, 600,000) = 625,120
+    assert train.kept_bytes == 280_000 and train.gradient_bytes == 4920 and train.total_bytes == 625_120
+
+
+def test_the_gradients_alone_can_set_the_training_bound():
+    """Dense 1000 -> 1000 (no bias) at batch 10: weights 1,000,000 float32 = 4,000,000 bytes, gradients the same;
+    the layer's input + output (1000 + 1000) * 4 * 10 = 80,000; kept input 1000 * 4 * 10 = 40,000.
+    Bound: 4,000,000 + max(4,000,000, 40,000, 80,000) = 8,000,000 (the old sum would say 8,080,000)."""
+    inputs = keras.Input(shape=(1000,))
+    model = keras.Model(inputs, keras.layers.Dense(1000, use_bias=False, name="wide")(inputs))
+    train = footprint_lower_bound(model, map_model(model, batch_size=10), training=True, backend="torch")
+    assert (train.gradient_bytes, train.kept_bytes, train.largest_layer_bytes) == (4_000_000, 40_000, 80_000)
+    assert train.total_bytes == 8_000_000
+
+
+def test_a_file_whose_bfloat16_policy_stays_is_counted_at_16_bits(tmp_path):
+    """A model saved under a pure bfloat16 policy (file_traits: its precision cannot be replaced, so tune() searches
+    it at the float32 precisions only, but it still computes in bfloat16). Conv2D(4, 3x3, same) on 8x8x3, Flatten,
+    Dense(5): weights 3*3*3*4+4 = 112 and 256*5+5 = 1285, 1397 bfloat16 variables = 2794 bytes; the largest matmul
+    layer is the conv, 8*8*3 + 8*8*4 = 448 elements a sample in and out (the dense: 256 + 5 = 261), at 2 bytes.
+    At batch 1000 under the float32 configuration: 2794 + 448 * 2 * 1000 = 898,794 (at 4 bytes it would say
+    2794 + 1,792,000 = 1,794,794). On a GPU of 1,000,000 bytes it may fit: not pruned."""
+    from carm_advisor.tune.builder import file_traits
+
+    keras.mixed_precision.set_global_policy("bfloat16")
+    try:
+        inputs = keras.Input((8, 8, 3))
+        x = keras.layers.Flatten()(keras.layers.Conv2D(4, 3, padding="same", name="conv")(inputs))
+        path = tmp_path / "bf16.keras"
+        keras.Model(inputs, keras.layers.Dense(5)(x)).save(path)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    spec = model_spec(str(path))
+    assert file_traits(spec).fixed_precision
+    base = load_profile()
+    small = dataclasses.replace(base, device={**base.device, "name": "Small GPU", "memory_bytes": 1_000_000})
+    p = ConfigPredictor(spec, small, calibration=False)
+    config = TrialConfig("torch", "float32", 1000, "channels_last", "eager")
+    m = p.memory(config)
+    assert m.weights_bytes == 2794 and m.largest_layer == "conv" and m.largest_layer_dtype == "bfloat16"
+    assert m.largest_layer_bytes == 896_000 and m.total_bytes == 898_794
+    assert p.does_not_fit(config) is None
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,19 @@ What is counted (bytes; `MemoryFootprint` keeps each term):
   a compiler fuses an activation or a bias into the result, never removes it). Elementwise, pooling and
   data-movement layers are left out: a compiler may fuse them into a neighbour, or run them in place, so
   their tensors need not exist. Only each call's first input is counted (a matmul layer has one).
-  The compute dtype is a floor too: a float32 model input cast to bfloat16 is counted at 2 bytes.
+  The compute dtype is a floor too: a float32 model input cast to bfloat16 is counted at 2 bytes, and a
+  layer is counted at the smaller of the configuration's compute dtype and its own (a model file whose
+  bfloat16 policy cannot be replaced computes in 16 bits whatever precision the configuration names).
 - training only (`training=True`): the gradients of the trainable weights (Keras' train step holds them
   all before the optimizer applies them, on every backend) and the activations kept for backward: the
   input of each matmul layer with trainable weights (its weight gradient reads it), counted ONCE PER
   DISTINCT SHAPE (two layers reading one tensor are not counted twice, so some distinct tensors of one
   shape are left out: still a floor). On jax the kept activations are left out: XLA may rematerialise
-  them rather than keep them. The largest layer's input + output and the kept inputs may be one tensor,
-  so the training bound takes the larger of the two, not their sum.
+  them rather than keep them. These three need not be resident together: the kept activations are all
+  alive when backward starts, before any gradient exists; backward frees each as its gradients appear, so
+  when the last gradient exists the activations may all be gone; the largest layer's input + output may be
+  one of the kept tensors. So the training bound is weights + the LARGEST of (gradients, kept activations,
+  the largest layer's input + output), never their sum.
 
 Not counted (all only add memory): optimizer state, the framework's workspace (cuDNN, cuBLAS), the
 allocator's fragmentation and caching, the CUDA context, other layers' tensors alive at the same time,
@@ -44,6 +49,19 @@ def gb(n_bytes: float) -> str:
     return f"{n_bytes / GB:,.1f}" if n_bytes >= GB else f"{n_bytes / GB:.3g}"
 
 
+def gb_apart(a: float, b: float) -> tuple[str, str]:
+    """gb(a), gb(b), or, where those read the same but the byte counts differ, both with as many decimals as
+    tell them apart (10,002,432 and 10,000,000 bytes: "0.010002" and "0.010000"; down to single bytes)."""
+    first, second = gb(a), gb(b)
+    if first != second or a == b:
+        return first, second
+    for decimals in range(1, 10):   # 9 decimals of a GB is one byte
+        first, second = f"{a / GB:,.{decimals}f}", f"{b / GB:,.{decimals}f}"
+        if first != second:
+            return first, second
+    return first, second
+
+
 @dataclass(frozen=True)
 class MemoryFootprint:
     """A lower bound on the GPU memory of one call, in bytes, by term (see the module's docstring)."""
@@ -58,7 +76,8 @@ class MemoryFootprint:
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.gradient_bytes + max(self.largest_layer_bytes, self.kept_bytes)
+        """weights + the largest of the terms that need not be resident together (module docstring)."""
+        return self.weights_bytes + max(self.gradient_bytes, self.kept_bytes, self.largest_layer_bytes)
 
     def describe(self) -> str:
         parts = [f"weights {gb(self.weights_bytes)} GB"]
@@ -104,15 +123,41 @@ def trainable_weight_bytes(model) -> int:
     return _variable_bytes(getattr(model, "trainable_weights", []) or [])
 
 
-def _io_bytes(c: LayerCost) -> tuple[int, int] | None:
-    """(first input bytes, output bytes) of a matmul layer call at its compute dtype; None otherwise."""
+def _io_bytes(c: LayerCost, own_dtype: str | None = None) -> tuple[int, int, str] | None:
+    """(first input bytes, output bytes, the dtype counted) of a matmul layer call; None otherwise. The dtype
+    counted is the smaller of the cost's compute dtype and `own_dtype` (the layer's own compute dtype)."""
     if not c.known or c.op_class != OP_MATMUL or not c.input_shapes or not c.output_shapes:
         return None
     n_in, n_out = _elems(c.input_shapes[0]), _elems(c.output_shapes[0])
     if n_in is None or n_out is None:
         return None
-    size = dtype_bytes_of(c.compute_dtype or "float32")
-    return n_in * size, n_out * size
+    dtype = c.compute_dtype or "float32"
+    size = dtype_bytes_of(dtype)
+    own_size = _size_or_none(own_dtype) if own_dtype else None
+    if own_size is not None and own_size < size:
+        dtype, size = own_dtype, own_size
+    return n_in * size, n_out * size, dtype
+
+
+def _size_or_none(dtype: str) -> int | None:
+    try:
+        return dtype_bytes_of(str(dtype))
+    except Exception:   # a dtype with no byte size: the configuration's is used
+        return None
+
+
+def _own_compute_dtypes(model) -> dict[str, str]:
+    """Each layer name's own compute dtype (its dtype policy's); where several layers share a name, the smallest."""
+    layers = list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
+    out: dict[str, str] = {}
+    for layer in layers:
+        dtype = getattr(layer, "compute_dtype", None)
+        size = _size_or_none(dtype) if dtype else None
+        if size is None:
+            continue
+        if layer.name not in out or size < dtype_bytes_of(out[layer.name]):
+            out[layer.name] = str(dtype)
+    return out
 
 
 def _base_name(path: str) -> str:
@@ -131,16 +176,18 @@ def _trainable_layer_names(model) -> set[str]:
 def footprint_lower_bound(model, costs: list[LayerCost], training: bool = False,
                           backend: str | None = None) -> MemoryFootprint:
     """The lower bound of one call of `model` whose layer costs (map_model, at the batch size and compute dtype
-    of the call) are `costs`; training: one train step on `backend` (module docstring)."""
+    of the call) are `costs`; training: one train step on `backend` (module docstring). A layer whose own
+    compute dtype (its dtype policy in `model`) is smaller than its cost's is counted at its own."""
     largest, name, dtype = 0, None, None
     kept: dict[tuple, int] = {}
     trainable = _trainable_layer_names(model) if training else set()
+    own = _own_compute_dtypes(model)
     for c in costs:
-        io = _io_bytes(c)
+        io = _io_bytes(c, own.get(_base_name(c.name)))
         if io is None:
             continue
-        if sum(io) > largest:
-            largest, name, dtype = sum(io), c.name, c.compute_dtype
+        if io[0] + io[1] > largest:
+            largest, name, dtype = io[0] + io[1], c.name, io[2]
         if training and _base_name(c.name) in trainable:
             kept.setdefault(tuple(c.input_shapes[0]), io[0])
     if not training:
@@ -162,4 +209,5 @@ def does_not_fit(footprint: MemoryFootprint, profile) -> str | None:
     capacity = memory_bytes_of(profile)
     if capacity is None or footprint.total_bytes <= capacity:
         return None
-    return f"needs at least {gb(footprint.total_bytes)} GB, the GPU has {gb(capacity)} GB ({footprint.describe()})"
+    needs, has = gb_apart(footprint.total_bytes, capacity)
+    return f"needs at least {needs} GB, the GPU has {has} GB ({footprint.describe()})"

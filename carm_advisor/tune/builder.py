@@ -280,3 +280,85 @@ def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> s
     return (f"{Path(spec.spec).name}: {', '.join(dropped)} not searched: {'; '.join(why)}; to search "
             f"{'them' if len(dropped) > 1 else 'it'}, pass a builder 'module:function' that builds the model under "
             "the trial's dtype policy and image data format (README, 'Tune it for energy')")
+
+
+# ---- what a study's fingerprint knows the model by ---------------------------------------------------
+
+
+def _sha(obj) -> str:
+    import hashlib
+    import json
+
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _layer_names(node, names: dict[str, int]) -> None:
+    """Every layer (and model) name of a serialised config, numbered in order of first appearance. Dtype
+    policies are objects with a config "name" too; theirs are not layer names (a policy stays as it is)."""
+    if isinstance(node, dict):
+        conf = node.get("config")
+        cls = node.get("class_name")
+        if isinstance(cls, str) and not cls.endswith("DTypePolicy") and isinstance(conf, dict) \
+                and isinstance(conf.get("name"), str):
+            names.setdefault(conf["name"], len(names))
+        for value in node.values():
+            _layer_names(value, names)
+    elif isinstance(node, list):
+        for value in node:
+            _layer_names(value, names)
+
+
+def _renamed(node, names: dict[str, int]):
+    if isinstance(node, dict):
+        return {k: _renamed(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_renamed(v, names) for v in node]
+    if isinstance(node, str) and node in names:
+        return f"#{names[node]}"
+    return node
+
+
+def config_identity(config: dict) -> str:
+    """A hash of a serialised model with its layer names replaced by their order of appearance: names Keras
+    generates (conv2d, conv2d_3) depend on what the saving session built before, not on the model."""
+    names: dict[str, int] = {}
+    _layer_names(config, names)
+    return f"sha256:{_sha(_renamed(config, names))}"
+
+
+def structure_identity(model) -> str:
+    """A hash of what the CARM maps of a built model, without layer names: each layer call's class, shapes, dtype,
+    FLOPs, bytes and parameters at batch 1 (mapping/map_model); where the model cannot be mapped, each layer's
+    class and weight shapes."""
+    try:
+        from carm_advisor.mapping import map_model
+
+        rows = [[c.type, c.op_class, c.compute_dtype, c.flops, c.bytes_read, c.bytes_written, c.params,
+                 c.known, list(c.input_shapes), list(c.output_shapes)] for c in map_model(model, batch_size=1)]
+    except Exception:   # not mappable (an unbuilt subclassed layer): its layers and their weights
+        layers = list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
+        rows = [[type(layer).__name__, [[list(w.shape), str(w.dtype)] for w in layer.weights]] for layer in layers]
+    return f"sha256:{_sha(rows)}"
+
+
+def model_identity(spec: ModelSpec, model_for=None) -> str:
+    """What a study's fingerprint knows the model by, whatever its file is called or where it lies: a
+    keras.applications name itself; a model file the hash of its config (config_identity; its weights
+    are left out: no stored value but a measured output error depends on them); a "module:function" that
+    string and the hash of the model it builds in channels_last (structure_identity); a function or a built
+    model that hash alone. `model_for(layout)` gives the built model (the predictor's, so it is built once);
+    without it the model is built here, on the CPU."""
+    if spec.kind == "application":
+        return f"application {spec.spec}"
+    if spec.kind == "file":
+        return f"file {config_identity(file_config(spec.spec))}"
+    if model_for is not None:
+        model = model_for("channels_last")
+    else:
+        import keras
+
+        with keras.device("cpu"):   # the tuner's own process takes no GPU memory from the trials
+            model = build(spec, "float32", "channels_last", seed=0)
+    prefix = spec.spec if spec.kind == "builder" else spec.kind
+    return f"{prefix} {structure_identity(model)}"

@@ -203,7 +203,9 @@ class ConfigPredictor:
     def memory(self, config: TrialConfig, mode: str = "inference"):
         """A LOWER BOUND on the GPU memory one call of this configuration needs (mapping/memory.py says what it
         counts): weights at their storage dtype + the largest matmul layer's input + output at the batch and
-        compute dtype (+ gradients and the activations kept for backward in training)."""
+        the smaller of the configuration's compute dtype and the layer's own (a file whose bfloat16 policy
+        cannot be replaced computes in 16 bits under a float32 configuration); in training the largest of that,
+        the gradients and the activations kept for backward."""
         key = ("memory", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype, mode,
                config.backend if mode == "training" else None)
         if key not in self._cache:

@@ -22,7 +22,8 @@ memory LOWER BOUND (mapping/memory.py) exceeds the profile's memory_bytes is pru
 that, and never picked as a first trial.
 
 Resuming: a study stores a fingerprint of what its trial values depend on (study_fingerprint: source, mode,
-objectives, model; for a predicted study also the profile and a hash of the calibration) when it is created;
+objectives, model name and content; for a measured study also its GPU model; for a predicted study also the
+profile and a hash of the calibration) when it is created;
 tune() refuses (StudyMismatchError, one line) to resume one made with a different fingerprint. The model is
 loaded (or its name checked) before the storage is opened, so a bad model leaves no study file behind.
 """
@@ -222,7 +223,8 @@ def tune(
     # The model first: a bad name or file fails here, before a storage file (and its baseline trial) exists.
     _check_model(spec, predictor, baseline, own_predictor)
     fits = _fits(source, predictor, mode)
-    fingerprint = study_fingerprint(source, mode, objectives, spec, predictor)
+    fingerprint = study_fingerprint(source, mode, objectives, spec, predictor,
+                                    gpu=_measured_gpu_name(gpus if parallel else None) if source == "measured" else None)
 
     quiet = _quiet_optuna()
     url = storage_url(storage, spec.name)
@@ -637,17 +639,42 @@ class StudyMismatchError(CarmError):
     """The study to resume was made with something its stored trial values depend on that differs now."""
 
 
-def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec: ModelSpec, predictor) -> dict:
+def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec: ModelSpec, predictor,
+                      gpu: str | None = None) -> dict:
     """What a stored trial value depends on beyond its configuration. Every study: where the values come from
-    (measured / predicted / fake), the mode, the objectives (in order) and the model's name. A PREDICTED
-    study also: the profile (its name and a hash of its content) and the calibration (a hash of its records,
+    (measured / predicted / fake), the mode, the objectives (in order), the model's name and its content
+    ("model_identity", builder.model_identity: the same for the same model wherever its file lies and whatever
+    was built before it; another for an edited file or another module's function of the same name). A MEASURED
+    study also the GPU model it measures on (`gpu`, its NVML name; several: their names). A PREDICTED study
+    also: the profile (its name and a hash of its content) and the calibration (a hash of its records,
     provenance and settings), since each predicted value is computed from them."""
+    from carm_advisor.tune.builder import model_identity
+
+    model_for = getattr(predictor, "model", None)
     out: dict[str, Any] = {"source": source, "mode": mode, "objectives": [o.name for o in objectives],
-                           "model": spec.name}
+                           "model": spec.name,
+                           "model_identity": model_identity(spec, model_for if callable(model_for) else None)}
+    if source == "measured":
+        out["gpu"] = gpu
     if source == "predicted":
         out["profile"] = _profile_identity(getattr(predictor, "profile", None))
         out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
     return out
+
+
+def _measured_gpu_name(gpus: Sequence[int] | None) -> str | None:
+    """The NVML name of the GPU a measured study runs on: this process's (tune/parallel.this_gpu), or, with
+    several GPUs, theirs (distinct names joined by ", "); None where NVML cannot say."""
+    from carm_advisor.tune import parallel
+
+    if not gpus:
+        return parallel.this_gpu("measured").get("name")
+    from carm_advisor.power.nvml import open_gpu
+
+    try:
+        return ", ".join(sorted({open_gpu(g).name() for g in gpus}))
+    except Exception:   # no NVML: check_gpus_exist refuses the study later in one line
+        return None
 
 
 def _sha(obj) -> str:
@@ -682,27 +709,41 @@ def _calibration_hash(calibration) -> str:
     return f"{kind} sha256:{_sha(to_dict())}" if to_dict is not None else kind
 
 
+# Fingerprint keys an older carm_advisor did not store: where a stored fingerprint lacks one it is added, not
+# refused (the GPU of a measured study; the model's content, except in a predicted study with finished trials:
+# those are cheap to compute again, and may be another model's).
+ADDED_KEYS = ("gpu", "model_identity")
+
+
 def _check_fingerprint(study, fingerprint: dict, url: str) -> None:
     """Store the fingerprint in a new study; refuse to resume one made with a different one (its values would
-    be stale), and a PREDICTED one with finished trials but no fingerprint (made before they were stored: what
-    its values were computed from is unknown). A measured study without one gets it (its values are
-    measurements: no profile or calibration in them)."""
+    be stale), and a PREDICTED one with finished trials but no fingerprint, or one without the model's
+    identity (made before they were stored: what its values were computed from is unknown). A measured study
+    without one gets it (its values are measurements: no profile or calibration in them); one without its GPU
+    or its model's identity gets them (ADDED_KEYS)."""
     stored = study.user_attrs.get("fingerprint")
     where = f"study {study.study_name!r} in {url}"
     advice = "pass a new --study name (study_name=) or another --storage to start a fresh study"
+    finished = lambda: any(t.state in FINISHED for t in study.get_trials(deepcopy=False))  # noqa: E731
     if stored is None:
-        finished = any(t.state in FINISHED for t in study.get_trials(deepcopy=False))
-        if finished and fingerprint.get("source") == "predicted":
+        if fingerprint.get("source") == "predicted" and finished():
             raise StudyMismatchError(f"{where} holds predicted trials with no record of the profile and "
                                      f"calibration they were computed from (an older carm_advisor made it), so "
                                      f"they may be stale: {advice}")
         study.set_user_attr("fingerprint", fingerprint)
         return
-    differ = [k for k in sorted(set(stored) | set(fingerprint)) if stored.get(k) != fingerprint.get(k)]
+    added = {k: fingerprint[k] for k in ADDED_KEYS if k in fingerprint and k not in stored}
+    if "model_identity" in added and fingerprint.get("source") == "predicted" and finished():
+        raise StudyMismatchError(f"{where} holds predicted trials with no record of the model's content (an older "
+                                 f"carm_advisor made it), so they may be another model's: {advice}")
+    now = {k: v for k, v in fingerprint.items() if k not in added}
+    differ = [k for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k)]
     if differ:
-        what = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in differ)
+        what = "; ".join(f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in differ)
         raise StudyMismatchError(f"{where} was made with a different {', '.join(differ)} ({what}); its trial "
                                  f"values would be stale here: {advice}")
+    if added:
+        study.set_user_attr("fingerprint", {**stored, **added})
 
 
 def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, Any, list[str]]:
