@@ -167,16 +167,25 @@ def unknown_classes(path: Path, exc: BaseException) -> list[tuple[str, str | Non
     return found
 
 
-def _unregistered_in_config(path: Path) -> list[tuple[str, str | None]]:
-    """Objects of a .keras file's config.json from outside Keras that are not registered here."""
+def keras_file_config(path: str | Path) -> dict | None:
+    """A .keras archive's config.json, read without loading the model or its weights; None for another file
+    (.h5) or an unreadable one."""
     import json
-
-    import keras
 
     try:
         with zipfile.ZipFile(path) as archive:
             config = json.loads(archive.read("config.json"))
-    except Exception:   # an .h5 file, or no readable config: the exception's name alone
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _unregistered_in_config(path: Path) -> list[tuple[str, str | None]]:
+    """Objects of a .keras file's config.json from outside Keras that are not registered here."""
+    import keras
+
+    config = keras_file_config(path)
+    if config is None:   # an .h5 file, or no readable config: the exception's name alone
         return []
     found: dict[str, str | None] = {}
 

@@ -13,7 +13,6 @@ or a nested function cannot travel there: it is then refused with one line).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -205,17 +204,12 @@ def config_traits(config: dict) -> FileTraits:
 def file_config(path: str) -> dict:
     """The serialised model of a model file: a .keras archive's config.json (read without its weights), else
     the loaded model's (a bad file raises load_model's one-line ModelLoadError)."""
-    import json
-    import zipfile
+    from carm_advisor.model_loader import keras_file_config, load_model
 
-    with contextlib.suppress(OSError, KeyError, ValueError, zipfile.BadZipFile):
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-        if isinstance(config, dict):
-            return config
+    config = keras_file_config(path)
+    if config is not None:
+        return config
     import keras
-
-    from carm_advisor.model_loader import load_model
 
     with keras.device("cpu"):   # the tuner's own process takes no GPU memory from the trials
         model, _ = load_model(path)
@@ -285,7 +279,8 @@ def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> s
 # ---- what a study's fingerprint knows the model by ---------------------------------------------------
 
 
-def _sha(obj) -> str:
+def content_hash(obj) -> str:
+    """A short, stable hash of a JSON-able object (sorted keys): what a study fingerprint compares."""
     import hashlib
     import json
 
@@ -324,7 +319,7 @@ def config_identity(config: dict) -> str:
     generates (conv2d, conv2d_3) depend on what the saving session built before, not on the model."""
     names: dict[str, int] = {}
     _layer_names(config, names)
-    return f"sha256:{_sha(_renamed(config, names))}"
+    return f"sha256:{content_hash(_renamed(config, names))}"
 
 
 def structure_identity(model) -> str:
@@ -339,7 +334,7 @@ def structure_identity(model) -> str:
     except Exception:   # not mappable (an unbuilt subclassed layer): its layers and their weights
         layers = list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
         rows = [[type(layer).__name__, [[list(w.shape), str(w.dtype)] for w in layer.weights]] for layer in layers]
-    return f"sha256:{_sha(rows)}"
+    return f"sha256:{content_hash(rows)}"
 
 
 def model_identity(spec: ModelSpec, model_for=None) -> str:

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Sequence
 import optuna
 
 from carm_advisor.errors import CarmError
-from carm_advisor.tune.builder import ModelSpec, model_spec
+from carm_advisor.tune.builder import ModelSpec, content_hash, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
 from carm_advisor.tune.predicted import ConfigPredictor, predicted_device, value_prediction
 from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
@@ -677,20 +677,12 @@ def _measured_gpu_name(gpus: Sequence[int] | None) -> str | None:
         return None
 
 
-def _sha(obj) -> str:
-    import hashlib
-    import json
-
-    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def _profile_identity(profile) -> str:
     if profile is None:
         return "none"
     to_dict = getattr(profile, "to_dict", None)
     content = to_dict() if to_dict is not None else repr(profile)
-    return f"{getattr(profile, 'name', type(profile).__name__)} sha256:{_sha(content)}"
+    return f"{getattr(profile, 'name', type(profile).__name__)} sha256:{content_hash(content)}"
 
 
 def _calibration_hash(calibration) -> str:
@@ -703,10 +695,10 @@ def _calibration_hash(calibration) -> str:
                     if f.name not in ("samples", "whole")}
         content = {"samples": [list(vars(x).values()) for x in calibration.samples],
                    "whole": [list(vars(x).values()) for x in calibration.whole], "settings": settings}
-        return f"sha256:{_sha(content)}"
+        return f"sha256:{content_hash(content)}"
     to_dict = getattr(calibration, "to_dict", None)
     kind = f"{type(calibration).__module__}.{type(calibration).__qualname__}"
-    return f"{kind} sha256:{_sha(to_dict())}" if to_dict is not None else kind
+    return f"{kind} sha256:{content_hash(to_dict())}" if to_dict is not None else kind
 
 
 # Fingerprint keys an older carm_advisor did not store: where a stored fingerprint lacks one it is added, not
