@@ -149,3 +149,42 @@ def test_the_real_worker_runs_a_model_file_at_mixed_precision(tmp_path, monkeypa
         runner.close()
     assert f32.output_error < 1e-5
     assert 1e-5 < bf16.output_error < 0.1   # bfloat16 keeps ~3 significant digits
+
+
+# ---- a built keras.Model passed to tune(): the same narrowing as its saved copy -----------------------
+
+
+def _tune_built(model, tmp_path: Path, **kwargs):
+    return tune(model, n_trials=4, predict=True, progress=False, storage=str(tmp_path / "b.db"),
+                backends=("torch",), **kwargs)
+
+
+@pytest.mark.parametrize("fmt,other", [("channels_last", "channels_first"), ("channels_first", "channels_last")])
+def test_a_built_model_keeps_its_own_layout_and_says_the_other_is_left_out(tmp_path, fmt, other):
+    result = _tune_built(_small(fmt), tmp_path)
+    assert result.space.layouts == (fmt,)
+    assert result.baseline.config.layout == fmt
+    assert all(t.config.layout == fmt for t in result.trials)
+    assert result.space.precisions == PRECISIONS   # a predicted study sets the compute dtype
+    assert len(result.warnings) == 1
+    w = result.warnings[0]
+    assert "\n" not in w and w.startswith(f"the model 'small': {other} not searched")
+    assert f"its layout stays {fmt} (a built model's" in w
+
+
+def test_a_built_models_layout_is_found_in_a_nested_model(tmp_path):
+    inner = keras.Sequential([keras.Input((3, 16, 16)), keras.layers.Conv2D(4, 3, data_format="channels_first"),
+                              keras.layers.GlobalAveragePooling2D(data_format="channels_first")], name="inner")
+    inputs = keras.Input((3, 16, 16))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="fc")(inner(inputs)), name="outer")
+    from carm_advisor.tune.builder import file_traits
+
+    assert file_traits(model_spec(model)).layout == "channels_first"
+    assert _tune_built(model, tmp_path).space.layouts == ("channels_first",)
+
+
+def test_a_built_model_without_a_layout_has_nothing_left_out(tmp_path):
+    inputs = keras.Input((32,))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="fc")(inputs), name="mlp")
+    result = _tune_built(model, tmp_path)
+    assert len(result.space.layouts) == 1 and result.warnings == []

@@ -39,8 +39,9 @@ class ModelSpec:
 
     @property
     def keeps_own_layout(self) -> bool:
-        """A saved file keeps its layout: its input shape and weights are laid out for it."""
-        return self.kind == "file"
+        """A saved file and a built model keep their layout: their input shape and weights are laid out for it
+        (a built model's predictions cannot tell layouts apart, and its measured trials run its saved copy)."""
+        return self.kind in ("file", "model")
 
     def portable(self) -> str:
         """The string a worker process can rebuild the model from."""
@@ -216,8 +217,38 @@ def file_config(path: str) -> dict:
     return keras.saving.serialize_keras_object(model)
 
 
+def _layer_formats(model) -> list[str]:
+    """The data_format of every layer of a built model, nested models' layers included, in order."""
+    found: list[str] = []
+
+    def walk(layer):
+        fmt = getattr(layer, "data_format", None)
+        if isinstance(fmt, str) and fmt not in found:
+            found.append(fmt)
+        for child in getattr(layer, "layers", None) or ():
+            walk(child)
+
+    for layer in model.layers:
+        walk(layer)
+    return found
+
+
 def file_traits(spec: ModelSpec) -> FileTraits:
-    return config_traits(file_config(spec.spec))
+    """What a model file or a built model fixes (FileTraits). A built model is read from its serialised config
+    (what its saved copy holds); its layout from its layers themselves, which a model whose config cannot be
+    serialised still has (that one is searched at every precision: a predicted study sets the compute dtype,
+    and a measured one cannot save it)."""
+    if spec.kind != "model":
+        return config_traits(file_config(spec.spec))
+    import keras
+
+    model = spec.fn()
+    formats = _layer_formats(model)
+    try:
+        traits = config_traits(keras.saving.serialize_keras_object(model))
+    except Exception:
+        traits = FileTraits(None, None, None)
+    return FileTraits(traits.policy, formats[0] if formats else traits.layout, traits.fixed_precision)
 
 
 def _replace_policies(node, old: str, new: str):
@@ -270,8 +301,10 @@ def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> s
     if traits.fixed_precision:
         why.append(f"its precision stays its own ({traits.fixed_precision})")
     if any(d.startswith("channels_") for d in dropped):
-        why.append(f"its layout stays {traits.layout} (a saved model's input shape and weights are laid out for it)")
-    return (f"{Path(spec.spec).name}: {', '.join(dropped)} not searched: {'; '.join(why)}; to search "
+        kind = "built" if spec.kind == "model" else "saved"
+        why.append(f"its layout stays {traits.layout} (a {kind} model's input shape and weights are laid out for it)")
+    name = f"the model {spec.name!r}" if spec.kind == "model" else Path(spec.spec).name
+    return (f"{name}: {', '.join(dropped)} not searched: {'; '.join(why)}; to search "
             f"{'them' if len(dropped) > 1 else 'it'}, pass a builder 'module:function' that builds the model under "
             "the trial's dtype policy and image data format (README, 'Tune it for energy')")
 

@@ -340,7 +340,7 @@ def predicted_device(predictor) -> dict[str, Any]:
 
 
 def _layout_key(spec: ModelSpec, layout: str | None) -> str:
-    return "own" if spec.keeps_own_layout or spec.kind == "model" else str(layout)
+    return "own" if spec.keeps_own_layout else str(layout)
 
 
 def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) -> Prediction:

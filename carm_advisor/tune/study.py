@@ -200,7 +200,7 @@ def tune(
         space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks,
                                     require_installed=source != "predicted")
     traits, space_notes = None, []
-    if spec.keeps_own_layout:   # a model file: its own layout, and its own precision where it cannot be rebuilt
+    if spec.keeps_own_layout:   # a file or built model: its own layout, and its own precision where it cannot be rebuilt
         space, traits, space_notes = _narrow_to_file(space, spec)
     if baseline is None:
         import keras
@@ -739,7 +739,7 @@ def _check_fingerprint(study, fingerprint: dict, url: str) -> None:
 
 
 def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, Any, list[str]]:
-    """The space of a model file (builder.file_traits): its own layout (where its layers have one) and, where
+    """The space of a model file or a built model (builder.file_traits): its own layout (where its layers have one) and, where
     its dtype policies cannot be replaced, the float32 precisions alone (what run it as saved); with the one-line
     note naming what was left out, why, and how to search it (none where nothing was)."""
     import keras
