@@ -8,7 +8,7 @@ import zipfile
 import keras
 import pytest
 
-from carm_advisor.cli import main
+from carm_advisor.cli import main, tune_shorthand
 
 VGG16_TF_PROFILER_FLOPS = 30_960_211_824   # TensorFlow profiler, VGG16 at 224x224, per sample
 
@@ -174,3 +174,119 @@ def test_ceilings_binding_is_ctypes_or_tensorflow_and_defaults_to_the_backend_ru
     assert build_parser().parse_args(["ceilings"]).binding is None   # measure/binding.default_binding decides
     code, _, err = run_cli(capsys, "ceilings", "--binding", "cuda")
     assert_one_line_error(code, err, "binding")
+
+
+# ---- output that is not a terminal -----------------------------------------------------------------------
+
+def _piped(*argv, columns=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    if columns:
+        env["COLUMNS"] = columns
+    proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_piped_analyze_keeps_every_column_and_whole_layer_names():
+    out = _piped("analyze", "vgg16")
+    header = next(line for line in out.splitlines() if "layer" in line and "share" in line)
+    for column in ("FLOPs", "AI F/B", "bound time", "calibrated", "cal. power", "roof power"):
+        assert column in header, header
+    rows = [line for line in out.splitlines() if line.startswith("│block")]
+    # VGG16's 18 conv and pool layers, each name on one line
+    assert sorted(line.split("│")[1].strip() for line in rows) == sorted(
+        [f"block{b}_conv{c}" for b, n in ((1, 2), (2, 2), (3, 3), (4, 3), (5, 3)) for c in range(1, n + 1)]
+        + [f"block{b}_pool" for b in range(1, 6)])
+
+
+def test_piped_ceilings_show_cuts_no_label():
+    out = _piped("ceilings", "--show")
+    assert "…" not in out
+    assert "measured" in out
+
+
+def test_columns_set_by_the_user_still_wins_when_piped():
+    out = _piped("ceilings", "--show", columns="70")
+    assert max(len(line) for line in out.splitlines()) <= 70
+
+
+# ---- the tune shorthand --------------------------------------------------------------------------------
+
+def test_a_model_first_means_tune_whatever_the_options():
+    assert tune_shorthand(["vgg16", "--trials", "1"]) == ["tune", "vgg16", "--trials", "1"]
+    assert tune_shorthand(["vgg16"]) == ["tune", "vgg16"]
+    assert tune_shorthand(["my.keras", "--predict"]) == ["tune", "my.keras", "--predict"]
+    assert tune_shorthand(["pkg.mod:build"]) == ["tune", "pkg.mod:build"]
+    for argv in ([], ["--help"], ["-h"], ["analyze", "vgg16"], ["tune", "vgg16"], ["ceilings", "--show"],
+                 ["build-kernels"], ["worker", "--storage", "x", "--study", "y"]):
+        assert tune_shorthand(argv) == argv
+
+
+def test_a_near_miss_of_a_subcommand_is_still_named_as_an_invalid_choice(capsys):
+    code, _, err = run_cli(capsys, "analyse", "vgg16")
+    assert_one_line_error(code, err, "invalid choice: 'analyse'")
+
+
+def test_model_then_tune_options_runs_a_predicted_study(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "vgg16", "--trials", "1", "--predict", "--storage", str(tmp_path / "s.db"))
+    assert code == 0, err
+    assert "carm_advisor tune" in out
+
+
+def test_a_word_that_is_neither_subcommand_nor_model_is_one_line_and_stores_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "frobnicate")
+    assert_one_line_error(code, err, "'frobnicate' is neither a subcommand")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_and_no_arguments_are_as_before(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    assert "{analyze,ceilings,tune,worker,build-kernels}" in capsys.readouterr().out
+    assert main([]) == 2
+    assert "usage: carm-advise" in capsys.readouterr().out
+
+
+# ---- unknown custom classes ------------------------------------------------------------------------------
+
+def _save_with_custom_layers(path, *layer_classes):
+    inputs = keras.Input(shape=(8,))
+    x = inputs
+    for cls in layer_classes:
+        x = cls()(x)
+    keras.Model(inputs, x).save(path)
+
+
+def test_an_unregistered_custom_layer_is_named_with_how_to_register_it(capsys, tmp_path):
+    class Doubler(keras.layers.Layer):   # never registered
+        def call(self, x):
+            return x * 2.0
+
+    class Shifter(keras.layers.Layer):
+        def call(self, x):
+            return x + 1.0
+
+    path = tmp_path / "custom.keras"
+    _save_with_custom_layers(path, Doubler, Shifter)
+    code, _, err = run_cli(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, "unknown custom class Doubler")
+    assert "Shifter" in err   # Keras stops at the first; config.json names the second
+    assert "custom_objects" in err and "keras.saving.register_keras_serializable" in err
+
+
+def test_a_class_saved_under_a_package_name_says_that_name(capsys, tmp_path):
+    @keras.saving.register_keras_serializable(package="review_pkg")
+    class Tripler(keras.layers.Layer):
+        def call(self, x):
+            return x * 3.0
+
+    path = tmp_path / "pkg.keras"
+    _save_with_custom_layers(path, Tripler)
+    keras.saving.get_custom_objects().pop("review_pkg>Tripler")   # as in a process that never imported it
+    code, _, err = run_cli(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, "unknown custom class Tripler")
+    assert "'review_pkg>Tripler'" in err and "package='review_pkg'" in err

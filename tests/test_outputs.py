@@ -1,6 +1,9 @@
-"""Output files: written whole or not at all, and only once the whole run has succeeded."""
+"""Output files: written whole or not at all, and only once the whole run has succeeded; created with the
+mode a plain open() would give, and an unwritable output refused before any work."""
 
 import json
+import os
+import stat
 
 import keras
 import pytest
@@ -8,7 +11,7 @@ import pytest
 import carm_advisor as advisor
 from carm_advisor.errors import CarmError
 from carm_advisor.report.files import Outputs, write_text_atomic
-from test_cli import run_cli
+from test_cli import assert_one_line_error, run_cli
 
 
 @pytest.fixture
@@ -18,6 +21,15 @@ def small_model_file(tmp_path):
     path = tmp_path / "tiny.keras"
     model.save(path)
     return path
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the CLI starts loading Keras, i.e. gets past its up-front checks."""
+    def refuse(*a, **k):
+        raise AssertionError("the CLI started work before refusing an output path")
+
+    monkeypatch.setattr("carm_advisor.cli._import_keras", refuse)
 
 
 def test_a_failing_chart_leaves_the_existing_json_as_it_was(capsys, tmp_path, small_model_file):
@@ -93,3 +105,45 @@ def test_report_plot_to_a_directory_is_a_clear_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(CarmError, match="directory"):
         report.to_json(tmp_path)
+
+
+# ---- file modes ----------------------------------------------------------------------------------------
+
+def test_analyze_outputs_get_the_mode_open_would_give(capsys, tmp_path, small_model_file):
+    saved = os.umask(0o022)
+    try:
+        code, _, err = run_cli(capsys, "analyze", str(small_model_file), "--json", str(tmp_path / "r.json"),
+                               "--plot", str(tmp_path / "r.png"), "--plot-energy", str(tmp_path / "e.png"))
+    finally:
+        os.umask(saved)
+    assert code == 0, err
+    for name in ("r.json", "r.png", "e.png"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644, name   # 0o666 & ~0o022
+
+
+# ---- unwritable outputs ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, flag, path", [
+    (["analyze", "vgg16", "--plot-energy", "/proc/e.png"], "--plot-energy", "/proc/e.png"),
+    (["analyze", "vgg16", "--json", "/proc/r.json"], "--json", "/proc/r.json"),
+    (["analyze", "vgg16", "--plot", "/proc/c.png"], "--plot", "/proc/c.png"),
+    (["ceilings", "--show", "--json", "/proc/p.json"], "--json", "/proc/p.json"),
+    (["ceilings", "--plot", "/proc/p.png"], "--plot", "/proc/p.png"),
+    (["tune", "vgg16", "--json", "/proc/t.json"], "--json", "/proc/t.json"),
+    (["tune", "vgg16", "--plot", "/proc/no-such-dir"], "--plot", "/proc/no-such-dir"),
+])
+def test_an_unwritable_output_is_refused_before_any_work(capsys, no_work, argv, flag, path):
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, f"cannot write {flag} {path}: ")
+    assert ".tmp" not in err and out == ""
+
+
+def test_a_write_that_fails_late_names_the_users_path(capsys, tmp_path, small_model_file, monkeypatch):
+    def disk_full(report, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("carm_advisor.report.plot_energy.plot_energy", disk_full)
+    target = tmp_path / "e.png"
+    code, _, err = run_cli(capsys, "analyze", str(small_model_file), "--plot-energy", str(target))
+    assert_one_line_error(code, err, f"cannot write --plot-energy {target}: No space left on device")
+    assert ".tmp" not in err

@@ -1,4 +1,5 @@
-"""What a user reads: columns that carry the message at 80 columns, code never cut, units and plurals."""
+"""What a user reads: columns that carry the message at 80 columns, code never cut, units and plurals,
+and the marker on recurrent layers' times."""
 
 import io
 
@@ -167,3 +168,20 @@ def test_without_a_measurement_the_headline_is_the_calibrated_prediction_where_t
     assert "(calibrated prediction)" in " ".join(rendered(r, 240).split())
     bare = dataclasses.replace(report, calibration={}, measurement=None).totals()
     assert bare["time_source"] == "CARM bound" and bare["time_s"] == report.predicted_time_s
+
+
+# ---- recurrent layers' times are marked -----------------------------------------------------------------
+
+def test_recurrent_layer_times_carry_a_marker_and_a_legend_with_the_step_count():
+    inputs = keras.Input(shape=(128, 32))           # 128 time steps
+    x = keras.layers.LSTM(64, name="lstm")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="fc")(x))
+    report = advisor.analyze(model, batch_size=8, measure=False)
+    buf = io.StringIO()
+    print_report(report, Console(file=buf, width=200))
+    lines = buf.getvalue().splitlines()
+    lstm_row = next(line for line in lines if line.startswith("│lstm"))
+    fc_row = next(line for line in lines if line.startswith("│fc"))
+    assert "\u2020" in lstm_row and "\u2020" not in fc_row
+    legend = next(line for line in lines if line.startswith("\u2020"))
+    assert "lstm: 128 steps" in legend and "ignore" in legend
