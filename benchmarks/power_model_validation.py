@@ -712,7 +712,7 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
 # (2026-12-05) after a breakdown of nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz by path on the torch
 # layers (the only ones a duty curve predicts: jax layers are host-paced): 16-bit Tensor Core layers over-predicted
 # by +12% to +15% (signed median), TF32 ones by -2% to +5%; float32 CUDA-core layers by +11% to +21%, packed 16-bit
-# ones by -1% to +1%. Rule, written in the README and committed (8a76c63) before the candidate's figures and before
+# ones by -1% to +1%. Rule, written in the README (now docs/sessions.md) and committed (8a76c63) before the candidate's figures and before
 # any -s10 record were seen: the lower pooled per-layer headline power on the records before DUTY_PATH_TEST decides,
 # the incumbent (per-unit curves) staying unless beaten; a candidate whose whole-model power (leave one model out)
 # on those records is worse than the incumbent's is not taken. DUTY_PATH_TEST's records test it: it stays if its
@@ -721,7 +721,7 @@ DUTY_BY_PATH = False
 DUTY_PATH_MIN_LAYERS = 200
 DUTY_PATH_TEST = "-s10"
 DUTY_PATH_SECOND_RULE_SLACK = 0.005   # the second rule's whole-model power allowance (0.5 point)
-# Its third rule (the eighth candidate, README fourteenth session), written before any DUTY_PATH_THIRD_TEST record
+# Its third rule (the eighth candidate, docs/sessions.md, fourteenth session), written before any DUTY_PATH_THIRD_TEST record
 # existed: with -s13 in the fits, by_path had come out ahead on every record before -s10 (per-layer power 9.0% against
 # 11.6%, whole-model 6.8% against 7.9%) and on -s10 (8.3% against 9.7%; whole-model 7.2% against 6.9%), the reverse
 # of the twelfth session's figures. DUTY_PATH_THIRD_TEST's records decide (duty_path_third_rule).
@@ -770,7 +770,7 @@ def duty_path_choice(results: dict[str, dict]) -> dict:
 
 
 def duty_path_second_rule(table: dict) -> dict:
-    """The per-path curve's second rule (README, eleventh session; written after its guard kept it out and before any
+    """The per-path curve's second rule (docs/sessions.md, eleventh session; written after its guard kept it out and before any
     DUTY_PATH_TEST record existed): on DUTY_PATH_TEST's rows alone, by_path is adopted if its pooled per-layer power is
     lower than by_unit's and its whole-model power no more than DUTY_PATH_SECOND_RULE_SLACK above by_unit's; None
     without test figures."""
@@ -786,7 +786,7 @@ def duty_path_second_rule(table: dict) -> dict:
 
 
 def duty_path_third_rule(results: dict[str, dict]) -> dict:
-    """The per-path curve's third rule (README, fourteenth session; written before any DUTY_PATH_THIRD_TEST record
+    """The per-path curve's third rule (docs/sessions.md, fourteenth session; written before any DUTY_PATH_THIRD_TEST record
     existed): by_path is adopted if on DUTY_PATH_THIRD_TEST's rows alone its pooled per-layer power is lower than
     by_unit's and its whole-model power at most DUTY_PATH_SECOND_RULE_SLACK above by_unit's, and if over every record
     its pooled per-layer power and whole-model power are each at most that slack above by_unit's; None without figures
@@ -1565,11 +1565,11 @@ def compact_layers(layers: list[dict]) -> dict:
             "excluded_null_means": "scored", "rows": rows}
 
 
-# The sessions whose records were recorded as a test set before that session's changes (README): scored apart by
+# The sessions whose records were recorded as a test set before that session's changes (docs/sessions.md): scored apart by
 # session_test_scores, the issue's four figures on their rows alone.
 SESSION_TESTS = ("-s9", "-s10", "-s13", "-s14")
-LAYOUT_COPIES_TEST = "-s13"   # the layout copies' test records (README, thirteenth session)
-LAYOUT_COPY_FORM_TEST = "-s14"   # the copies' data-movement form's test records (README, fourteenth session)
+LAYOUT_COPIES_TEST = "-s13"   # the layout copies' test records (docs/sessions.md, thirteenth session)
+LAYOUT_COPY_FORM_TEST = "-s14"   # the copies' data-movement form's test records (docs/sessions.md, fourteenth session)
 
 
 def session_test_scores(doc: dict, test: str) -> dict:
@@ -1616,7 +1616,7 @@ def session_test_scores(doc: dict, test: str) -> dict:
 
 
 def layout_copies_test_scores(doc: dict, test: str) -> dict:
-    """What the layout copies' test (README, thirteenth session) reads from a written result, on the rows of test
+    """What the layout copies' test (docs/sessions.md, thirteenth session) reads from a written result, on the rows of test
     `test`'s folders alone: the torch channels_last whole models' leave-one-model-out calibrated time error (the rule's
     figure), the per-layer calibrated time error of the torch channels_last layers the copies touch
     (calibration.layout_copy_passes > 0), and, for every torch model recorded in both layouts at one precision and
@@ -2045,7 +2045,7 @@ def main(argv: list[str] | None = None) -> int:
                          "validation.duty_busy_choice reports both")
     ap.add_argument("--layout-copy-form", choices=("roof", "data_movement"), default=None,
                     help="what a layout copy pass takes in the calibrated times (calibration.LAYOUT_COPY_FORMS; default "
-                         "the calibration's own, LAYOUT_COPY_FORM): the seventh candidate's run (README, thirteenth session)")
+                         "the calibration's own, LAYOUT_COPY_FORM): the seventh candidate's run (docs/sessions.md, thirteenth session)")
     ap.add_argument("--duty-from", metavar="PROFILE",
                     help="take the duty curves of this profile (a file or an embedded name, e.g. nvidia_h200) for "
                          "every model instead of fitting them leave one model out: whether one GPU's curves carry to "

@@ -221,7 +221,7 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
 def eager_host_choice(runs: list, rows: list[list], batch_size: int | None = None,
                       train_models: list[str] | None = None, studies: list[str] | None = None, profile=None) -> dict:
     """Each calibration.EAGER_HOST_FORMS form's torch eager whole-model time (as `evaluate` holds out: leave one model
-    out, or the models outside `train_models`): median |error|, median signed error, n, worst. README rule 4 (the
+    out, or the models outside `train_models`): median |error|, median signed error, n, worst. docs/sessions.md rule 4 (the
     eighteenth session) reads it: the lowest median |error| on the choosing records, the incumbent unless beaten."""
     from carm_advisor.calibration import EAGER_HOST, EAGER_HOST_FORMS
 

@@ -28,7 +28,7 @@ mixed-precision layers recorded before the autocast fix ran in float32).
 
 Shipped (SHIPPED, one per GPU model, each written by benchmarks/fit_calibration.py from records of that model):
 carm_advisor/profiles/nvidia_h200_calibration.json (H200 records) and nvidia_h100_80gb_hbm3_calibration.json (the
-twelfth session's H100 records, shipped by rule H1 of the README's seventeenth session: tested on H100 records of
+twelfth session's H100 records, shipped by rule H1 of the seventeenth session (docs/sessions.md): tested on H100 records of
 seven models it never saw, against the H200's calibration and the CARM bound). On a GPU, every measured analysis
 adds its samples to the cache (profiles/cache.py) and the next analysis learns from them too.
 """
@@ -145,7 +145,7 @@ KERNEL_FLOOR_EXECUTIONS = ("jit",)
 JIT_HOST_FORMS = ("additive", "max")
 JIT_HOST = "max"
 # The host's time per layer call of a torch eager model (whole = max(the GPU's time, calls x it)), from the records
-# the host paced (whole > 1.3x the GPU's time), eighteenth session (README: rule 4, written before any candidate was
+# the host paced (whole > 1.3x the GPU's time), eighteenth session (docs/sessions.md: rule 4, written before any candidate was
 # scored): "fastest" (the incumbent, the least time per call of any record: slower ones were taken for a busier
 # host), "median_of_models" (the median over the models of each model's median time per call: every model weighs
 # one), "median_of_models_by_dtype" (the same over the records of the compute dtype predicted, e.g. the casts of a
@@ -217,7 +217,7 @@ KIN_DTYPES = False
 # time of such a layer on torch is its calibrated work plus these copies at the CARM bandwidth of the layer's
 # memory level (LayerRow.layout_copy_s, predict.Predictor), and a measured one has the same taken off its time
 # before its efficiency is learned (samples_from_rows): the torch efficiencies were learned mostly on
-# channels_first records. The fifth candidate of the twelfth session (README: its rule, written before its figures),
+# channels_first records. The fifth candidate of the twelfth session (docs/sessions.md: its rule, written before its figures),
 # adopted by it (nvidia-h200-power-model-2026-12-05-s12-layout-choice.json.xz against ...-s11-path-choice.json.xz,
 # every record through -s9): torch channels_last whole-model time 23.7% -> 19.1% (n=4, leave one model out), the VGG16
 # tuning trials on torch eager channels_last 32.8% -> 24.6% (n=9, in sample); per-layer power 11.14% -> 11.15%,
@@ -228,7 +228,7 @@ LAYOUT_COPIES = True
 # What one copy pass takes (Calibration.layout_copy_form): "roof", its CARM bound (the fifth candidate, in use); or
 # "data_movement", its bound over the efficiency the calibration learned for the backend's pure data movement
 # (ZeroPadding2D, Concatenate, Reshape: layer class "data-movement") at the pass's size and dtype, the floor included
-# (the seventh candidate, README thirteenth session: on -s13 the measured channels_last cost is 2-4x the copies'
+# (the seventh candidate, docs/sessions.md, thirteenth session: on -s13 the measured channels_last cost is 2-4x the copies'
 # bound; torch's data-movement cells reach 0.17-0.5 of the roof at those sizes). Adopted by its rule, written before
 # its figures (nvidia-h200-power-model-2026-12-05-s13-copy-form-data-movement.json.xz against ...-roof.json.xz, every
 # record before -s13): torch channels_last whole-model time 19.1% -> 7.5% (n=4, leave one model out), the VGG16

@@ -830,7 +830,7 @@ def test_a_cache_written_before_the_layout_copies_field_leaves_its_torch_conv_an
         assert len(cached_calibration(device).samples) == 5
 
 
-# ---- the H100's shipped calibration (rule H1, README seventeenth session) ----------------------------------------
+# ---- the H100's shipped calibration (rule H1, docs/sessions.md, seventeenth session) ----------------------------------------
 
 def test_an_h100_gets_the_h100_calibration_and_no_other_gpu_borrows_it(tmp_path, monkeypatch):
     from carm_advisor.calibration import load_calibration
