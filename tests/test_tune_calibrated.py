@@ -227,3 +227,100 @@ def test_the_tuner_asks_the_calibration_for_its_model_by_name():
     p.value_prediction(TrialConfig("jax", "mixed_bfloat16", 32, "channels_last", "xla"))
     name = p.spec.name
     assert name and ("time", name) in seen and ("describe", name, True) in seen
+
+
+# ---- recurrent layers: the predicted times ignore the dependence between steps, and the result says so ----
+
+def _row(name, type_, notes):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, type=type_, known=True, notes=notes, predicted_time_s=0.004,
+                           bound="compute:tc_tf32", path="tensor")
+
+
+class RecurrentPredictor(TablePredictor):
+    """TablePredictor's figures; its bound's rows: an LSTM of 50 steps, a GRU of 30, a Dense (the notes the
+    mapping writes for recurrent layers: 'N sequential steps: ...')."""
+
+    ROWS = [_row("lstm", "LSTM", "50 sequential steps: gate matmuls on Tensor Cores, gate arithmetic on CUDA cores"),
+            _row("gru", "GRU", "30 sequential steps: gate matmuls on Tensor Cores; slowed by the power limit (predicted)"),
+            _row("head", "Dense", "")]
+
+    def predict(self, config):
+        import dataclasses
+
+        return dataclasses.replace(super().predict(config), rows=self.ROWS)
+
+
+def _recurrent_study(tmp_path, predictor=None, **kwargs):
+    base = TrialConfig("torch", "float32", 32, "channels_last", "eager")
+    return tune("vgg16", n_trials=4, storage=str(tmp_path / "r.db"), space=_space(), baseline=base, predict=True,
+                predictor=predictor or RecurrentPredictor(), progress=False, carm_pruning=False, **kwargs)
+
+
+def _text(result):
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=400, color_system=None).print(result)
+    return out.getvalue()
+
+
+RECURRENT_WARNING = ("recurrent layers (lstm: 50 steps, gru: 30 steps): each step waits for the one before, and the "
+                     "predicted times (CARM bound and calibrated) ignore that dependence; the real time can be far longer")
+
+
+def test_a_predicted_study_of_recurrent_layers_warns_in_one_line(tmp_path):
+    r = _recurrent_study(tmp_path)
+    assert r.warnings.count(RECURRENT_WARNING) == 1 and "\n" not in RECURRENT_WARNING
+    d = r.to_dict()
+    assert RECURRENT_WARNING in d["warnings"]
+    assert d["recurrent"] == [{"layer": "lstm", "steps": 50}, {"layer": "gru", "steps": 30}]
+    # 50 + 30 steps, one after the other
+    assert d["gain_caveat"] == ("every gain is a prediction ignoring the 80 sequential steps of lstm, gru "
+                                "(each waits for the one before)")
+    assert f"warning: {RECURRENT_WARNING}" in _text(r)
+
+
+def test_its_gain_lines_say_they_are_predictions_ignoring_the_steps(tmp_path):
+    r = _recurrent_study(tmp_path)
+    text = _text(r)
+    # best jax 16 GF/W over the torch baseline's 32/3: 1.50x; the same over torch's Keras defaults (the baseline)
+    assert r.gain() == pytest.approx(1.5)
+    main_line = next(line for line in text.splitlines() if "gain 1.50x in gflops_per_watt   " in line)
+    assert main_line.rstrip(" │").endswith("; a prediction ignoring the 80 sequential steps of lstm, gru "
+                                           "(each waits for the one before)")
+    assert ("gain 1.50x in gflops_per_watt over the Keras defaults on torch (torch, float32, b32, channels_last, "
+            "eager), both calibrated predictions ignoring the 80 sequential steps of lstm, gru") in text
+
+
+def test_no_recurrent_layer_no_warning(tmp_path):
+    class Plain(RecurrentPredictor):
+        ROWS = [_row("head", "Dense", "")]
+
+    r = _recurrent_study(tmp_path, Plain())
+    assert r.recurrent == [] and not any("recurrent" in w for w in r.warnings)
+    assert r.to_dict()["gain_caveat"] is None and "sequential steps" not in _text(r)
+
+
+def test_a_measured_style_study_carries_no_recurrent_warning(tmp_path):
+    # a runner's figures (here scripted, source 'fake') are not CARM predictions: nothing to caution
+    from stubs import ScriptedRunner
+
+    runner = ScriptedRunner({"float32": (0.02, 4.0, 0.0)})
+    r = _recurrent_study(tmp_path, runner=runner)
+    assert r.source == "fake" and r.recurrent and not any("recurrent" in w for w in r.warnings)
+
+
+def test_a_real_lstm_model_is_named_with_its_steps(tmp_path):
+    import keras
+
+    inputs = keras.Input((7, 4))
+    x = keras.layers.LSTM(6, name="enc")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(2, name="out")(x), name="tiny_rnn")
+    r = tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "t.db"), backends=("jax",))
+    assert r.recurrent == [{"layer": "enc", "steps": 7}]
+    assert ("recurrent layers (enc: 7 steps): each step waits for the one before, and the predicted times "
+            "(CARM bound and calibrated) ignore that dependence; the real time can be far longer") in r.warnings

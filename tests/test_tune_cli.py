@@ -57,3 +57,16 @@ def test_unknown_model_is_one_line(capsys, tmp_path):
     code = main(["tune", "vgg17", "--objective", "throughput", "--predict", "--storage", str(tmp_path / "u.db")])
     err = capsys.readouterr().err
     assert code == 2 and "neither a model file nor a keras.applications model" in err
+
+
+def test_a_model_file_with_nothing_to_cost_is_one_line(capsys, tmp_path):
+    import keras
+
+    inputs = keras.Input((8,))
+    path = tmp_path / "onlydropout.keras"
+    keras.Model(inputs, keras.layers.Dropout(0.5, name="drop")(inputs), name="onlydropout").save(path)
+    code = main(["tune", str(path), "--predict", "--trials", "2", "--storage", str(tmp_path / "d.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "nothing to tune in onlydropout: no layer of the model does work the CARM can cost (drop (Dropout)" in err
+    assert "Expected at least one finite objective value" not in err and "Traceback" not in err

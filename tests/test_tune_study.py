@@ -162,3 +162,137 @@ def test_resuming_the_same_study_adds_only_the_missing_trials(tmp_path):
     assert len(first.trials) == 3 and len(second.trials) == 6
     assert not set(runner2.calls) & set(runner1.calls)   # nothing measured twice across the two runs
     optuna.delete_study(study_name=second.study_name, storage=second.storage_url)
+
+
+# --- several objectives: the best is a member of Optuna's front, picked by a stated rule -------------------
+
+LAT_SPJ = ["latency", "samples_per_joule"]
+
+
+def _rendered(result) -> str:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=250, color_system=None).print(result)
+    return out.getvalue()
+
+
+def test_a_best_beaten_in_both_objectives_is_never_reported(tmp_path):
+    # float32 (the baseline, evaluated first): 0.02 s per batch, 32 / 4 J = 8 samples/J
+    # bf16: the same 0.02 s, 32 / 2 J = 16 samples/J: as fast, twice as frugal: it dominates float32.
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.02, 2.0, 0.0)}
+    bounds = {p: (t / 2, e / 2) for p, (t, e, _) in measured.items()}
+    result, _ = run(tmp_path, measured, bounds, measured, n_trials=4, objective=LAT_SPJ, carm_pruning=False)
+    assert [t.config.precision for t in result.pareto] == ["mixed_bfloat16"]
+    assert result.best.config.precision == "mixed_bfloat16"
+    assert result.best in result.pareto
+    d = result.to_dict()
+    assert d["best"]["key"] == "torch/mixed_bfloat16/b32/channels_last/eager/auto"
+    assert [p["key"] for p in d["pareto"]] == [d["best"]["key"]]
+    # the next best never repeats the best
+    assert all(t is not result.best for t in result.next_best)
+
+
+def test_a_first_objective_tie_to_the_shown_digits_goes_to_the_second_objective(tmp_path):
+    # float32: 0.02 s, 8 samples/J; bf16: 0.0200000001 s (a float hair slower, shown as 0.02 too), 16 samples/J;
+    # tf32: 0.03 s, 32 / 1 J = 32 samples/J. None dominates another: all three on the front. float32 is the
+    # fastest by a hair, but bf16 ties with it to 4 significant digits and has twice its samples/J: bf16 is
+    # the best. tf32's 32 samples/J does not count: its 0.03 s is no tie.
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.0200000001, 2.0, 0.0),
+                "float32_tf32": (0.03, 1.0, 0.0)}
+    bounds = {p: (t / 2, e / 2) for p, (t, e, _) in measured.items()}
+    result, _ = run(tmp_path, measured, bounds, measured, n_trials=6, objective=LAT_SPJ, carm_pruning=False)
+    assert {t.config.precision for t in result.pareto} == {"float32", "mixed_bfloat16", "float32_tf32"}
+    assert result.best.config.precision == "mixed_bfloat16"
+
+
+def test_the_summary_and_json_say_how_the_best_was_picked(tmp_path):
+    measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.02, 2.0, 0.0)}
+    bounds = {p: (t / 2, e / 2) for p, (t, e, _) in measured.items()}
+    result, _ = run(tmp_path, measured, bounds, measured, n_trials=4, objective=LAT_SPJ, carm_pruning=False)
+    rule = result.to_dict()["best_rule"]
+    assert rule.startswith("the Pareto front member best in latency")
+    assert "equal to 4 significant digits tie" in rule and "the best in samples_per_joule among them wins" in rule
+    text = _rendered(result)
+    assert f"best: {rule} (1 configuration on the front)" in text
+
+
+def test_one_objective_needs_no_rule(tmp_path):
+    result, _ = run(tmp_path, BOUNDS, BOUNDS, MEASURED, n_trials=4)
+    assert result.best_rule is None and result.to_dict()["best_rule"] is None
+    assert "best: the Pareto front" not in _rendered(result)
+
+
+def test_pick_best_by_hand():
+    from carm_advisor.tune.result import pick_best
+
+    lat, spj, thr = OBJECTIVES["latency"], OBJECTIVES["samples_per_joule"], OBJECTIVES["throughput"]
+    # latencies 1.0000 and 1.00001 tie to 4 digits; the second has more samples/J: it wins
+    a, b, c = _rec(0, [1.0, 5.0]), _rec(1, [1.00001, 6.0]), _rec(2, [2.0, 9.0])
+    assert pick_best([lat, spj], [a, b, c]).number == 1
+    # 1.001 is no tie with 1.000 (4 digits: '1.001' vs '1'): the faster wins though less frugal
+    d = _rec(3, [1.001, 50.0])
+    assert pick_best([lat, spj], [a, d]).number == 0
+    # maximised first objective, three objectives: throughput 100 ties; samples/J 7 ties; latency 0.5 < 0.6
+    e, f = _rec(4, [100.0, 7.0, 0.6]), _rec(5, [100.0, 7.0, 0.5])
+    assert pick_best([thr, spj, lat], [e, f]).number == 5
+    # all equal: the earliest trial
+    assert pick_best([lat, spj], [_rec(7, [1.0, 1.0]), _rec(6, [1.0, 1.0])]).number == 6
+    assert pick_best([lat, spj], []) is None
+
+
+# --- a model none of whose layers the CARM can cost: one line, no storage ---------------------------------
+
+def _only(layer_fn, shape, name):
+    import keras
+
+    inputs = keras.Input(shape)
+    return keras.Model(inputs, layer_fn(inputs), name=name)
+
+
+def test_a_model_of_unknown_layers_only_is_refused_in_one_line(tmp_path):
+    import keras
+
+    from carm_advisor.errors import MappingError
+
+    model = _only(keras.layers.Lambda(lambda t: t * 2.0, name="lam"), (8,), "onlylambda")
+    with pytest.raises(MappingError) as exc:
+        tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "l.db"))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith("nothing to tune in onlylambda: no layer of the model could be costed "
+                          "(no cost model for lam (Lambda))")
+    assert not (tmp_path / "l.db").exists()   # refused before the storage is made
+
+
+def test_a_model_of_views_only_is_refused_in_one_line(tmp_path):
+    import keras
+
+    from carm_advisor.errors import MappingError
+
+    model = _only(lambda x: keras.layers.Flatten(name="flat")(keras.layers.Reshape((2, 8), name="resh")(x)),
+                  (8, 2), "onlyviews")
+    with pytest.raises(MappingError, match=r"^nothing to tune in onlyviews: no layer of the model does work the "
+                                           r"CARM can cost \(resh \(Reshape\), flat \(Flatten\): views"):
+        tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "v.db"))
+
+
+def test_unknown_layers_are_named_up_to_four():
+    from types import SimpleNamespace
+
+    from carm_advisor.errors import MappingError
+    from carm_advisor.tune.builder import ModelSpec
+    from carm_advisor.tune.predicted import Prediction
+    from carm_advisor.tune.study import _check_costed
+
+    rows = [SimpleNamespace(name=f"l{i}", type="Lambda", known=False) for i in range(6)]
+
+    class Nothing:
+        def predict(self, config):
+            return Prediction(0.0, None, 0.0, 32, rows=rows)
+
+    with pytest.raises(MappingError, match=r"no cost model for l0 \(Lambda\), l1 \(Lambda\), l2 \(Lambda\), "
+                                           r"l3 \(Lambda\) and 2 more\)"):
+        _check_costed(ModelSpec("model", "", "six"), Nothing(), BASELINE)

@@ -66,6 +66,7 @@ def render(result) -> Iterator:
     row("top-1 agreement (random weights)*", lambda t: _pct(t.measurement.get("top1_agreement")))
     row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2))
     summary = Text()
+    caveat = result.sequential_caveat   # recurrent layers in a predicted study: said beside every gain
     gain = result.gain()
     if gain is not None:
         summary.append(f"gain {gain:.2f}x in {o.name}", style="bold green" if gain > 1 else "bold")
@@ -74,6 +75,8 @@ def render(result) -> Iterator:
             summary.append(f"   {spj:.2f}x samples/J")
         if result.slowdown:
             summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
+        if caveat:
+            summary.append(f"; a prediction {caveat}", style="yellow")
     if result.gain_note:
         summary.append(result.gain_note, style="bold")
     for d in result.keras_defaults:
@@ -86,6 +89,13 @@ def render(result) -> Iterator:
                        + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "
                        f"({TrialConfig.from_dict(d['config']).label()}), both calibrated predictions",
                        style="bold green" if g > 1 else "bold")
+        if caveat:
+            summary.append(f" {caveat}", style="yellow")
+    if result.best_rule and result.best is not None:
+        from carm_advisor.report.units import plural
+
+        summary.append(("\n" if summary.plain else "")
+                       + f"best: {result.best_rule} ({plural(len(result.pareto), 'configuration')} on the front)")
     c = result.counts
     evaluated = c.get(result.source, c["measured"])   # a predicted study counts them as "predicted"
     verb = {"measured": "measured", "predicted": "predicted (nothing measured)"}.get(

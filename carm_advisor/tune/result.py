@@ -21,6 +21,10 @@ SCHEMA = "carm-advisor/tune/1"
 TOP1_CAVEAT = ("top-1 agreement is measured on random weights and random inputs over a few samples "
                "(worker accuracy_samples, 8 by default): it shows whether the precision flips arg-max "
                "decisions of this network, not the accuracy of a trained model")
+# A multi-objective study's best: the member of Optuna's Pareto front (study.best_trials) best in the first
+# objective; first-objective values equal to TIE_DIGITS significant digits (as the summary shows them) tie, and
+# the tie goes to the best in the next objective (then the one after; then the earliest trial).
+TIE_DIGITS = 4
 # SM clocks the predicted clock recommendation considers (an H200's range, in its 15 MHz steps).
 PREDICTED_CLOCKS_MHZ = (1980.0, 1785.0, 1590.0, 1395.0, 1200.0, 1005.0)
 
@@ -80,6 +84,10 @@ class TuneResult:
     # each calibrated backend in the search, both calibrated (keras_default_gains)
     keras_defaults: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # several objectives: how `best` was picked from the Pareto front (best_rule); None with one objective
+    best_rule: str | None = None
+    # recurrent layers of the model (report.render.sequential_steps on the bound's rows): [{"layer", "steps"}]
+    recurrent: list[dict[str, Any]] = field(default_factory=list)
 
     # --- figures -----------------------------------------------------------------------------
 
@@ -111,6 +119,16 @@ class TuneResult:
                     f"{self.best.value_source} prediction (not comparable)")
         return None
 
+    @property
+    def sequential_caveat(self) -> str | None:
+        """What a PREDICTED gain of a model with recurrent layers leaves out ("ignoring the N sequential steps
+        of ..."; said beside every gain), else None."""
+        if self.source != "predicted" or not self.recurrent:
+            return None
+        steps = sum(r["steps"] for r in self.recurrent)
+        return (f"ignoring the {steps} sequential steps of {_names([r['layer'] for r in self.recurrent])} "
+                "(each waits for the one before)")
+
     def default_gain(self, backend: str, objective: str | None = None) -> float | None:
         """best / the Keras defaults on `backend` in the objective (>1 is better), both calibrated predictions;
         None where that backend's defaults have no calibrated value or the best is not calibrated."""
@@ -126,9 +144,11 @@ class TuneResult:
             "study": {"name": self.study_name, "storage": self.storage_url}, "device": self.device,
             "space": self.space.to_dict(), "limits": self.limits,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "best": self.best.to_dict() if self.best else None,
+            "best": self.best.to_dict() if self.best else None, "best_rule": self.best_rule,
             "gain": {o.name: self.gain(o.name) for o in OBJECTIVES.values()},
-            "slowdown": self.slowdown, "gain_note": self.gain_note,
+            "slowdown": self.slowdown, "gain_note": self.gain_note, "gain_caveat": (
+                f"every gain is a prediction {self.sequential_caveat}" if self.sequential_caveat else None),
+            "recurrent": self.recurrent,
             "gain_over_keras_default": self.keras_defaults, "warnings": self.warnings,
             "next_best": [t.to_dict() for t in self.next_best],
             "pareto": [t.to_dict() for t in self.pareto],
@@ -196,6 +216,71 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     )
 
 
+def _names(names: list[str], limit: int = 4) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def optuna_front(study, distinct: dict[str, TrialRecord]) -> list[TrialRecord]:
+    """Optuna's own Pareto front (study.best_trials: complete trials meeting every constraint that no other
+    beats in every objective), as the first feasible record of each configuration on it (a repeat stands for
+    the trial it repeats)."""
+    out: dict[str, TrialRecord] = {}
+    for t in study.best_trials:
+        cfg = t.user_attrs.get("config")
+        record = distinct.get(TrialConfig.from_dict(cfg).key) if cfg else None
+        if record is not None and record.feasible and record.values:
+            out.setdefault(record.config.key, record)
+    return list(out.values())
+
+
+def best_rule(objectives: list[Objective]) -> str:
+    """How pick_best picks a multi-objective study's best, in words."""
+    first, rest = objectives[0], objectives[1:]
+    return (f"the Pareto front member best in {first.name}; {first.name} values equal to {TIE_DIGITS} significant "
+            f"digits tie, and the best in {', then '.join(o.name for o in rest)} among them wins")
+
+
+def _tie_value(v: float) -> str:
+    return f"{v:.{TIE_DIGITS}g}"
+
+
+def pick_best(objectives: list[Objective], front: list[TrialRecord]) -> TrialRecord | None:
+    """The member of `front` best_rule names (None for an empty front)."""
+    if not front:
+        return None
+    first = objectives[0]
+    top = front[first.select([r.values[0] for r in front])].values[0]
+    tied = [r for r in front if _tie_value(r.values[0]) == _tie_value(top)]
+
+    def order(r: TrialRecord):
+        signed = [-v if o.direction == "maximize" else v for o, v in zip(objectives, r.values)]
+        return (*signed[1:], signed[0], r.number)
+
+    return min(tied, key=order)
+
+
+def recurrent_layers(rows) -> list[dict[str, Any]]:
+    """[{"layer", "steps"}] of the rows of recurrent layers: those whose notes give a sequential step count
+    (report.render.sequential_steps, as analyze marks them)."""
+    from carm_advisor.report.render import sequential_steps
+
+    out = []
+    for r in rows or []:
+        steps = sequential_steps(getattr(r, "notes", "") or "")
+        if steps:
+            out.append({"layer": r.name, "steps": steps})
+    return out
+
+
+def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
+    """The one-line caution a predicted study of a model with recurrent layers carries (analyze's legend)."""
+    from carm_advisor.report.units import plural
+
+    named = _names([f"{r['layer']}: {plural(r['steps'], 'step')}" for r in recurrent])
+    return (f"recurrent layers ({named}): each step waits for the one before, and the predicted times (CARM bound "
+            "and calibrated) ignore that dependence; the real time can be far longer")
+
+
 def _dominates(objectives, a: list[float], b: list[float]) -> bool:
     return all(not o.better(y, x) for o, x, y in zip(objectives, a, b)) and any(o.better(x, y) for o, x, y in zip(objectives, a, b))
 
@@ -221,8 +306,12 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     primary = objectives[0]
     feasible = [r for r in measured if r.feasible]
     ranked = sorted(feasible, key=lambda r: r.values[0], reverse=primary.direction == "maximize")
-    best = ranked[0] if ranked else None
-    pareto = pareto_front(objectives, measured) if len(objectives) > 1 else ([best] if best else [])
+    if len(objectives) > 1:   # the best is on Optuna's front, picked by best_rule
+        pareto = optuna_front(study, distinct)
+        best = pick_best(objectives, pareto)
+    else:
+        best = ranked[0] if ranked else None
+        pareto = [best] if best else []
     pareto.sort(key=lambda r: r.values[0], reverse=primary.direction == "maximize")
     counts = {
         "trials": len(records),
@@ -258,14 +347,19 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     defaults = keras_default_gains(best, space, predictor) if source == "predicted" else []
     warnings = list(study.user_attrs.get("space_notes") or [])   # what a model file left out of the space
     warnings += batch_range_warnings(records, predictor) if source == "predicted" else []
+    recurrent = recurrent_layers(predictor.predict(baseline_cfg).rows)
+    if recurrent and source == "predicted":   # measured times include the steps' dependence
+        warnings.append(recurrent_warning(recurrent))
     return TuneResult(
-        objectives=objectives, source=source, trials=records, baseline=baseline, best=best, next_best=ranked[1:4],
-        pareto=pareto, counts=counts, blind_search=blind, layer_changes=changes, clock_recommendation=clock,
+        objectives=objectives, source=source, trials=records, baseline=baseline, best=best,
+        next_best=[r for r in ranked if r is not best][:3], pareto=pareto, counts=counts, blind_search=blind,
+        layer_changes=changes, clock_recommendation=clock,
         space=space, storage_url=storage_url, study_name=study.study_name, device=device, wall_s=wall_s,
         command=command, limits={"max_slowdown": max_slowdown, "max_output_error": max_output_error,
                                  "prune_margin": prune_margin},
         budget_stopped=budget_stopped, value_policy=study.user_attrs.get("value_policy"), study=study,
-        keras_defaults=defaults, warnings=warnings,
+        keras_defaults=defaults, warnings=warnings, best_rule=best_rule(objectives) if len(objectives) > 1 else None,
+        recurrent=recurrent,
     )
 
 

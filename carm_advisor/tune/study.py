@@ -129,7 +129,9 @@ def tune(
     model_or_builder: a keras.applications name, a .keras file, "module:function", a builder function
     `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only,
     or saved to a .keras file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
-    `pareto=True` pairs energy efficiency with throughput). predict: "auto" measures on an NVIDIA GPU
+    `pareto=True` pairs energy efficiency with throughput; the result's best is then a member of Optuna's
+    Pareto front, picked as result.best_rule says: tune/result.pick_best). A model none of whose layers the
+    CARM can cost is refused (MappingError, one line) before the storage is opened. predict: "auto" measures on an NVIDIA GPU
     and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
     the same storage and name resume a study (finished trials are kept, not measured again).
     The saved copy of a built model (and of a Calibration object, without log_dir) is kept as long as the
@@ -222,6 +224,7 @@ def tune(
 
     # The model first: a bad name or file fails here, before a storage file (and its baseline trial) exists.
     _check_model(spec, predictor, baseline, own_predictor)
+    _check_costed(spec, predictor, baseline)
     fits = _fits(source, predictor, mode)
     fingerprint = study_fingerprint(source, mode, objectives, spec, predictor,
                                     gpu=_measured_gpu_name(gpus if parallel else None) if source == "measured" else None)
@@ -625,6 +628,32 @@ def _check_model(spec: ModelSpec, predictor, baseline: TrialConfig, own_predicto
 
         if spec.spec.replace("-", "").replace("_", "") not in application_names():
             load_model(spec.spec)   # raises ModelLoadError with its one line (known names, a hint)
+
+
+def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
+    """Refuse, in one line, a model none of whose layers the CARM could cost (unknown layers such as a Lambda,
+    or only views and identities): its bound is no time at all, so there is nothing to rank or prune by
+    (before any storage is created)."""
+    from carm_advisor.errors import MappingError
+
+    bound = predictor.predict(baseline)
+    if bound.time_s > 0 and math.isfinite(bound.time_s):
+        return
+    rows = list(getattr(bound, "rows", None) or [])
+
+    def named(rs) -> str:
+        shown = ", ".join(f"{r.name} ({r.type})" for r in rs[:4])
+        return shown + (f" and {len(rs) - 4} more" if len(rs) > 4 else "")
+
+    unknown = [r for r in rows if not r.known]
+    if unknown:
+        why = f"no layer of the model could be costed (no cost model for {named(unknown)})"
+    elif rows:
+        why = f"no layer of the model does work the CARM can cost ({named(rows)}: views or identities at inference)"
+    else:
+        why = "the model has no layer the CARM can cost"
+    raise MappingError(f"nothing to tune in {spec.name}: {why}, so there is no predicted time to rank or prune "
+                       "configurations by")
 
 
 def _fits(source: str, predictor, mode: str):
