@@ -159,6 +159,67 @@ def test_multi_head_attention_cross_attention_hand_count():
     assert cost.tensor_core and cost.extra["intermediate_bytes"] > 0
 
 
+def test_einsum_dense_with_a_none_output_dim_takes_it_from_the_fixed_input():
+    # as in the Keras docs: output_shape=(None, 7) leaves the sequence axis "b" to the input (12)
+    layer = keras.layers.EinsumDense("abc,cd->abd", output_shape=(None, 7), bias_axes="d")
+    cost = only(costs_of(layer, (12, 16), batch=2))
+    assert cost.output_shapes == ((2, 12, 7),)
+    assert cost.flops == 2 * 2 * 12 * 16 * 7 + 2 * 12 * 7   # 2 FLOPs per MAC + bias per output
+    assert cost.bytes_read == (2 * 12 * 16 + 16 * 7 + 7) * F32
+
+
+def _mha_weights(d_q, d_k, d_v, heads, key_dim, value_dim, d_out):
+    """Elements of a MultiHeadAttention's kernels and biases (query, key, value, output)."""
+    return (d_q * heads * key_dim + heads * key_dim + d_k * heads * key_dim + heads * key_dim
+            + d_v * heads * value_dim + heads * value_dim + heads * value_dim * d_out + d_out)
+
+
+def test_multi_head_attention_with_a_key_projects_the_key_at_the_key_width():
+    # B=2, query (10, 48), value (20, 32), key (20, 24), 2 heads, key_dim = value_dim = 16
+    q_in, v_in, k_in = keras.Input((10, 48)), keras.Input((20, 32)), keras.Input((20, 24))
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=16, name="mha")
+    (cost,) = map_model(keras.Model([q_in, v_in, k_in], mha(q_in, v_in, key=k_in)), 2)
+    B, H, dk, dv, tq, tk = 2, 2, 16, 16, 10, 20
+    macs = (B * tq * 48 * H * dk        # Q projection
+            + B * tk * 24 * H * dk      # K projection of the key, width 24 (not the value's 32)
+            + B * tk * 32 * H * dv      # V projection
+            + B * H * tq * tk * dk      # QK^T
+            + B * H * tq * tk * dv      # AV
+            + B * tq * H * dv * 48)     # output projection
+    biases = B * tq * H * dk + B * tk * H * dk + B * tk * H * dv + B * tq * 48
+    scale = B * tq * H * dk
+    softmax = 5 * B * H * tq * tk
+    assert cost.flops == 2 * macs + biases + scale + softmax == 326_240
+    # query, value and key are each read, and the weights
+    assert cost.bytes_read == (B * 10 * 48 + B * 20 * 32 + B * 20 * 24 + _mha_weights(48, 24, 32, H, dk, dv, 48)) * F32
+
+
+def test_multi_head_attention_mask_is_not_taken_for_the_key():
+    # B=2, query (10, 48), value (32, 32), attention_mask (10, 32) bool: key = value, Tk = 32
+    q_in, v_in, m_in = keras.Input((10, 48)), keras.Input((32, 32)), keras.Input((10, 32), dtype="bool")
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=16, name="mha")
+    (cost,) = map_model(keras.Model([q_in, v_in, m_in], mha(q_in, v_in, attention_mask=m_in)), 2)
+    B, H, dk, dv, tq, tk = 2, 2, 16, 16, 10, 32
+    macs = (B * tq * 48 * H * dk + B * tk * 32 * H * dk + B * tk * 32 * H * dv
+            + B * H * tq * tk * dk + B * H * tq * tk * dv + B * tq * H * dv * 48)
+    biases = B * tq * H * dk + B * tk * H * dk + B * tk * H * dv + B * tq * 48
+    scale = B * tq * H * dk
+    softmax = 5 * B * H * tq * tk
+    assert cost.flops == 2 * macs + biases + scale + softmax == 479_680
+    # query and value at float32, the weights, and the mask at its own dtype (bool: 1 byte)
+    assert cost.bytes_read == ((B * 10 * 48 + B * 32 * 32 + _mha_weights(48, 32, 32, H, dk, dv, 48)) * F32
+                               + B * 10 * 32 * 1)
+
+
+def test_multi_head_self_attention_reads_its_one_input_once():
+    # mha(x, x): query = value = key = x, one tensor in memory: its bytes count once
+    x = keras.Input((8, 16))
+    mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, name="mha")
+    (cost,) = map_model(keras.Model(x, mha(x, x)), 2)
+    assert cost.bytes_read == (2 * 8 * 16 + _mha_weights(16, 16, 16, 2, 4, 4, 16)) * F32
+    assert cost.bytes_written == 2 * 8 * 16 * F32
+
+
 def test_lstm_gru_simple_rnn_hand_counts():
     shape, batch = (5, 3), 2  # 5 steps, 3 features, 4 units
     steps = batch * 5
@@ -275,9 +336,16 @@ def test_upsampling_and_rescaling():
 
 
 def test_keras_ops_elementwise_nodes_are_costed():
+    x, y = keras.Input((6,)), keras.Input((6,))
+    (cost,) = map_model(keras.Model([x, y], keras.ops.multiply(x, y)), 2)
+    assert cost.type == "Multiply" and cost.flops == 2 * 6 and cost.bytes_read == 2 * 2 * 6 * F32
+
+
+def test_a_tensor_passed_twice_is_read_once():
     x = keras.Input((6,))
     (cost,) = map_model(keras.Model(x, keras.ops.multiply(x, x)), 2)
-    assert cost.type == "Multiply" and cost.flops == 2 * 6 and cost.bytes_read == 2 * 2 * 6 * F32
+    # x * x: one multiply per element, but x is one tensor in memory: 2*6 elements read once
+    assert cost.flops == 2 * 6 and cost.bytes_read == 2 * 6 * F32
 
 
 # ---- nesting, sharing, subclasses, unknown layers, dtypes ----------------------------------------

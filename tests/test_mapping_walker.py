@@ -4,7 +4,7 @@ import keras
 import pytest
 
 from carm_advisor.errors import MappingError
-from carm_advisor.mapping import iter_layer_calls
+from carm_advisor.mapping import iter_layer_calls, map_model
 
 
 def test_functional_model_yields_each_layer_in_order_with_batch_filled_and_no_input_layer():
@@ -118,3 +118,141 @@ def test_bad_batch_size_is_a_mapping_error():
     x = keras.Input((3,))
     with pytest.raises(MappingError, match="batch_size"):
         list(iter_layer_calls(keras.Model(x, keras.layers.Dense(1)(x)), 0))
+
+
+# ---- a batch the model fixes --------------------------------------------------------------------
+
+def test_a_fixed_batch_dimension_is_replaced_by_the_requested_batch():
+    x = keras.Input((256,), batch_size=3)
+    model = keras.Model(x, keras.layers.Dense(256, name="d")(x))
+
+    (call,) = iter_layer_calls(model, 64)
+    assert call.input_shapes == ((64, 256),) and call.output_shapes == ((64, 256),)
+    (cost,) = map_model(model, 64)
+    # 64 rows x 256 x 256 multiply-adds + a bias add per output element (at batch 3 it was 394 k)
+    assert cost.flops == 2 * 64 * 256 * 256 + 64 * 256
+
+
+def test_a_fixed_batch_flows_through_reshapes_and_nested_models():
+    xi = keras.Input((4, 4), batch_size=3)
+    inner = keras.Model(xi, keras.layers.Flatten(name="flat")(xi), name="inner")
+    x = keras.Input((4, 4), batch_size=3)
+    model = keras.Model(x, keras.layers.Dense(2, name="d")(inner(x)))
+
+    calls = {c.path: c for c in iter_layer_calls(model, 10)}
+    assert calls["inner/flat"].output_shapes == ((10, 16),)
+    assert calls["d"].input_shapes == ((10, 16),) and calls["d"].output_shapes == ((10, 2),)
+
+
+# ---- subclassed models: call() traced on KerasTensors --------------------------------------------
+
+def test_subclassed_model_with_weight_free_sublayers_is_mapped_in_call_order():
+    class ConvNet(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.head = keras.layers.Dense(10, name="head")         # attribute order: head first
+            self.drop = keras.layers.Dropout(0.5, name="drop")
+            self.conv = keras.layers.Conv2D(4, 3, name="conv")
+            self.pool = keras.layers.GlobalAveragePooling2D(name="pool")
+            self.act = keras.layers.Activation("relu", name="act")
+
+        def call(self, x):
+            return self.head(self.drop(self.pool(self.act(self.conv(x)))))
+
+    model = ConvNet()
+    model(keras.ops.zeros((2, 8, 8, 3)))
+    costs = map_model(model, 5)
+
+    assert [c.name for c in costs] == ["conv", "act", "pool", "drop", "head"]
+    by = {c.name: c for c in costs}
+    assert by["conv"].output_shapes == ((5, 6, 6, 4),)
+    assert by["act"].flops == 5 * 6 * 6 * 4                    # relu: 1 per element
+    assert by["pool"].flops == 5 * 6 * 6 * 4                   # global average: 1 per input element
+    assert by["drop"].flops == 0 and by["drop"].bytes == 0      # identity at inference
+    assert by["head"].flops == 2 * 5 * 4 * 10 + 5 * 10
+
+
+def test_subclassed_layer_called_twice_is_counted_twice():
+    class Twice(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(64, name="d")
+            self.o = keras.layers.Dense(64, name="o")
+
+        def call(self, x):
+            return self.o(self.d(self.d(x)))
+
+    model = Twice()
+    model(keras.ops.zeros((2, 64)))
+    costs = map_model(model, 1)
+
+    assert [c.name for c in costs] == ["d", "d#1", "o"]
+    assert sum(c.flops for c in costs) == 3 * (2 * 64 * 64 + 64)     # 24,768 per sample
+    # the trace leaves the user's layers as they were: no graph nodes added
+    assert all(not layer._inbound_nodes for layer in model._flatten_layers(include_self=True))
+
+
+def test_keras_ops_in_a_subclassed_call_are_yielded():
+    class Attn(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.q = keras.layers.Dense(8, name="q")
+            self.k = keras.layers.Dense(8, name="k")
+
+        def call(self, x):
+            return keras.ops.matmul(self.q(x), keras.ops.transpose(self.k(x), (0, 2, 1)))
+
+    model = Attn()
+    model(keras.ops.zeros((2, 5, 4)))
+    costs = map_model(model, 3)
+
+    assert [(c.name, c.type) for c in costs] == [
+        ("q", "Dense"), ("k", "Dense"), ("transpose", "Transpose"), ("matmul", "Matmul")]
+    # (3, 5, 8) @ (3, 8, 5): 3*5*5 outputs, 8 multiply-adds each
+    assert costs[-1].flops == 2 * 3 * 5 * 5 * 8
+    assert [c.name for c in map_model(model, 3)] == [c.name for c in costs]   # the same names every time
+
+
+def test_user_layer_made_of_sublayers_is_opened_per_call():
+    class Block(keras.layers.Layer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.a = keras.layers.Dense(8, name="a")
+
+        def call(self, x):
+            return self.a(x) + x
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.blk = Block(name="blk")
+
+        def call(self, x, training=None):
+            return self.blk(self.blk(x))
+
+    model = Net()
+    model(keras.ops.zeros((2, 8)))
+    costs = map_model(model, 2)
+
+    assert [c.name for c in costs] == ["blk/a", "blk/add", "blk#1/a", "blk#1/add"]
+    assert costs[1].flops == 2 * 8    # x + a(x): one add per element
+
+
+def test_untraceable_subclassed_call_falls_back_with_a_lower_bound_warning():
+    class Untraceable(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(4, name="d")
+            self.drop = keras.layers.Dropout(0.1, name="drop")
+
+        def call(self, x):
+            scale = float(keras.ops.convert_to_numpy(keras.ops.max(x)))  # needs values: no symbolic trace
+            return self.drop(self.d(x)) * scale
+
+    model = Untraceable()
+    model(keras.ops.zeros((2, 6)))
+    with pytest.warns(RuntimeWarning, match="weight-free layers drop are not counted: the totals are a lower bound"):
+        costs = map_model(model, 3)
+
+    assert [c.name for c in costs] == ["d"]                    # the weight-free Dropout is named, not fatal
+    assert costs[0].flops == 2 * 3 * 6 * 4 + 3 * 4

@@ -6,7 +6,9 @@
   value_dim, Do output width): MACs = B*Tq*Dq*H*dk (Q) + B*Tk*Dk*H*dk (K) + B*Tk*Dv*H*dv (V)
   + B*H*Tq*Tk*dk (QK^T) + B*H*Tq*Tk*dv (AV) + B*Tq*H*dv*Do (output); + projection biases;
   + softmax 5 per score; the 1/sqrt(dk) scaling of Q 1 per Q element. Query, value and key are the
-  call's first, second and (when its width matches the built key width) third tensors.
+  tensors passed as ``query``, ``value`` and ``key`` (key = value when none is passed); a mask
+  (``attention_mask``, ``query_mask``, ...) is no projection input: it costs no FLOPs here and is read
+  at its own dtype. A tensor passed twice (``mha(x, x)``: query = value = key) is read once.
 - LSTM per step and sample (D input width, U units): 2*(D+U)*4U + 4U bias + 4U (x and h parts
   added) + U*(3*a_r + 2*a + 4) (gate activations, c = f*c + i*g, h = o*act(c)).
   GRU (reset_after): 2*(D+U)*3U + 6U biases (3U without reset_after) + 3U adds + U*(2*a_r + a + 5).
@@ -99,16 +101,32 @@ def dot_cost(call: LayerCall, dtype_bytes: int):
                      extra={"macs": macs})
 
 
+def _mha_roles(call: LayerCall) -> tuple[int, int, int, list[int]]:
+    """Indices of the query, value and key inputs of a MultiHeadAttention call, and of its masks."""
+    names = call.input_names
+    if names and "query" in names and "value" in names:
+        q, v = names.index("query"), names.index("value")
+        k = names.index("key") if "key" in names else v
+        return q, v, k, [i for i in range(len(names)) if i not in (q, v, k)]
+    # Names unknown: query, value by position; a third tensor is the key only when it fits the key
+    # projection (its width is the key kernel's input width and its positions are the value's).
+    v = 1 if len(call.input_shapes) > 1 else 0
+    k = v
+    key_dense = getattr(call.layer, "_key_dense", None)
+    key_width = tuple(key_dense.kernel.shape)[0] if getattr(key_dense, "kernel", None) is not None else None
+    if len(call.input_shapes) > 2:
+        third, value = call.input_shapes[2], call.input_shapes[v]
+        if third[-1] == key_width and third[:-1] == value[:-1]:
+            k = 2
+    return 0, v, k, [i for i in range(len(call.input_shapes)) if i not in (0, v, k)]
+
+
 @register_cost("MultiHeadAttention")
 def mha_cost(call: LayerCall, dtype_bytes: int):
     layer = call.layer
     heads, dk, dv = layer._num_heads, layer._key_dim, layer._value_dim
-    q = call.input_shapes[0]
-    v = call.input_shapes[1] if len(call.input_shapes) > 1 else q
-    key_width = (getattr(layer, "_key_shape", None) or v)[-1]
-    k = v
-    if len(call.input_shapes) > 2 and len(call.input_shapes[2]) == len(v) and call.input_shapes[2][-1] == key_width:
-        k = call.input_shapes[2]
+    qi, vi, ki, masks = _mha_roles(call)
+    q, v, k = call.input_shapes[qi], call.input_shapes[vi], call.input_shapes[ki]
     out = call.output_shapes[0]
     batch = q[0]
     tq, tk = elems(q[1:-1]), elems(k[1:-1])
@@ -127,14 +145,18 @@ def mha_cost(call: LayerCall, dtype_bytes: int):
         gate = q_rows * heads * dv * (activation_flops("sigmoid") + 1)
     scale = q_rows * heads * dk  # Q * 1/sqrt(dk)
     flops = 2 * (proj_macs + attn_macs) + bias + gate + scale + activation_flops("softmax") * scores
-    read_elems = elems(q) + elems(v) + (elems(k) if k is not v else 0)
-    return make_cost(
+    distinct = set(call.distinct_inputs())
+    read_elems = sum(elems(call.input_shapes[i]) for i in dict.fromkeys((qi, vi, ki)) if i in distinct)
+    mask_bytes = sum(elems(call.input_shapes[i]) * dtype_bytes_of(call.input_dtypes[i])
+                     for i in masks if i in distinct and i < len(call.input_dtypes))
+    cost = make_cost(
         call, dtype_bytes, flops=flops, op_class=OP_MATMUL, tensor_core=True, read_elems=read_elems,
         notes="Q/K/V/output projections, QK^T and AV on Tensor Cores; softmax on CUDA cores",
         extra={"macs": proj_macs + attn_macs, "projection_macs": proj_macs, "attention_macs": attn_macs,
                # the score matrix, written after QK^T and read by softmax and AV, unless fused (flash)
                "intermediate_bytes": 3 * scores * dtype_bytes},
     )
+    return dataclasses.replace(cost, bytes_read=cost.bytes_read + mask_bytes) if mask_bytes else cost
 
 
 @register_cost("Embedding")

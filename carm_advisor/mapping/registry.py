@@ -21,7 +21,8 @@ FLOPs
 - Dropout, SpatialDropout, GaussianNoise and friends are the identity at inference: 0 FLOPs, 0 bytes.
 
 Bytes (compulsory traffic at the compute dtype)
-- bytes_read = every input tensor + every floating-point weight of the layer (kernel, bias, BN
+- bytes_read = every distinct input tensor (one passed twice, ``mha(x, x)``, is one tensor in memory:
+  read once) + every floating-point weight of the layer (kernel, bias, BN
   statistics ...), all at the compute dtype (under mixed precision the weights are read cast);
   bytes_written = every output tensor. Integer inputs (Embedding indices) are read at their own dtype.
 - Reshape and Flatten are views in every Keras backend: 0 FLOPs, 0 bytes (op_class "none").
@@ -173,8 +174,8 @@ def make_cost(
     """A LayerCost with the default byte rule: inputs + weights read, outputs written."""
     if weights is None:
         weights = weight_elems(call.layer) if hasattr(call.layer, "weights") else 0
-    if read_elems is None:
-        read_elems = sum(elems(s) for s in call.input_shapes)
+    if read_elems is None:  # a tensor passed twice (Add()([x, x])) is one tensor, read once
+        read_elems = sum(elems(call.input_shapes[i]) for i in call.distinct_inputs())
     if written_elems is None:
         written_elems = sum(elems(s) for s in call.output_shapes)
     return LayerCost(

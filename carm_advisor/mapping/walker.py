@@ -8,21 +8,43 @@ on a device and no backend tensor is created by the walk itself.
 - One :class:`LayerCall` per call of a layer: a layer shared by two calls yields ``name`` and ``name#1``.
 - Nested Functional and Sequential models are walked, their layers named ``outer/inner``; the models
   themselves are never leaves. ``InputLayer`` yields nothing.
-- The batch dimension (the leading ``None``) becomes ``batch_size``.
+- The batch dimension becomes ``batch_size``: the leading ``None``, and also a batch the model fixes
+  (``keras.Input((256,), batch_size=3)``): the model's inputs get the requested batch and every shape
+  after them is inferred from those, so the figures are for the batch asked for.
 - ``keras.ops`` calls on KerasTensors inside a functional graph (``ops.add``, ``ops.multiply``, as
   MobileNetV3 and ConvNeXt use) are operations, not layers; they are yielded like layers, their
   ``layer`` being the ``keras.Operation``.
-- Subclassed models have no graph: their built sublayers are listed in attribute order with the
-  input shapes recorded when Keras built them (``_build_shapes_dict``); a layer that was never built
-  is a :class:`MappingError`. Keras' own layers are leaves; a user layer made of sublayers is opened.
+- An output dimension a layer's ``compute_output_shape`` leaves unknown though its inputs are concrete
+  (``EinsumDense("abc,cd->abd", output_shape=(None, 7))``) is resolved by tracing that layer's
+  ``call`` on the concrete inputs (``keras.src.backend.compute_output_spec``; nothing is executed).
+- Each LayerCall names the call argument of each input (``input_names``: MultiHeadAttention's query,
+  value, key and masks) and which inputs are one tensor passed twice (``input_same_as``).
+- Subclassed models have no graph: their ``call()`` is traced once on ``keras.KerasTensor`` inputs of
+  the shapes recorded when the model was built (``_build_shapes_dict``, batch set to ``batch_size``),
+  which records every sublayer call and every ``keras.ops`` call as a graph node, exactly as the
+  functional API does; that graph is walked like a functional one (call order, a layer called twice
+  yields ``name`` and ``name#1``, ops are yielded). The nodes the trace adds to the sublayers are removed
+  afterwards. Keras' own layers are leaves; a user layer made of sublayers with no cost model of its own
+  is opened the same way, in subclassed and functional models alike.
+- A ``call()`` that cannot run on KerasTensors (backend-native ``tf.*`` / ``torch.*`` code, Python
+  branches on tensor values), or a model Keras recorded no input shapes for (a ``call(self, a, b)`` of
+  several tensor arguments: Keras records the first only), falls back to the built sublayers in attribute order with their build
+  shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the totals are a
+  lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes is skipped there
+  and named in that warning; an unbuilt layer with weights is a :class:`MappingError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import keras
+from keras.src.utils.naming import to_snake_case
 
 from carm_advisor.errors import MappingError
 
@@ -38,6 +60,18 @@ class LayerCall:
     input_shapes: tuple[Shape, ...]       # one per input tensor, flattened in call order
     output_shapes: tuple[Shape, ...]
     input_dtypes: tuple[str, ...]
+    # The call argument each input tensor was passed as ("query", "value", "key", "attention_mask");
+    # () where unknown (a cost function must then go by position).
+    input_names: tuple[str, ...] = ()
+    # For each input, the index of the first input that is the same tensor: mha(x, x) gives (0, 0).
+    # A tensor passed twice is one tensor in memory, read from DRAM once. () where unknown.
+    input_same_as: tuple[int, ...] = ()
+
+    def distinct_inputs(self) -> list[int]:
+        """Indices of the inputs that are distinct tensors (the first of each repeated one)."""
+        if len(self.input_same_as) != len(self.input_shapes):
+            return list(range(len(self.input_shapes)))
+        return [i for i, j in enumerate(self.input_same_as) if i == j]
 
 
 def _functional_class():
@@ -72,7 +106,96 @@ def _flat_tensors(structure) -> list:
     return [t for t in keras.tree.flatten(structure) if isinstance(t, keras.KerasTensor)]
 
 
+def _same_as(tensors) -> tuple[int, ...]:
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))
+
+
+def _argument_names(op, args, kwargs) -> tuple[str, ...]:
+    """The call argument each KerasTensor of ``(args, kwargs)`` was passed as, in flattening order."""
+    try:
+        params = [p.name for p in inspect.signature(op.call).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    named_args = tuple(
+        keras.tree.map_structure(lambda _, n=(params[i] if i < len(params) else f"arg{i}"): n, a)
+        for i, a in enumerate(args)
+    )
+    named_kwargs = {k: keras.tree.map_structure(lambda _, n=k: n, v) for k, v in kwargs.items()}
+    values = keras.tree.flatten((tuple(args), dict(kwargs)))
+    names = keras.tree.flatten((named_args, named_kwargs))
+    if len(values) != len(names):
+        return ()
+    return tuple(n for v, n in zip(values, names) if isinstance(v, keras.KerasTensor))
+
+
+_TENSOR_NAME = re.compile(r"keras_tensor(?:_(\d+))?")
+
+
+def _nodes_in_order(graph) -> list:
+    """A graph's nodes, producers before consumers: by depth (then operation order) for a functional
+    model; in call order for a traced call() (a keras Function: its nodes in the order their output
+    KerasTensors were created, which Keras numbers keras_tensor, keras_tensor_1, ...), falling back to
+    the depth order where a name does not say."""
+    order = {id(op): i for i, op in enumerate(graph.operations)}
+    by_depth = [n for depth in sorted(graph._nodes_by_depth, reverse=True)
+                for n in sorted(graph._nodes_by_depth[depth], key=lambda n: order.get(id(n.operation), 0))]
+    if isinstance(graph, keras.layers.Layer):  # Functional / Sequential: the depth order, as always
+        return by_depth
+    keys = []
+    for node in by_depth:
+        matches = [_TENSOR_NAME.fullmatch(str(getattr(t, "name", ""))) for t in node.outputs]
+        if not matches or not all(matches):
+            return by_depth
+        keys.append(min(int(m.group(1) or 0) for m in matches))
+    return [node for _, _, node in sorted(zip(keys, range(len(by_depth)), by_depth))]
+
+
+def _lookup_cost(op):
+    from carm_advisor.mapping.registry import lookup  # the registry imports this module
+
+    return lookup(op)
+
+
+def _is_composite_user_layer(op) -> bool:
+    """A user layer made of sublayers with no cost model of its own: opened, not costed as a leaf."""
+    if not isinstance(op, keras.layers.Layer) or _is_graph_model(op):
+        return False
+    if type(op).__module__.startswith("keras."):
+        return False
+    children = list(op._flatten_layers(include_self=False, recursive=False))
+    return bool(children) and _lookup_cost(op) is None
+
+
+@contextlib.contextmanager
+def _nodes_restored(layer):
+    """Remove the graph nodes a symbolic trace adds to ``layer`` and its sublayers (the user's model is
+    left as it was: no extra inbound/outbound nodes)."""
+    layers = list(layer._flatten_layers(include_self=True, recursive=True))
+    saved = [(lay, len(lay._inbound_nodes), len(lay._outbound_nodes)) for lay in layers]
+    try:
+        yield
+    finally:
+        for lay, n_in, n_out in saved:
+            del lay._inbound_nodes[n_in:]
+            del lay._outbound_nodes[n_out:]
+
+
+def _trace(layer, args, kwargs):
+    """``layer.call(*args, **kwargs)`` on KerasTensors: a keras Function whose nodes are every sublayer
+    and keras.ops call, in order. Raises whatever the call raises."""
+    from keras.src.ops.function import Function
+
+    inputs = list({id(t): t for t in _flat_tensors((args, kwargs))}.values())
+    with _nodes_restored(layer):
+        outputs = layer.call(*args, **kwargs)
+        return Function(inputs, _flat_tensors(outputs), name=layer.name)
+
+
 class _Walk:
+    trace_error: str | None = None
+
     def __init__(self, batch_size: int):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise MappingError(f"Expected batch_size to be a positive int, received: batch_size={batch_size!r}")
@@ -93,9 +216,14 @@ class _Walk:
         return model
 
     def top_inputs(self, graph, model_name: str) -> list[keras.KerasTensor]:
+        """The model's inputs at ``batch_size``: an unknown batch filled in and a fixed one replaced (the
+        layers' shapes are then inferred from these, so every figure is at the batch asked for)."""
         specs = []
         for tensor in graph.inputs:
-            shape = _concrete(tensor.shape, self.batch_size)
+            shape = tuple(tensor.shape)
+            if shape:
+                shape = (self.batch_size,) + shape[1:]
+            shape = _concrete(shape, self.batch_size)
             if shape is None:
                 raise MappingError(
                     f"Expected model '{model_name}' inputs with known dimensions besides the batch; "
@@ -116,33 +244,47 @@ class _Walk:
         for ref, spec in zip(graph_inputs, inputs):
             known[id(ref)] = spec
 
-        order = {id(op): i for i, op in enumerate(graph.operations)}
         calls_seen: dict[int, int] = {}
-        for depth in sorted(graph._nodes_by_depth, reverse=True):
-            nodes = sorted(graph._nodes_by_depth[depth], key=lambda n: order.get(id(n.operation), 0))
-            for node in nodes:
-                op = node.operation
-                if op is None or node.is_input or isinstance(op, keras.layers.InputLayer):
-                    continue
-                in_refs = node.input_tensors
-                in_specs = [self.spec_for(ref, known) for ref in in_refs]
-                k = calls_seen.get(id(op), 0)
-                calls_seen[id(op)] = k + 1
-                name = op.name if k == 0 else f"{op.name}#{k}"
-                path = f"{prefix}{name}"
+        traced = not isinstance(graph, keras.layers.Layer)
+        op_names: dict[str, int] = {}  # traced keras.ops: names per graph, the same on every trace
+        for node in _nodes_in_order(graph):
+            op = node.operation
+            if op is None or node.is_input or isinstance(op, keras.layers.InputLayer):
+                continue
+            in_refs = node.input_tensors
+            in_specs = [self.spec_for(ref, known) for ref in in_refs]
+            k = calls_seen.get(id(op), 0)
+            calls_seen[id(op)] = k + 1
+            name = op.name if k == 0 else f"{op.name}#{k}"
+            if traced and not isinstance(op, keras.layers.Layer):
+                base = to_snake_case(type(op).__name__)
+                n = op_names.get(base, 0)
+                op_names[base] = n + 1
+                name = base if n == 0 else f"{base}_{n}"
+            path = f"{prefix}{name}"
 
-                if _is_graph_model(op):
-                    out_specs = None
-                    for kind, item in self.walk_graph(op, path + "/", in_specs):
-                        if kind == "call":
-                            yield kind, item
-                        else:
-                            out_specs = item
-                else:
-                    out_specs = self.outputs_of(node, in_refs, in_specs, known, path)
-                    yield "call", self.make_call(path, op, in_specs, out_specs)
-                for ref, spec in zip(node.outputs, out_specs):
-                    known[id(ref)] = spec
+            # a nested graph model, or a user layer made of sublayers traced into one: walked inside
+            inner, inner_inputs = None, in_specs
+            if _is_graph_model(op):
+                inner = op
+            elif _is_composite_user_layer(op):
+                inner = self.trace_node(node, in_refs, in_specs)
+                inner_inputs = list(inner.inputs) if inner is not None else None
+            if inner is not None:
+                out_specs = None
+                for kind, item in self.walk_graph(inner, path + "/", inner_inputs):
+                    if kind == "call":
+                        yield kind, item
+                    else:
+                        out_specs = item
+            else:
+                out_specs = self.outputs_of(node, in_refs, in_specs, known, path)
+                args, kwargs = node.arguments.args, node.arguments.kwargs
+                yield "call", self.make_call(path, op, in_specs, out_specs,
+                                             names=_argument_names(op, args, kwargs),
+                                             same_as=_same_as(in_refs))
+            for ref, spec in zip(node.outputs, out_specs):
+                known[id(ref)] = spec
 
         yield "outputs", [self.spec_for(ref, known) for ref in graph.outputs]
 
@@ -152,6 +294,21 @@ class _Walk:
             return spec
         shape = _fill_batch(ref.shape, self.batch_size)
         return _spec(shape, ref.dtype)
+
+    def trace_node(self, node, in_refs, in_specs):
+        """A composite user layer's call traced on fresh KerasTensors of these shapes; None if it cannot be
+        traced (it is then costed as one leaf) or its outputs do not match the node's."""
+        fresh = {}
+        for ref, spec in zip(in_refs, in_specs):
+            fresh.setdefault(id(ref), _spec(spec.shape, spec.dtype))
+        try:
+            args, kwargs = node.arguments.fill_in(fresh)
+            traced = _trace(node.operation, args, kwargs)
+        except Exception:  # noqa: BLE001 - any failure: cost the layer as one call instead
+            return None
+        if len(traced.outputs) != len(node.outputs):
+            return None
+        return traced
 
     def outputs_of(self, node, in_refs, in_specs, known, path) -> list[keras.KerasTensor]:
         """Recorded output shapes when they are concrete for these inputs; else Keras' shape inference."""
@@ -170,9 +327,25 @@ class _Walk:
                 f"Expected Keras to infer output shapes of '{path}' ({type(node.operation).__name__}) "
                 f"for inputs {[tuple(s.shape) for s in in_specs]}; received {type(exc).__name__}: {exc}"
             ) from exc
-        return _flat_tensors(out)
+        outs = _flat_tensors(out)
+        if any(d is None for o in outs for d in o.shape):
+            # A layer's compute_output_shape may leave a dimension the user declared None (EinsumDense
+            # output_shape=(None, 7)) though the input fixes it: trace its call on these concrete inputs.
+            traced = self.traced_outputs(node.operation, args, kwargs)
+            if traced is not None and len(traced) == len(outs):
+                outs = traced
+        return outs
 
-    def make_call(self, path, op, in_specs, out_specs) -> LayerCall:
+    @staticmethod
+    def traced_outputs(op, args, kwargs) -> list[keras.KerasTensor] | None:
+        from keras.src import backend
+
+        try:
+            return _flat_tensors(backend.compute_output_spec(op.call, *args, **kwargs))
+        except Exception:  # noqa: BLE001 - make_call reports the unknown dimension
+            return None
+
+    def make_call(self, path, op, in_specs, out_specs, names=(), same_as=()) -> LayerCall:
         in_shapes = tuple(tuple(s.shape) for s in in_specs)
         out_shapes = tuple(tuple(s.shape) for s in out_specs)
         for shape in in_shapes + out_shapes:
@@ -187,11 +360,51 @@ class _Walk:
             input_shapes=tuple(tuple(int(d) for d in s) for s in in_shapes),
             output_shapes=tuple(tuple(int(d) for d in s) for s in out_shapes),
             input_dtypes=tuple(str(s.dtype) for s in in_specs),
+            input_names=tuple(names) if len(names) == len(in_shapes) else (),
+            input_same_as=tuple(same_as) if len(same_as) == len(in_shapes) else (),
         )
 
     # ---- subclassed models --------------------------------------------------------------------
 
-    def walk_subclassed(self, layer, prefix: str) -> Iterator[LayerCall]:
+    def build_specs(self, layer):
+        """The arguments a built layer was built (first called) with, as KerasTensors at ``batch_size``:
+        (list of per-argument structures, their names); None where Keras recorded no build shapes."""
+        shapes_dict = getattr(layer, "_build_shapes_dict", None)
+        if not layer.built or not shapes_dict:
+            return None
+        dtype = layer.compute_dtype
+
+        def to_spec(shape):
+            shape = tuple(shape)
+            return _spec((self.batch_size,) + shape[1:] if shape else shape, dtype)
+
+        structs = [
+            keras.tree.map_shape_structure(to_spec, v) if not _is_shape(v) else to_spec(v)
+            for v in shapes_dict.values()
+        ]
+        names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
+        return structs, names
+
+    def trace_model(self, model):
+        """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
+        built = self.build_specs(model)
+        if built is None:
+            return None
+        structs, _ = built
+        kwargs = {}
+        try:
+            if "training" in inspect.signature(model.call).parameters:
+                kwargs["training"] = False  # the analysis is of inference
+        except (TypeError, ValueError):
+            pass
+        try:
+            return _trace(model, structs, kwargs)
+        except Exception as exc:  # noqa: BLE001 - anything the user's call() raises on KerasTensors
+            self.trace_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return None
+
+    def walk_subclassed(self, layer, prefix: str, skipped: list[str]) -> Iterator[LayerCall]:
+        """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""
         for sub in layer._flatten_layers(include_self=False, recursive=False):
             path = f"{prefix}{sub.name}"
             if isinstance(sub, keras.layers.InputLayer):
@@ -205,38 +418,53 @@ class _Walk:
             children = list(sub._flatten_layers(include_self=False, recursive=False))
             is_keras_own = type(sub).__module__.startswith("keras.")
             if children and not is_keras_own:
-                yield from self.walk_subclassed(sub, path + "/")
+                yield from self.walk_subclassed(sub, path + "/", skipped)
+                continue
+            if self.build_specs(sub) is None and not sub.weights:
+                skipped.append(path)  # weight-free (Dropout, Flatten, pooling ...): its shapes are unknown
                 continue
             yield self.call_from_build_shapes(sub, path)
 
     def call_from_build_shapes(self, layer, path) -> LayerCall:
-        shapes_dict = getattr(layer, "_build_shapes_dict", None)
-        if not layer.built or not shapes_dict:
+        built = self.build_specs(layer)
+        if built is None:
             raise MappingError(
                 f"Expected layer '{path}' ({type(layer).__name__}) to be built with known input shapes; "
                 "received an unbuilt layer: build or call the model once (e.g. model(keras.ops.zeros(...)) "
                 "or model.build(input_shape)) before mapping"
             )
-        dtype = layer.compute_dtype
-
-        def to_spec(shape):
-            shape = tuple(shape)
-            return _spec((self.batch_size,) + shape[1:] if shape else shape, dtype)
-
-        is_shape = lambda x: isinstance(x, (tuple, list)) and all(d is None or isinstance(d, int) for d in x)
-        in_specs_struct = [
-            keras.tree.map_shape_structure(to_spec, v) if not is_shape(v) else to_spec(v)
-            for v in shapes_dict.values()
-        ]
+        in_specs_struct, arg_names = built
         in_specs = _flat_tensors(in_specs_struct)
+        names = [n for n, v in zip(arg_names, in_specs_struct) for _ in _flat_tensors(v)]
         try:
             out = layer.compute_output_spec(*in_specs_struct)
         except Exception as exc:
             raise MappingError(
                 f"Expected Keras to infer output shapes of '{path}' ({type(layer).__name__}) from its build "
-                f"shapes {dict(shapes_dict)}; received {type(exc).__name__}: {exc}"
+                f"shapes {dict(layer._build_shapes_dict)}; received {type(exc).__name__}: {exc}"
             ) from exc
-        return self.make_call(path, layer, in_specs, _flat_tensors(out))
+        return self.make_call(path, layer, in_specs, _flat_tensors(out), names=names)
+
+
+def _is_shape(x) -> bool:
+    return isinstance(x, (tuple, list)) and all(d is None or isinstance(d, int) for d in x)
+
+
+def fixed_batch_sizes(model) -> list[int]:
+    """The batch sizes a functional / Sequential model's inputs fix (``keras.Input(..., batch_size=3)``):
+    the walker costs every layer at the batch asked for instead; [] where the batch is free."""
+    if not _is_graph_model(model):
+        return []
+    try:
+        graph = _Walk(1).graph_of(model)
+    except MappingError:
+        return []
+    sizes = []
+    for tensor in graph.inputs:
+        shape = tuple(tensor.shape)
+        if shape and shape[0] is not None and int(shape[0]) not in sizes:
+            sizes.append(int(shape[0]))
+    return sizes
 
 
 def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
@@ -261,4 +489,19 @@ def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
             f"Expected a built model; received unbuilt subclassed model '{model.name}': "
             "build or call the model once before mapping"
         )
-    yield from walk.walk_subclassed(model, "")
+    traced = walk.trace_model(model)
+    if traced is not None:
+        for kind, item in walk.walk_graph(traced, "", list(traced.inputs)):
+            if kind == "call":
+                yield item
+        return
+    skipped: list[str] = []
+    yield from walk.walk_subclassed(model, "", skipped)
+    why = getattr(walk, "trace_error", None) or "Keras recorded no input shapes for the model"
+    warnings.warn(
+        f"carm_advisor: the call() of subclassed model '{model.name}' could not be traced on symbolic inputs "
+        f"({why}); its layers are listed in attribute order from their build shapes, and keras.ops or "
+        f"backend ops outside its layers{', and the weight-free layers ' + ', '.join(skipped) if skipped else ''} "
+        "are not counted: the totals are a lower bound",
+        RuntimeWarning, stacklevel=2,
+    )
