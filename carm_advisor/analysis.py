@@ -98,6 +98,31 @@ def ceilings_summary(profile: Profile) -> dict[str, Any]:
 
 
 def _model_precision(model) -> str:
+    """The dtype policy most of the model's layers hold (tune.builder.config_traits, over the policies of its
+    layers, nested models' layers included): a model saved under mixed_bfloat16 with its output layer pinned to
+    float32 is a mixed_bfloat16 model, whatever the policy of the Model object itself (a loaded file's is the
+    global one). The model's own policy where no layer has one. (The layers' policies are read as config_traits
+    reads a serialised config's, without serialising it: that imports TensorFlow on every backend.)"""
+    import keras
+
+    from carm_advisor.tune.builder import config_traits
+
+    policies: list[dict] = []
+
+    def walk(container) -> None:
+        for layer in getattr(container, "layers", None) or ():
+            if getattr(layer, "layers", None):        # a nested model: its layers hold the policies
+                walk(layer)
+                continue
+            policy = getattr(layer, "dtype_policy", None)
+            if isinstance(layer, keras.layers.InputLayer) or not getattr(policy, "name", None):
+                continue
+            policies.append({"class_name": type(policy).__name__, "config": {"name": policy.name}})
+
+    walk(model)
+    own = config_traits({"layers": policies}).policy
+    if own:
+        return own
     policy = getattr(model, "dtype_policy", None)
     return getattr(policy, "name", None) or "float32"
 
@@ -166,6 +191,7 @@ def analyze(
             f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
             + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
         )
+    warnings += fixed_batch_warnings(model, batch_size)
     warnings += memory_warnings(model, batch_size, compute_dtype, profile)
     warnings += calibration_range_warnings(calib, backend, batch_size)
     precision_name = precision or _model_precision(model)
@@ -212,6 +238,18 @@ def analyze(
         verify_recommendations(report, runner=verify_runner, model=model,
                                model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+def fixed_batch_warnings(model, batch_size: int) -> list[str]:
+    """A warning where the model's inputs fix a batch size other than the one analysed: every figure is at
+    `batch_size` (the mapping replaces the fixed batch in the layers' shapes), not at the model's own."""
+    from carm_advisor.mapping.walker import fixed_batch_sizes
+
+    fixed = [b for b in fixed_batch_sizes(model) if b != batch_size]
+    if not fixed:
+        return []
+    return [f"the model's inputs fix the batch size at {', '.join(map(str, fixed))}; every figure is for batch "
+            f"size {batch_size} as asked (each layer's shapes with batch {batch_size}), not for the model's own"]
 
 
 def memory_warnings(model, batch_size: int, compute_dtype: str | None, profile: Profile) -> list[str]:
@@ -330,10 +368,12 @@ def _as_dict(obj) -> dict | None:
     return asdict(obj) if is_dataclass(obj) else dict(vars(obj))
 
 
+# The precisions analyze() accepts: the CLI's --precision choices (model_loader.KERAS_POLICIES), each with the
+# compute dtype its layers run at. No integer or float8 policy: the cost model has no quantized layers, so one
+# would put LayerNormalization, Add or softmax at 1 byte on the INT8 / FP8 Tensor Core roof.
 _PRECISION_DTYPE = {
-    "float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16", "bfloat16": "bfloat16",
-    "float16": "float16", "float64": "float64", "float8": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn",
-    "float8_e5m2": "float8_e5m2", "int8": "int8",
+    "float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16", "float16": "float16",
+    "bfloat16": "bfloat16",
 }
 PRECISIONS = tuple(_PRECISION_DTYPE)
 
@@ -341,10 +381,10 @@ PRECISIONS = tuple(_PRECISION_DTYPE)
 def _compute_dtype_of(precision: str | None) -> str | None:
     if precision is None:
         return None
-    try:
-        return _PRECISION_DTYPE[precision]
-    except KeyError:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, received: {precision!r}") from None
+    if not isinstance(precision, str) or precision not in _PRECISION_DTYPE:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} (or None: each layer's own dtype "
+                         f"policy), received: {precision!r}")
+    return _PRECISION_DTYPE[precision]
 
 
 def _default_profile(name: str | None, run) -> Profile:

@@ -155,28 +155,33 @@ def _analyze(args) -> int:
     _import_keras(lean=True)   # without the optional packages Keras imports and the analysis never uses
     timings_s = {"keras_import": time.perf_counter() - started_s}
     from carm_advisor.analysis import analyze
-    from carm_advisor.model_loader import is_model_file, load_model
+    from carm_advisor.model_loader import file_at_precision, is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
     from carm_advisor.report.console import make_console
 
     profile = load_profile(args.profile) if args.profile else None
     console = make_console()
-    if args.layout:
+    is_file = is_model_file(args.model)
+    if args.layout and not is_file:   # a file's layout is its own: load_model refuses --layout for it
         import keras
 
         keras.config.set_image_data_format(args.layout)
     phase_s = time.perf_counter()
     with console.status(f"loading {args.model}"):
-        model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape)
+        model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape,
+                                 layout=args.layout if is_file else None)
+        # An application is built under the policy; a file is rebuilt at it, its layers pinned to another policy
+        # keeping theirs; one whose policies cannot be replaced is analysed with every layer at its compute dtype.
+        precision = None
+        if is_file:
+            model, precision = file_at_precision(model, args.precision)
     timings_s["model_build"] = time.perf_counter() - phase_s
     phase_s = time.perf_counter()
-    is_file = is_model_file(args.model)
     report = analyze(
         model,
         batch_size=args.batch_size,
         profile=profile,
-        # An application is built under the policy; a file keeps its own unless we override the math.
-        precision=args.precision if is_file else None,
+        precision=precision,
         measure=False if args.no_measure else "auto",
         from_measurements=args.from_measurements,
         counters=args.counters,
@@ -188,6 +193,9 @@ def _analyze(args) -> int:
     )
     timings_s["analysis"] = time.perf_counter() - phase_s
     report.timings_s = timings_s
+    if precision is not None:
+        report.warnings.append(f"--precision {precision}: {name}'s dtype policies cannot be replaced by a rebuild, "
+                               f"so every layer is analysed at {precision}'s compute dtype, pinned ones included")
     from carm_advisor.report.render import print_report
 
     if report.measurement is None:   # these flags only change a measurement, and nothing was measured

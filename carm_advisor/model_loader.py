@@ -72,8 +72,12 @@ def is_model_file(spec: str) -> bool:
     return path.suffix in MODEL_FILE_SUFFIXES or path.exists()
 
 
-def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, ...] | None = None):
-    """A built keras.Model and its display name from an application name or a model file."""
+def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, ...] | None = None,
+               layout: str | None = None):
+    """A built keras.Model and its display name from an application name or a model file.
+
+    layout: only said for a model file, to refuse it (an application is built under the caller's image data
+    format): a saved model's layout is fixed by its weights and input shape."""
     import keras
 
     if not spec.strip():   # Path("") is ".", which exists: say what was expected instead
@@ -83,6 +87,9 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
         if input_shape is not None:
             raise ModelLoadError(f"--input-shape applies to keras.applications models; {spec} is a model file "
                                  "with its own input shape")
+        if layout is not None:
+            raise ModelLoadError(f"--layout applies to keras.applications models; {spec} is a model file whose "
+                                 "layout is fixed by its weights and input shape")
         path = Path(spec)
         return _load_file(path), path.stem
     apps = application_names()
@@ -112,6 +119,28 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
 
 
 DEFAULT_IMAGE_SIZE = (224, 224)
+
+
+def file_at_precision(model, precision: str | None):
+    """(model, compute dtype override) for a model loaded from a file and analysed at Keras dtype policy
+    `precision`: the model rebuilt with its own policy (the one most of its layers hold) replaced, layers pinned
+    to another policy (a mixed model's float32 output layer) keeping theirs (tune.builder.rebuild_under_policy,
+    what tune does), and None; where its policies cannot be replaced (tune.builder.config_traits: quantized
+    layers, float16 variables, a config naming none, a config that cannot be serialised), the model as it is and
+    `precision`, for analyze() to compute every layer at."""
+    if precision is None:
+        return model, None
+    import keras
+
+    from carm_advisor.tune.builder import config_traits, rebuild_under_policy
+
+    try:
+        traits = config_traits(keras.saving.serialize_keras_object(model))
+    except Exception:
+        return model, precision
+    if traits.fixed_precision:
+        return model, precision
+    return rebuild_under_policy(model, precision), None
 
 
 def _open_dimensions(model) -> bool:

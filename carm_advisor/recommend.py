@@ -58,7 +58,7 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
         _larger_batch(report, rows, predict),
         _fusion(report, rows),
         _layout(report, rows),
-        _tensor_core_alignment(report, rows),
+        _tensor_core_alignment(report, rows, model_output_layers(getattr(predict, "model", None))),
         _depthwise(report, rows),
     ]
     recs = [r for r in recs if r is not None]
@@ -73,7 +73,34 @@ def advised_gain(rec: Recommendation) -> float:
     return max(rec.speedup or 1.0, rec.energy_ratio or 1.0)
 
 
+def _runs_low_precision(precision: str | None) -> bool:
+    """True for a model whose dtype policy (ModelInfo.precision: the one most of its layers hold) computes below
+    float32: a mixed or half policy. Its float32 layers are pinned there (a mixed model's output layer), and
+    mixed_bfloat16 would not change them: no advice to switch to it."""
+    name = str(precision or "")
+    return name.startswith("mixed_") or name in _LOW_PRECISION
+
+
+def _named_count(names: list[str], shown: int = 3) -> str:
+    """'a, b, c' for at most `shown` names, else 'a, b, c and 2 more': a list cut short says so."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _layers_by_type(rows: list[LayerRow], noun: str, also: str = "") -> str:
+    """'4 matrix-multiply layers (1 MultiHeadAttention, 3 Dense; `also`)': how many, and of which classes."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.type] = counts.get(r.type, 0) + 1
+    types = ", ".join(f"{n} {t}" for t, n in counts.items())
+    return f"{plural(len(rows), noun)} ({types}{'; ' + also if also else ''})"
+
+
 def _mixed_precision(report, rows, predict) -> Recommendation | None:
+    # Not the precision in use: a mixed or half model, or one whose matmul layers already run at bfloat16 (its
+    # float32 ones are pinned there, and the policy would not change them).
+    if _runs_low_precision(report.model.precision) or any(r.tensor_core and r.dtype == "bfloat16" for r in rows):
+        return None
     slow = [r for r in rows if r.tensor_core and r.dtype not in _LOW_PRECISION and r.flops]
     if not slow:
         return None
@@ -90,7 +117,8 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
     bf16 = roofs.get("tc_bf16", {}).get("value")
     share = _share(rows, lambda r: r in slow)
     detail = (
-        f"{plural(len(slow), 'conv/dense layer')} ({share:.0%} of the predicted time) run at {'/'.join(sorted({r.dtype for r in slow}))} "
+        f"{_layers_by_type(slow, 'matrix-multiply layer', f'{share:.0%} of the predicted time')} "
+        f"{'runs' if len(slow) == 1 else 'run'} at {'/'.join(sorted({r.dtype for r in slow}))} "
         f"on {now}. Under keras.mixed_precision.set_global_policy('mixed_bfloat16') they run on BF16 Tensor Cores"
         + (f" ({bf16 / 1e12:.0f} TFLOP/s)" if bf16 else "")
         + " and every activation moves half the bytes; keep the final softmax in float32 (dtype='float32')."
@@ -130,7 +158,8 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     weight_bound = [r.name for r in memory_bound if r.type in ("Dense", "EinsumDense", "LSTM", "GRU", "MultiHeadAttention")]
     detail = (
         f"{plural(len(memory_bound), 'layer')} {'sits' if len(memory_bound) == 1 else 'sit'} under a memory slope at batch {batch}"
-        + (f"; {len(weight_bound)} of them re-read their weights for every batch ({', '.join(weight_bound[:3])})" if weight_bound else "")
+        + (f"; {len(weight_bound)} of them {'re-reads its' if len(weight_bound) == 1 else 're-read their'} weights "
+           f"for every batch ({_named_count(weight_bound)})" if weight_bound else "")
         + f". At batch {new_batch} weights are read once for {new_batch} samples and the intensity rises: "
         f"per-sample time {seconds(per_sample_now)} -> {seconds(per_sample_new)} (if latency allows)."
     )
@@ -152,16 +181,22 @@ def _fusion(report, rows) -> Recommendation | None:
     energy_ratio = _energy(rows) / (_energy(rows) - saved_e) if _energy(rows) > saved_e > 0 else None
     if not speedup or speedup < MIN_GAIN:
         return None
+    # Only BatchNormalization folds into the preceding convolution (its statistics are constants at inference);
+    # GroupNormalization or LayerNormalization compute theirs from each input, so a compiler fuses them instead.
+    folded = [r.type for r in fusible if r.type == "BatchNormalization"]
+    fold = f" or fold {folded[0]} into the preceding convolution for inference" if folded else ""
     how = {
         "jax": "jax.jit already fuses these under XLA: make sure the model runs jitted (model.compile(jit_compile=True) / keras' jax trainer)",
-        "torch": "compile the model (model.compile(jit_compile=True) on the torch backend uses torch.compile; or fold BatchNormalization into the preceding convolution for inference)",
-        "tensorflow": "compile with XLA (model.compile(jit_compile=True)) or fold BatchNormalization into the preceding convolution for inference",
+        "torch": f"compile the model (model.compile(jit_compile=True) on the torch backend uses torch.compile){fold}",
+        "tensorflow": f"compile with XLA (model.compile(jit_compile=True)){fold}",
     }.get(report.model.backend, "fuse them into the producing kernel (XLA / torch.compile)")
+    one = len(fusible) == 1
     return Recommendation(
         title="Fuse memory-bound elementwise layers into their producers",
         detail=(
-            f"{plural(len(fusible), 'activation/normalisation/add layer')} ({saved / total:.0%} of the predicted time) only stream "
-            f"their tensor through memory once more. Fused into the preceding convolution's epilogue they cost no traffic: {how}."
+            f"{_layers_by_type(fusible, 'elementwise layer', f'{saved / total:.0%} of the predicted time')} only "
+            f"{'streams its' if one else 'stream their'} tensor through memory once more. Fused into the preceding "
+            f"layer's kernel {'it costs' if one else 'they cost'} no traffic: {how}."
         ),
         expected_gain=_gain_text(speedup, energy_ratio), speedup=speedup, energy_ratio=energy_ratio,
         layers=[r.name for r in fusible],
@@ -232,8 +267,40 @@ def _bytes_text(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def _tensor_core_alignment(report, rows) -> Recommendation | None:
-    # The last matmul-class layer's output width is the model's output (e.g. 10 classes): the task fixes it.
+def model_output_layers(model) -> set[tuple[str, ...]]:
+    """The layers that produce the model's outputs, each as the path of names a row's name holds ("o1";
+    "blk/dense" for a nested model's output layer), for every output of a multi-output model; empty where the
+    model has no symbolic outputs (a subclassed model)."""
+    found: set[tuple[str, ...]] = set()
+
+    def walk(m, prefix: tuple[str, ...]) -> None:
+        try:
+            outputs = list(getattr(m, "outputs", None) or [])
+        except (AttributeError, ValueError):   # a subclassed model has no symbolic outputs
+            return
+        for tensor in outputs:
+            op = getattr(getattr(tensor, "_keras_history", None), "operation", None)
+            if op is None:
+                continue
+            if hasattr(op, "layers") and getattr(op, "outputs", None):   # a nested model: its own output layers
+                walk(op, prefix + (op.name,))
+            else:
+                found.add(prefix + (op.name,))
+
+    walk(model, ())
+    return found
+
+
+def _row_path(name: str) -> tuple[str, ...]:
+    """A row's name as its layer path: "blk#1/ic" (the second call of nested model blk) -> ("blk", "ic"); a
+    part of a layer the cost model splits ("sep:pointwise") -> the layer ("sep",)."""
+    return tuple(part.split("#", 1)[0].split(":", 1)[0] for part in name.split("/"))
+
+
+def _tensor_core_alignment(report, rows, outputs: set[tuple[str, ...]] = frozenset()) -> Recommendation | None:
+    # A model output layer's output width is the task's (10 classes, 1 regression target): the task fixes it. Every
+    # output layer of the model (`outputs`, model_output_layers), and the last matmul-class layer (an output
+    # behind an activation layer, or a model without symbolic outputs).
     matmuls = [r for r in rows if r.channels]
     output_layer = matmuls[-1] if matmuls else None
     misaligned = []
@@ -242,7 +309,7 @@ def _tensor_core_alignment(report, rows) -> Recommendation | None:
             continue
         multiple = _TC_MULTIPLE.get(dtype_bytes_of(r.dtype), 8)
         channels = [c for c in r.channels if c]
-        if r is output_layer and len(channels) == 2:
+        if (r is output_layer or _row_path(r.name) in outputs) and len(channels) == 2:
             channels = channels[:1]
         off = tuple(c for c in channels if c % multiple)
         if off:

@@ -242,3 +242,76 @@ def test_a_separable_conv_model_gets_both_parts_measured():
     merge_measurements(rows, run, round_profile())
     assert all(r.measured for r in rows)
     assert sum(r.time_s for r in rows) == pytest.approx(1e-3)
+
+
+def mixed_model_with_a_float32_output(tmp_path, policy="mixed_bfloat16"):
+    """Saved under `policy` with its output layer pinned to float32 (Keras' advice), loaded under float32: the
+    loaded Model object's own policy says float32, two of its three layers hold `policy`."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        inputs = keras.Input(shape=(1024,))
+        x = keras.layers.Dense(1024, name="h1")(inputs)
+        x = keras.layers.Dense(1024, name="h2")(x)
+        outputs = keras.layers.Dense(1024, dtype="float32", name="out")(x)
+        keras.Model(inputs, outputs, name="mixed").save(tmp_path / f"{policy}.keras")
+    finally:
+        keras.config.set_dtype_policy(previous)
+    return keras.saving.load_model(tmp_path / f"{policy}.keras")
+
+
+def test_a_mixed_model_with_a_pinned_float32_output_is_labelled_by_the_policy_most_layers_hold(tmp_path):
+    model = mixed_model_with_a_float32_output(tmp_path)
+    assert model.dtype_policy.name == "float32"          # what the label used to be read from
+    report = advisor.analyze(model, batch_size=1024, profile=round_profile(), measure=False)
+    assert report.model.precision == "mixed_bfloat16"
+    assert [r.dtype for r in report.layers] == ["bfloat16", "bfloat16", "float32"]
+
+
+def test_a_model_already_under_mixed_bfloat16_is_not_told_to_use_it(tmp_path):
+    # The pinned float32 output (1024x1024 at batch 1024) sits on the TF32 roof, 2x slower than BF16: the old
+    # advice recommended mixed_bfloat16 for it, the policy the model already uses.
+    report = advisor.analyze(mixed_model_with_a_float32_output(tmp_path), batch_size=1024, profile=round_profile(),
+                             measure=False)
+    assert not any("mixed_bfloat16" in r.title for r in report.recommendations)
+    half = advisor.analyze(mixed_model_with_a_float32_output(tmp_path, "mixed_float16"), batch_size=1024,
+                           profile=round_profile(), measure=False)
+    assert half.model.precision == "mixed_float16"
+    assert not any("mixed_bfloat16" in r.title for r in half.recommendations)
+
+
+def test_a_model_that_fixes_its_batch_is_costed_at_the_requested_batch_with_a_warning():
+    inputs = keras.Input(shape=(256,), batch_size=3)
+    model = keras.Model(inputs, keras.layers.Dense(256, name="d")(inputs), name="fixedb")
+    report = advisor.analyze(model, batch_size=64, profile=round_profile(), measure=False)
+    (row,) = report.layers
+    assert report.model.batch_size == 64
+    assert row.flops == 2 * 64 * 256 * 256 + 64 * 256                       # not batch 3's 394,752
+    assert report.totals()["flops_per_sample"] == pytest.approx(2 * 256 * 256 + 256)   # 131,328
+    assert any("fix the batch size at 3" in w and "batch size 64" in w for w in report.warnings)
+
+
+def test_a_model_analysed_at_its_own_fixed_batch_gets_no_batch_warning():
+    inputs = keras.Input(shape=(8,), batch_size=4)
+    model = keras.Model(inputs, keras.layers.Dense(8, name="d")(inputs))
+    report = advisor.analyze(model, batch_size=4, profile=round_profile(), measure=False)
+    assert not any("fix the batch size" in w for w in report.warnings)
+
+
+def test_subclassed_model_per_sample_figures_count_a_layer_called_twice():
+    class Twice(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(64, name="shared")
+            self.drop = keras.layers.Dropout(0.1)
+            self.o = keras.layers.Dense(64, name="o")
+
+        def call(self, x):
+            return self.o(self.drop(self.d(self.d(x))))
+
+    model = Twice()
+    model(keras.ops.zeros((2, 64)))
+    report = advisor.analyze(model, batch_size=8, profile=round_profile(), measure=False)
+    assert [r.name for r in report.layers][:2] == ["shared", "shared#1"]
+    # three 64x64 Dense calls with bias per sample: 3 * (2*64*64 + 64) = 24,768 (16.5 k before)
+    assert report.totals()["flops_per_sample"] == pytest.approx(3 * (2 * 64 * 64 + 64))

@@ -290,3 +290,54 @@ def test_a_class_saved_under_a_package_name_says_that_name(capsys, tmp_path):
     code, _, err = run_cli(capsys, "analyze", str(path))
     assert_one_line_error(code, err, "unknown custom class Tripler")
     assert "'review_pkg>Tripler'" in err and "package='review_pkg'" in err
+
+
+def test_layout_with_a_model_file_is_refused(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--layout", "channels_first")
+    assert_one_line_error(code, err, "--layout applies to keras.applications models")
+    assert "fixed by its weights and input shape" in err
+
+
+def _save_mixed_with_float32_output(path):
+    """Saved under mixed_bfloat16, its output layer pinned to float32: two of three layers hold mixed_bfloat16."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input(shape=(64,))
+        x = keras.layers.Dense(64, name="h1")(inputs)
+        x = keras.layers.Dense(64, name="h2")(x)
+        keras.Model(inputs, keras.layers.Dense(16, dtype="float32", name="out")(x), name="mixed").save(path)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def test_a_mixed_model_file_is_labelled_with_its_own_policy(capsys, tmp_path):
+    _save_mixed_with_float32_output(tmp_path / "mixed.keras")
+    code, out, err = run_cli(capsys, "analyze", str(tmp_path / "mixed.keras"), "--no-measure",
+                             "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert d["model"]["precision"] == "mixed_bfloat16" and "precision mixed_bfloat16" in out
+    assert not any("mixed_bfloat16" in r["title"] for r in d["recommendations"])
+
+
+def test_precision_on_a_model_file_keeps_the_layers_pinned_to_another_policy(capsys, tmp_path):
+    _save_mixed_with_float32_output(tmp_path / "mixed.keras")
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "mixed.keras"), "--precision", "mixed_float16",
+                           "--no-measure", "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert {r["name"]: r["dtype"] for r in d["layers"]} == {"h1": "float16", "h2": "float16", "out": "float32"}
+    assert d["model"]["precision"] == "mixed_float16"
+
+
+def test_precision_on_a_file_whose_policies_cannot_be_replaced_says_every_layer_is_analysed_at_it(capsys, tmp_path):
+    inputs = keras.Input(shape=(64,))
+    x = keras.layers.Dense(64, dtype="bfloat16", name="h")(inputs)
+    keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(x)).save(tmp_path / "bf16.keras")
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "bf16.keras"), "--precision", "float32", "--no-measure",
+                           "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    d = json.loads((tmp_path / "r.json").read_text())
+    assert [r["dtype"] for r in d["layers"]] == ["float32", "float32"] and d["model"]["precision"] == "float32"
+    assert any("cannot be replaced by a rebuild" in w for w in d["warnings"])

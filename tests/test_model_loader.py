@@ -40,3 +40,31 @@ def test_application_without_a_fixed_input_shape_is_built_at_224(name):
     # needs sizes, and 224x224 is the size its ImageNet weights are published for.
     model, _ = load_model(name)
     assert tuple(model.inputs[0].shape)[1:] in ((224, 224, 3), (3, 224, 224))
+
+
+def test_a_model_file_refuses_a_layout_before_it_is_even_read(tmp_path):
+    with pytest.raises(ModelLoadError, match="--layout applies to keras.applications models"):
+        load_model(str(tmp_path / "m.keras"), layout="channels_first")
+
+
+def test_a_file_whose_policies_cannot_be_replaced_is_analysed_at_the_asked_compute_dtype():
+    import keras
+
+    from carm_advisor.model_loader import file_at_precision
+
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4, dtype="bfloat16")(keras.layers.Dense(8, dtype="bfloat16")(inputs)))
+    same, override = file_at_precision(model, "float32")   # bfloat16 variables: no rebuild keeps its weights
+    assert same is model and override == "float32"
+    assert file_at_precision(model, None) == (model, None)
+
+
+def test_a_float32_file_is_rebuilt_at_the_asked_policy():
+    import keras
+
+    from carm_advisor.model_loader import file_at_precision
+
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="d")(inputs))
+    rebuilt, override = file_at_precision(model, "mixed_bfloat16")
+    assert override is None and rebuilt.get_layer("d").dtype_policy.name == "mixed_bfloat16"

@@ -226,3 +226,71 @@ def test_a_row_carries_the_elements_its_layer_writes():
     assert row.output_elements == 8 * 16 * 16 * 32 + 8 * 10
     (unknown,) = Predictor(profile(), TORCH_MODE).rows_for_costs([matmul()])   # no shape recorded: 0
     assert unknown.output_elements == 0
+
+
+# ---- the whole model's calibrated energy (Report.totals) ------------------------------------------------------
+
+def _calibrated_report(layer_energies_j, whole_time_s, whole_power_w):
+    from carm_advisor.report.model import DeviceInfo, LayerRow, ModelInfo, Report
+
+    rows = [LayerRow(name=f"l{i}", type="Dense", dtype="float32", flops=1000, bytes=1000, ai=1.0,
+                     ai_source="analytic", path="fp32", level="hbm", bound="memory:hbm", attainable_flops_per_s=1e11,
+                     predicted_time_s=1e-6, predicted_energy_j=1e-4, tensor_core=False, known=True,
+                     calibrated_time_s=40e-6, calibrated_energy_j=e) for i, e in enumerate(layer_energies_j)]
+    return Report(model=ModelInfo("m", 64, "float32", "channels_last", "jax", {}),
+                  device=DeviceInfo("GPU", "profile", "GPU", "recorded", {}), ceilings={}, layers=rows,
+                  recommendations=[], calibration={"execution": "jit", "whole_time_s": whole_time_s,
+                                                   "whole_power_w": whole_power_w})
+
+
+def test_the_whole_model_calibrated_energy_is_its_calibrated_power_over_its_calibrated_time():
+    # The review's jax case: the model's calibrated time is 115 us (one jitted call), its predicted whole-model power
+    # 180 W; its layers, each calibrated alone, sum to 0.150 J. Energy = 180 W x 115 us = 0.0207 J, not 0.150 J
+    # (0.150 J / 115 us would be 1,304 W, above a 700 W board).
+    t = _calibrated_report([0.05, 0.06, 0.04], 115e-6, 180.0).totals()
+    assert t["calibrated_energy_j"] == pytest.approx(0.0207)
+    assert t["calibrated_energy_j"] / t["calibrated_time_s"] == pytest.approx(180.0)
+    assert t["calibrated_power_w"] == pytest.approx(180.0)
+    assert t["calibrated_layer_energy_sum_j"] == pytest.approx(0.15)   # the layers' own sum, named apart
+    assert t["energy_j"] == pytest.approx(0.0207)                       # the headline agrees
+
+
+def test_no_whole_model_calibrated_energy_without_a_whole_model_power():
+    t = _calibrated_report([0.05], 115e-6, None).totals()
+    assert t["calibrated_energy_j"] is None and t["calibrated_layer_energy_sum_j"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_calibrated_energy_over_calibrated_time_is_a_power_between_the_constant_power_and_the_cap(tmp_path, backend):
+    """The invariant on the embedded H200 profile and the shipped calibration, as a user runs the CLI."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed here")
+    inputs = keras.Input((64,), dtype="int32")
+    x = keras.layers.Embedding(1000, 128)(inputs)
+    x = keras.layers.MultiHeadAttention(num_heads=4, key_dim=32, name="mha")(x, x)
+    x = keras.layers.Dense(512, activation="gelu", name="ff1")(x)
+    outputs = keras.layers.Dense(2, activation="softmax", name="head")(keras.layers.GlobalAveragePooling1D()(x))
+    path = tmp_path / "enc.keras"
+    keras.Model(inputs, outputs, name="enc").save(path)
+    proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", "analyze", str(path), "--batch-size", "64",
+                           "--no-measure", "--json", str(tmp_path / "r.json")], capture_output=True, text=True,
+                          env={**os.environ, "KERAS_BACKEND": backend}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "r.json").read_text())
+    t, pm = d["totals"], carmadvisor_power_model()
+    assert t["calibrated_time_s"] and t["calibrated_energy_j"], t
+    power_w = t["calibrated_energy_j"] / t["calibrated_time_s"]
+    assert pm.constant_w <= power_w <= pm.power_limit_w
+    assert t["calibrated_energy_j"] == pytest.approx(d["calibration"]["whole_power_w"] * t["calibrated_time_s"])
+
+
+def carmadvisor_power_model():
+    from carm_advisor.profiles.profile import load_profile
+
+    return load_profile().power_model

@@ -185,3 +185,70 @@ def test_recurrent_layer_times_carry_a_marker_and_a_legend_with_the_step_count()
     assert "\u2020" in lstm_row and "\u2020" not in fc_row
     legend = next(line for line in lines if line.startswith("\u2020"))
     assert "lstm: 128 steps" in legend and "ignore" in legend
+
+
+def two_in_two_out():
+    """Two inputs, two task-fixed output heads: Dense(1) (a regression target) and Dense(3) (three classes)."""
+    a, b = keras.Input((20,), name="a"), keras.Input((10,), name="b")
+    h = keras.layers.Concatenate()([keras.layers.Dense(32, name="da")(a), keras.layers.Dense(32, name="db")(b)])
+    o1 = keras.layers.Dense(1, name="o1")(h)
+    o2 = keras.layers.Dense(3, activation="softmax", name="o2")(h)
+    return keras.Model([a, b], [o1, o2], name="twoio")
+
+
+def test_a_list_of_layers_cut_short_says_how_many_more():
+    report = advisor.analyze(two_in_two_out(), batch_size=4, measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Raise the batch size"))
+    # da, db, o1 and o2 all re-read their weights at batch 4; three are named, the fourth counted
+    assert "4 of them re-read their weights for every batch (da, db, o1 and 1 more)" in rec.detail
+
+
+def test_no_channel_padding_advice_for_any_output_head_of_a_multi_output_model():
+    report = advisor.analyze(two_in_two_out(), batch_size=4, precision="mixed_bfloat16", measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Pad channel"))
+    # BF16 tiles need multiples of 8: da's 20 and db's 10 input features are off it (their 32 outputs are on it);
+    # o1's 1 and o2's 3 outputs are the task's, their 64 inputs on the multiple
+    assert rec.layers == ["da", "db"]
+
+
+def test_the_fuse_advice_names_the_layers_real_class_and_folds_only_batch_normalization():
+    inputs = keras.Input(shape=(32, 32, 16))
+    x = keras.layers.Conv2D(32, 3, padding="same", name="conv")(inputs)
+    model = keras.Model(inputs, keras.layers.GroupNormalization(groups=4, name="gn")(x))
+    rec = next(r for r in advisor.analyze(model, batch_size=64, measure=False).recommendations
+               if r.title.startswith("Fuse"))
+    assert "1 elementwise layer (1 GroupNormalization;" in rec.detail
+    assert "BatchNormalization" not in rec.detail
+
+
+def test_the_fuse_advice_still_folds_a_batch_normalization(report):
+    if keras.backend.backend() == "jax":
+        pytest.skip("jax: XLA fuses it already; no folding advice")
+    rec = next(r for r in report.recommendations if r.title.startswith("Fuse"))
+    assert "BatchNormalization" in rec.detail and "fold BatchNormalization into the preceding convolution" in rec.detail
+
+
+def test_recurrent_layers_are_named_as_such_in_the_precision_advice():
+    inputs = keras.Input((50, 32))
+    x = keras.layers.LSTM(64, return_sequences=True, name="lstm")(inputs)
+    x = keras.layers.GRU(48, name="gru")(x)
+    model = keras.Model(inputs, keras.layers.Dense(5, name="out")(x))
+    rec = next(r for r in advisor.analyze(model, batch_size=4, measure=False).recommendations
+               if "mixed_bfloat16" in r.title)
+    assert rec.detail.startswith("3 matrix-multiply layers (1 LSTM, 1 GRU, 1 Dense;")
+    assert "conv/dense" not in rec.detail
+
+
+def test_a_model_no_layer_of_which_could_be_costed_says_so():
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Lambda(lambda t: t + 1.0, name="lam")(inputs), name="onlylambda")
+    text = rendered(advisor.analyze(model, batch_size=4, measure=False), 120)
+    assert "No recommendation: no layer could be costed; 1 layer has no cost model: lam (Lambda)." in text
+    assert "close to its best roof" not in text
+
+
+def test_a_model_of_views_alone_says_nothing_was_there_to_place():
+    inputs = keras.Input((8, 2))
+    model = keras.Model(inputs, keras.layers.Flatten()(keras.layers.Reshape((2, 8))(inputs)))
+    text = rendered(advisor.analyze(model, batch_size=4, measure=False), 120)
+    assert "no layer computes or moves data" in text and "close to its best roof" not in text

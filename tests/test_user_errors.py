@@ -90,3 +90,20 @@ def test_build_kernels_says_what_was_built_where_for_which_archs_and_how_long(ca
     assert "sm_90a, sm_80" in out and str(tmp_path / "libcarm_bench.so") in out and "/usr/bin/nvcc" in out
     assert " s\n" in out.splitlines()[0] + "\n"   # how long it took, in seconds
     assert "not built" in out   # the TensorFlow op
+
+
+@pytest.mark.parametrize("precision", ["int8", "float8", "float64", "fp8", 8])
+def test_the_python_api_accepts_the_precisions_the_cli_accepts_and_no_other(precision):
+    from carm_advisor.model_loader import KERAS_POLICIES
+
+    inputs = keras.Input(shape=(16,))
+    model = keras.Model(inputs, keras.layers.Dense(8)(inputs))
+    with pytest.raises(ValueError, match="precision must be one of " + ", ".join(KERAS_POLICIES)):
+        advisor.analyze(model, precision=precision, measure=False)
+
+
+def test_every_precision_the_cli_accepts_the_python_api_accepts_too():
+    from carm_advisor.analysis import PRECISIONS
+    from carm_advisor.model_loader import KERAS_POLICIES
+
+    assert PRECISIONS == KERAS_POLICIES

@@ -241,7 +241,13 @@ class Report:
             "calibrated_time_s": self.calibration.get("whole_time_s"),
             **self._calibrated_vs_measured(),
             "calibrated_layer_sum_s": sum(r.calibrated_time_s for r in self.known_layers if r.calibrated_time_s) or None,
-            "calibrated_energy_j": sum(r.calibrated_energy_j for r in self.known_layers if r.calibrated_energy_j) or None,
+            # The whole model's calibrated energy: its calibrated power over its calibrated time (the pair above),
+            # so that energy / time is the whole-model power; the layers' own energies summed stand apart, as
+            # their times do (calibrated_layer_sum_s): a model does not take the sum of its layers' times.
+            "calibrated_energy_j": calibrated_w * calibrated_s if calibrated_s and calibrated_w else None,
+            "calibrated_power_w": calibrated_w if calibrated_s and calibrated_w else None,
+            "calibrated_layer_energy_sum_j": sum(r.calibrated_energy_j for r in self.known_layers
+                                                 if r.calibrated_energy_j) or None,
         }
 
     def _calibrated_vs_measured(self) -> dict[str, Any]:

@@ -231,6 +231,20 @@ def ceilings_table(profile) -> Table:
     return table
 
 
+def no_recommendation_text(report) -> str:
+    """Why there is no recommendation: no layer could be costed (each has no cost model), no layer does work the
+    CARM can place (views, dropout), or every layer sits close to its best roof."""
+    if any(r.known and (r.flops or r.bytes) for r in report.layers):
+        return "No recommendation: every layer sits close to its best roof at this configuration."
+    unknown = report.unknown_layers
+    if unknown:
+        names = ", ".join(f"{r.name} ({r.type})" for r in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        return (f"No recommendation: no layer could be costed; {plural(len(unknown), 'layer')} "
+                f"{'has' if len(unknown) == 1 else 'have'} no cost model: {names}.")
+    return ("No recommendation: no layer computes or moves data the CARM can place (reshapes, flattens and "
+            "dropout at inference cost nothing here).")
+
+
 def renderables(report, top: int | None = None, width: int = 200):
     yield header(report)
     yield layer_table(report, top, width)
@@ -243,7 +257,7 @@ def renderables(report, top: int | None = None, width: int = 200):
     if report.recommendations:
         yield recommendations_table(report)
     else:
-        yield Text("No recommendation: every layer sits close to its best roof at this configuration.")
+        yield Text(no_recommendation_text(report))
     for w in report.warnings:
         yield Text(f"warning: {w}", style="bold red")
 

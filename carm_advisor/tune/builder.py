@@ -190,7 +190,9 @@ def config_traits(config: dict) -> FileTraits:
     _data_formats(config, formats)
     layout = formats[0] if formats else None
     names = [n for _, n in found]
-    own = max(set(names), key=names.count) if names else None
+    # The policy most layers hold; on a tie a mixed policy (a mixed model pins a few layers, such as its output, to
+    # float32), then the first in layer order: never Python's set order, which varies between runs.
+    own = max(dict.fromkeys(names), key=lambda n: (names.count(n), n.startswith("mixed_"))) if names else None
     odd = sorted({f"{n} ({c})" if c != "DTypePolicy" else n for c, n in found
                   if c != "DTypePolicy" or n not in REBUILDABLE_POLICIES})
     if not found:
