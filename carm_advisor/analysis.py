@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from typing import TYPE_CHECKING, Any
 
 from carm_advisor.carm.roofline import CARM
@@ -180,56 +182,59 @@ def analyze(
     calib = _calibration_of(calibration, run, profile)
 
     predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
-    for_model = predictor.for_model(model, batch_size, compute_dtype)
-    rows = for_model.rows()
-    warnings: list[str] = []
-    if run is not None:
-        warnings += merge_measurements(rows, run, profile)
-    unknown = [r for r in rows if not r.known]
-    if unknown:
-        warnings.append(
-            f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
-            + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
+    # The mapping's own warnings (map_model runs more than once below) go to the report, once each.
+    with _mapping_warnings() as mapping_said:
+        for_model = predictor.for_model(model, batch_size, compute_dtype)
+        rows = for_model.rows()
+        warnings: list[str] = []
+        if run is not None:
+            warnings += merge_measurements(rows, run, profile)
+        unknown = [r for r in rows if not r.known]
+        if unknown:
+            warnings.append(
+                f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
+                + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
+            )
+        warnings += fixed_batch_warnings(model, batch_size)
+        warnings += memory_warnings(model, batch_size, compute_dtype, profile)
+        warnings += calibration_range_warnings(calib, backend, batch_size)
+        precision_name = precision or _model_precision(model)
+        model_info = ModelInfo(
+            name=name or getattr(model, "name", "model"),
+            batch_size=batch_size,
+            precision=precision_name,
+            layout=_model_layout(model),
+            backend=backend,
+            math_mode=math_mode,
+            params=int(model.count_params()) if model.built else None,
         )
-    warnings += fixed_batch_warnings(model, batch_size)
-    warnings += memory_warnings(model, batch_size, compute_dtype, profile)
-    warnings += calibration_range_warnings(calib, backend, batch_size)
-    precision_name = precision or _model_precision(model)
-    model_info = ModelInfo(
-        name=name or getattr(model, "name", "model"),
-        batch_size=batch_size,
-        precision=precision_name,
-        layout=_model_layout(model),
-        backend=backend,
-        math_mode=math_mode,
-        params=int(model.count_params()) if model.built else None,
-    )
-    device = DeviceInfo(
-        name=getattr(run, "device", {}).get("name") if run is not None else profile.name,
-        source="measured" if run is not None else "profile",
-        profile=profile.name,
-        profile_source=profile.source,
-        profile_provenance=profile.provenance,
-        extra=dict(run.device or {}) if run is not None else {},
-    )
-    measurement = None
-    if run is not None:
-        measurement = MeasurementInfo(
-            inference=_as_dict(getattr(run, "inference", None)),
-            training_step=_as_dict(getattr(run, "training_step", None)),
-            inference_graph=_as_dict(getattr(run, "inference_graph", None)),
-            date=getattr(run, "date", None),
-            command=getattr(run, "command", None),
+        device = DeviceInfo(
+            name=getattr(run, "device", {}).get("name") if run is not None else profile.name,
+            source="measured" if run is not None else "profile",
+            profile=profile.name,
+            profile_source=profile.source,
+            profile_provenance=profile.provenance,
+            extra=dict(run.device or {}) if run is not None else {},
         )
-    report = Report(
-        model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
-        recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
-    )
-    report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model)
-    if run is not None and measured_now and run.layers:
-        _learn_from(run, rows, model_info.name)
-    report.clocks = energy_optimal_clocks(rows, profile)
-    report.recommendations = recommend(report, for_model)
+        measurement = None
+        if run is not None:
+            measurement = MeasurementInfo(
+                inference=_as_dict(getattr(run, "inference", None)),
+                training_step=_as_dict(getattr(run, "training_step", None)),
+                inference_graph=_as_dict(getattr(run, "inference_graph", None)),
+                date=getattr(run, "date", None),
+                command=getattr(run, "command", None),
+            )
+        report = Report(
+            model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
+            recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
+        )
+        report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model)
+        if run is not None and measured_now and run.layers:
+            _learn_from(run, rows, model_info.name)
+        report.clocks = energy_optimal_clocks(rows, profile)
+        report.recommendations = recommend(report, for_model)
+    report.warnings[:0] = mapping_said
     if verify:
         from carm_advisor.model_loader import application_names
         from carm_advisor.verify_recommendations import verify_recommendations
@@ -238,6 +243,38 @@ def analyze(
         verify_recommendations(report, runner=verify_runner, model=model,
                                model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+@contextlib.contextmanager
+def _mapping_warnings():
+    """The mapping's own warnings (a subclassed model whose call() could not be traced: its totals are a lower
+    bound) collected for the report's warnings, once each, instead of going to stderr; any other warning is
+    passed on as it came."""
+    import warnings as pywarnings
+
+    said: list[str] = []
+    try:
+        with pywarnings.catch_warnings(record=True) as caught:
+            pywarnings.filterwarnings("always", message=re.escape(MAPPING_WARNING_PREFIX))   # every analysis says it
+            yield said
+    finally:
+        _pass_on(caught, said)
+
+
+def _pass_on(caught, said: list[str]) -> None:
+    import warnings as pywarnings
+
+    for w in caught:
+        text = str(w.message)
+        if text.startswith(MAPPING_WARNING_PREFIX):
+            text = text[len("carm_advisor: "):]
+            if text not in said:
+                said.append(text)
+        else:
+            pywarnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+MAPPING_WARNING_PREFIX = "carm_advisor: the call() of subclassed"
 
 
 def fixed_batch_warnings(model, batch_size: int) -> list[str]:

@@ -315,3 +315,45 @@ def test_subclassed_model_per_sample_figures_count_a_layer_called_twice():
     assert [r.name for r in report.layers][:2] == ["shared", "shared#1"]
     # three 64x64 Dense calls with bias per sample: 3 * (2*64*64 + 64) = 24,768 (16.5 k before)
     assert report.totals()["flops_per_sample"] == pytest.approx(3 * (2 * 64 * 64 + 64))
+
+
+def test_an_untraceable_subclassed_model_says_in_the_reports_warnings_that_its_totals_are_a_lower_bound(recwarn):
+    import keras
+
+    import carm_advisor as advisor
+
+    class Untraceable(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(4, name="d")
+
+        def call(self, x):
+            scale = float(keras.ops.convert_to_numpy(keras.ops.max(x)))  # needs values: no symbolic trace
+            return self.d(x) * scale
+
+    model = Untraceable()
+    model(keras.ops.zeros((2, 6)))
+    report = advisor.analyze(model, batch_size=3, measure=False, progress=False)
+    said = [w for w in report.warnings if "could not be traced" in w]
+    assert len(said) == 1 and said[0].startswith("the call() of subclassed model") and "lower bound" in said[0]
+    assert not [w for w in recwarn.list if "could not be traced" in str(w.message)]   # the report says it, not stderr
+
+
+def test_every_analysis_of_an_untraceable_model_says_so_not_only_the_first():
+    import keras
+
+    import carm_advisor as advisor
+
+    class Untraceable(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(4, name="d")
+
+        def call(self, x):
+            return self.d(x) * float(keras.ops.convert_to_numpy(keras.ops.max(x)))
+
+    model = Untraceable()
+    model(keras.ops.zeros((2, 6)))
+    for _ in range(2):
+        report = advisor.analyze(model, batch_size=3, measure=False, progress=False)
+        assert sum("could not be traced" in w for w in report.warnings) == 1
