@@ -296,3 +296,30 @@ def test_unknown_layers_are_named_up_to_four():
     with pytest.raises(MappingError, match=r"no cost model for l0 \(Lambda\), l1 \(Lambda\), l2 \(Lambda\), "
                                            r"l3 \(Lambda\) and 2 more\)"):
         _check_costed(ModelSpec("model", "", "six"), Nothing(), BASELINE)
+
+
+def test_a_predicted_study_says_which_layers_no_value_counts(tmp_path):
+    """A Lambda has no cost model: a predicted study's values leave it out, and its warnings say so in one line."""
+    import keras
+
+    from carm_advisor.tune.study import tune
+
+    inputs = keras.Input((64,))
+    x = keras.layers.Dense(64, name="fc1")(inputs)
+    x = keras.layers.Lambda(lambda t: t * 2.0, name="double")(x)
+    model = keras.Model(inputs, keras.layers.Dense(8, name="fc2")(x), name="lam")
+    result = tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "s.db"), backends=("torch",))
+    said = [w for w in result.warnings if "no cost model" in w]
+    assert said == ["1 layer(s) have no cost model and are left out of every predicted value, so each is a lower "
+                    "bound: double (Lambda)"]
+
+
+def test_a_fully_costed_model_has_no_such_line(tmp_path):
+    import keras
+
+    from carm_advisor.tune.study import tune
+
+    inputs = keras.Input((64,))
+    model = keras.Model(inputs, keras.layers.Dense(8, name="fc")(inputs), name="plain")
+    result = tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "s.db"), backends=("torch",))
+    assert not [w for w in result.warnings if "no cost model" in w]

@@ -281,6 +281,17 @@ def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
             "and calibrated) ignore that dependence; the real time can be far longer")
 
 
+def uncosted_warning(rows) -> list[str]:
+    """The one line a predicted study carries when some layers have no cost model (analyze says the same): their
+    time and energy are in no predicted value, so each is a lower bound."""
+    unknown = [r for r in rows or [] if not getattr(r, "known", True)]
+    if not unknown:
+        return []
+    named = _names([f"{r.name} ({r.type})" for r in unknown])
+    return [f"{len(unknown)} layer(s) have no cost model and are left out of every predicted value, so each is a "
+            f"lower bound: {named}"]
+
+
 def _dominates(objectives, a: list[float], b: list[float]) -> bool:
     return all(not o.better(y, x) for o, x, y in zip(objectives, a, b)) and any(o.better(x, y) for o, x, y in zip(objectives, a, b))
 
@@ -347,9 +358,12 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     defaults = keras_default_gains(best, space, predictor) if source == "predicted" else []
     warnings = list(study.user_attrs.get("space_notes") or [])   # what a model file left out of the space
     warnings += batch_range_warnings(records, predictor) if source == "predicted" else []
-    recurrent = recurrent_layers(predictor.predict(baseline_cfg).rows)
+    baseline_rows = predictor.predict(baseline_cfg).rows
+    recurrent = recurrent_layers(baseline_rows)
     if recurrent and source == "predicted":   # measured times include the steps' dependence
         warnings.append(recurrent_warning(recurrent))
+    if source == "predicted":   # measured times include every layer
+        warnings += uncosted_warning(baseline_rows)
     return TuneResult(
         objectives=objectives, source=source, trials=records, baseline=baseline, best=best,
         next_best=[r for r in ranked if r is not best][:3], pareto=pareto, counts=counts, blind_search=blind,
