@@ -389,3 +389,17 @@ def test_real_cuda_graph_replay_recomputes_the_captured_torch_work():
     replay()
     torch.cuda.synchronize()
     assert torch.equal(replay.outputs, torch.full((64, 64), 6.0, device="cuda"))
+
+
+def test_whole_model_inputs_take_the_batch_asked_for_also_where_the_model_fixes_one():
+    """The mapping costs a fixed-batch model at the batch asked for; its measured whole-model time must be of
+    that batch too, or samples/s and samples/J would divide a batch-3 time by another batch."""
+    import keras
+
+    from carm_advisor.measure.layers import _model_inputs
+
+    inputs = keras.Input((16,), batch_size=3)
+    model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
+    assert tuple(_model_inputs(model, 8).shape) == (8, 16)
+    free = keras.Input((16,))
+    assert tuple(_model_inputs(keras.Model(free, keras.layers.Dense(4)(free)), 8).shape) == (8, 16)

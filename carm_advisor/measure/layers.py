@@ -539,7 +539,9 @@ def _model_inputs(model, batch_size: int):
     tensors = []
     for i, tensor in enumerate(inputs):
         shape = tuple(tensor.shape)
-        shape = ((batch_size,) + shape[1:]) if shape and shape[0] is None else shape
+        # The batch asked for, also where the model fixes one: the mapping costs that batch (walker), and a
+        # measured time must be of the same batch for per-sample figures to mean anything.
+        shape = ((batch_size,) + shape[1:]) if shape else shape
         if any(d is None for d in shape):
             raise MeasurementError(
                 f"Expected model inputs with known dimensions besides the batch, Received: {tuple(tensor.shape)}"
