@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import TYPE_CHECKING, Any
 
 from carm_advisor.carm.roofline import CARM
@@ -248,30 +247,28 @@ def analyze(
 @contextlib.contextmanager
 def _mapping_warnings():
     """The mapping's own warnings (a subclassed model whose call() could not be traced: its totals are a lower
-    bound) collected for the report's warnings, once each, instead of going to stderr; any other warning is
-    passed on as it came."""
+    bound) collected for the report's warnings, once each, instead of going to stderr. Only how warnings are shown
+    is swapped for the block: filters and the modules' once-only registries are left as they are, so any other
+    warning is shown (or not) as it would have been."""
     import warnings as pywarnings
 
     said: list[str] = []
-    try:
-        with pywarnings.catch_warnings(record=True) as caught:
-            pywarnings.filterwarnings("always", message=re.escape(MAPPING_WARNING_PREFIX))   # every analysis says it
-            yield said
-    finally:
-        _pass_on(caught, said)
+    shown = pywarnings.showwarning
 
-
-def _pass_on(caught, said: list[str]) -> None:
-    import warnings as pywarnings
-
-    for w in caught:
-        text = str(w.message)
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
         if text.startswith(MAPPING_WARNING_PREFIX):
             text = text[len("carm_advisor: "):]
             if text not in said:
                 said.append(text)
         else:
-            pywarnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            shown(message, category, filename, lineno, file, line)
+
+    pywarnings.showwarning = show
+    try:
+        yield said
+    finally:
+        pywarnings.showwarning = shown
 
 
 MAPPING_WARNING_PREFIX = "carm_advisor: the call() of subclassed"

@@ -357,3 +357,29 @@ def test_every_analysis_of_an_untraceable_model_says_so_not_only_the_first():
     for _ in range(2):
         report = advisor.analyze(model, batch_size=3, measure=False, progress=False)
         assert sum("could not be traced" in w for w in report.warnings) == 1
+
+
+def test_other_warnings_are_shown_once_per_process_as_before_not_once_per_analysis(capsys, monkeypatch):
+    """analyze() diverts only the mapping's own line: a warning given from one place inside an analysis, which
+    Python's default filter shows once per process, is not repeated by each analysis."""
+    import warnings
+
+    import keras
+
+    import carm_advisor as advisor
+    from carm_advisor import analysis
+
+    original = analysis.calibration_range_warnings
+
+    def noisy(*args, **kwargs):
+        warnings.warn("noisy step says this once", UserWarning)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "calibration_range_warnings", noisy)
+    inputs = keras.Input((6,))
+    model = keras.Model(inputs, keras.layers.Dense(4, name="d")(inputs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        for batch in (1, 2, 3):
+            advisor.analyze(model, batch_size=batch, measure=False, progress=False)
+    assert capsys.readouterr().err.count("UserWarning: noisy step says this once") == 1
