@@ -256,3 +256,46 @@ def test_untraceable_subclassed_call_falls_back_with_a_lower_bound_warning():
 
     assert [c.name for c in costs] == ["d"]                    # the weight-free Dropout is named, not fatal
     assert costs[0].flops == 2 * 3 * 6 * 4 + 3 * 4
+
+
+def test_a_sublayer_never_built_is_not_built_by_the_trace():
+    class Branchy(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.a = keras.layers.Dense(4, name="a")
+            self.post = keras.layers.Dense(4, name="post")
+
+        def call(self, x, training=None):
+            h = self.a(x)
+            if not training:
+                h = self.post(h)
+            return h
+
+    model = Branchy()
+    model(keras.ops.zeros((2, 6)), training=True)   # built through the training branch: post never built
+    n_weights = len(model.weights)
+    with pytest.warns(RuntimeWarning, match="post never built"):
+        costs = map_model(model, 3)
+    assert not model.post.built and len(model.weights) == n_weights
+    assert [c.name for c in costs] == ["a"]
+    assert costs[0].flops == 2 * 3 * 6 * 4 + 3 * 4
+
+
+def test_a_sublayer_the_traced_call_never_reaches_is_not_dropped_silently():
+    class TwoArgs(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.a = keras.layers.Dense(4, name="a")
+            self.b = keras.layers.Dense(4, name="b")
+
+        def call(self, x, y=None):
+            out = self.a(x)
+            if y is not None:
+                out = out + self.b(y)
+            return out
+
+    model = TwoArgs()
+    model(keras.ops.zeros((2, 6)), y=keras.ops.zeros((2, 5)))
+    with pytest.warns(RuntimeWarning, match="never reached b"):
+        costs = map_model(model, 3)
+    assert sorted(c.name for c in costs) == ["a", "b"]   # both listed, and the totals said to be a lower bound

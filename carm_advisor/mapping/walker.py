@@ -397,11 +397,28 @@ class _Walk:
                 kwargs["training"] = False  # the analysis is of inference
         except (TypeError, ValueError):
             pass
+        # A sublayer never built (one called only in a branch the model was not built through) would be built,
+        # weights and all, into the user's model by the trace: not traced then.
+        unbuilt = [s.name for s in model._flatten_layers(include_self=False, recursive=True) if not s.built]
+        if unbuilt:
+            self.trace_error = (f"sublayer{'s' if len(unbuilt) > 1 else ''} {', '.join(unbuilt[:4])} never built; "
+                                "a trace would build it into the model")
+            return None
         try:
-            return _trace(model, structs, kwargs)
+            traced = _trace(model, structs, kwargs)
         except Exception as exc:  # noqa: BLE001 - anything the user's call() raises on KerasTensors
             self.trace_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return None
+        # A sublayer with weights the traced call never reached (an optional argument left at its default, a
+        # branch): the trace would leave its work out silently.
+        reached = {id(op) for op in getattr(traced, "operations", [])}
+        missed = [s.name for s in model._flatten_layers(include_self=False, recursive=False)
+                  if s.weights and id(s) not in reached]
+        if missed:
+            self.trace_error = (f"the call traced with its build inputs and defaults never reached "
+                                f"{', '.join(missed[:4])}")
+            return None
+        return traced
 
     def walk_subclassed(self, layer, prefix: str, skipped: list[str]) -> Iterator[LayerCall]:
         """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""
