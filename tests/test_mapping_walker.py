@@ -299,3 +299,21 @@ def test_a_sublayer_the_traced_call_never_reaches_is_not_dropped_silently():
     with pytest.warns(RuntimeWarning, match="never reached b"):
         costs = map_model(model, 3)
     assert sorted(c.name for c in costs) == ["a", "b"]   # both listed, and the totals said to be a lower bound
+
+
+def test_a_traced_op_never_takes_a_layers_name():
+    class AddBoth(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(4, name="d")
+            self.addl = keras.layers.Add(name="add")
+
+        def call(self, x):
+            h = self.d(x)
+            return keras.ops.add(self.addl([h, h]), h)
+
+    model = AddBoth()
+    model(keras.ops.zeros((2, 6)))
+    names = [c.name for c in map_model(model, 3)]
+    assert len(names) == len(set(names)) == 3
+    assert "add" in names   # the layer keeps its own name; the op takes the next free one

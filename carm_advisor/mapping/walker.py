@@ -247,7 +247,11 @@ class _Walk:
         calls_seen: dict[int, int] = {}
         traced = not isinstance(graph, keras.layers.Layer)
         op_names: dict[str, int] = {}  # traced keras.ops: names per graph, the same on every trace
-        for node in _nodes_in_order(graph):
+        nodes = list(_nodes_in_order(graph))
+        # an op's name never takes a layer's (Keras names the first Add layer "add", as ops.add would be):
+        # rows, measurements and counters are matched by name
+        layer_names = {n.operation.name for n in nodes if isinstance(n.operation, keras.layers.Layer)}
+        for node in nodes:
             op = node.operation
             if op is None or node.is_input or isinstance(op, keras.layers.InputLayer):
                 continue
@@ -259,8 +263,11 @@ class _Walk:
             if traced and not isinstance(op, keras.layers.Layer):
                 base = to_snake_case(type(op).__name__)
                 n = op_names.get(base, 0)
-                op_names[base] = n + 1
                 name = base if n == 0 else f"{base}_{n}"
+                while name in layer_names:
+                    n += 1
+                    name = f"{base}_{n}"
+                op_names[base] = n + 1
             path = f"{prefix}{name}"
 
             # a nested graph model, or a user layer made of sublayers traced into one: walked inside
