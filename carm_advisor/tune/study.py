@@ -641,9 +641,10 @@ def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
         return
     rows = list(getattr(bound, "rows", None) or [])
 
+    from carm_advisor.tune.result import _names
+
     def named(rs) -> str:
-        shown = ", ".join(f"{r.name} ({r.type})" for r in rs[:4])
-        return shown + (f" and {len(rs) - 4} more" if len(rs) > 4 else "")
+        return _names([f"{r.name} ({r.type})" for r in rs])
 
     unknown = [r for r in rows if not r.known]
     if unknown:
