@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.errors import MeasurementError
@@ -98,17 +98,12 @@ def ceilings_summary(profile: Profile) -> dict[str, Any]:
     }
 
 
-def _model_precision(model) -> str:
-    """The dtype policy most of the model's layers hold (tune.builder.config_traits, over the policies of its
-    layers, nested models' layers included): a model saved under mixed_bfloat16 with its output layer pinned to
-    float32 is a mixed_bfloat16 model, whatever the policy of the Model object itself (a loaded file's is the
-    global one). The model's own policy where no layer has one. (The layers' policies are read as config_traits
-    reads a serialised config's, without serialising it: that imports TensorFlow on every backend.)"""
+def _layer_policies(model) -> list[tuple[str, str]]:
+    """(layer name, dtype policy name) of every layer of the model that holds a policy, nested models' layers
+    included (a nested model's layers hold the policies; input layers hold none that counts)."""
     import keras
 
-    from carm_advisor.tune.builder import config_traits
-
-    policies: list[dict] = []
+    found: list[tuple[str, str]] = []
 
     def walk(container) -> None:
         for layer in getattr(container, "layers", None) or ():
@@ -118,14 +113,45 @@ def _model_precision(model) -> str:
             policy = getattr(layer, "dtype_policy", None)
             if isinstance(layer, keras.layers.InputLayer) or not getattr(policy, "name", None):
                 continue
-            policies.append({"class_name": type(policy).__name__, "config": {"name": policy.name}})
+            found.append((layer.name, policy.name))
 
     walk(model)
+    return found
+
+
+def _model_precision(model) -> str:
+    """The dtype policy most of the model's layers hold (tune.builder.config_traits, over the policies of its
+    layers, nested models' layers included): a model saved under mixed_bfloat16 with its output layer pinned to
+    float32 is a mixed_bfloat16 model, whatever the policy of the Model object itself (a loaded file's is the
+    global one). The model's own policy where no layer has one. (The layers' policies are read as config_traits
+    reads a serialised config's, without serialising it: that imports TensorFlow on every backend.)"""
+    from carm_advisor.tune.builder import config_traits
+
+    policies = [{"class_name": "DTypePolicy", "config": {"name": name}} for _, name in _layer_policies(model)]
     own = config_traits({"layers": policies}).policy
     if own:
         return own
     policy = getattr(model, "dtype_policy", None)
     return getattr(policy, "name", None) or "float32"
+
+
+def _compute_dtypes_at(model, precision: str | None) -> tuple[dict[str, str] | None, list[str]]:
+    """(map_model's compute_dtype, a warning or none) for analysing `model` at Keras policy `precision`, as a
+    rebuild under it would run (tune.builder.rebuild_under_policy): the layers under the model's own policy
+    (_model_precision) compute at `precision`'s dtype, layers pinned to another policy (a mixed model's float32
+    output layer) keep theirs. None where `precision` is None or the model's own: each layer's own dtype."""
+    if precision is None:
+        return None, []
+    own = _model_precision(model)
+    if precision == own:
+        return None, []
+    pinned = [(name, policy) for name, policy in _layer_policies(model) if policy != own]
+    said = []
+    if pinned:
+        said.append(f"precision {precision}: {len(pinned)} layer(s) pinned to a dtype policy other than the model's "
+                    f"({own}) keep it: " + ", ".join(f"{n} ({p})" for n, p in pinned[:5])
+                    + (f" and {len(pinned) - 5} more" if len(pinned) > 5 else ""))
+    return {own: _PRECISION_DTYPE[precision]}, said
 
 
 def _model_layout(model) -> str:
@@ -157,8 +183,10 @@ def analyze(
     """Map every layer of a built Keras model onto a CARM and advise.
 
     batch_size: samples per call. profile: a Profile, a JSON path or an embedded name; default the
-    measured profile of this GPU if one is cached, else the recorded H200. precision: analyse as if
-    the compute dtype were this (e.g. "bfloat16"); default each layer's dtype policy. measure: "auto"
+    measured profile of this GPU if one is cached, else the recorded H200. precision: a Keras dtype
+    policy (PRECISIONS, e.g. "mixed_bfloat16") to analyse the model at, as a rebuild under it would run: layers
+    under the model's own policy take its compute dtype, layers pinned to another policy keep theirs (the report's
+    warnings name them); default each layer's dtype policy. measure: "auto"
     measures on an NVIDIA GPU and predicts elsewhere; True insists; False never measures.
     from_measurements: a RunMeasurement or a JSON path recorded earlier (replay).
     """
@@ -169,7 +197,7 @@ def analyze(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size!r}")
     backend = keras.backend.backend()
-    compute_dtype = _compute_dtype_of(precision)
+    _compute_dtype_of(precision)   # a precision analyze() cannot cost is refused before anything is measured
 
     measured_now = from_measurements is None
     run = _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, measure_options or {})
@@ -181,11 +209,12 @@ def analyze(
     calib = _calibration_of(calibration, run, profile)
 
     predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
+    compute_dtype, pinned_said = _compute_dtypes_at(model, precision)
     # The mapping's own warnings (map_model runs more than once below) go to the report, once each.
     with _mapping_warnings() as mapping_said:
         for_model = predictor.for_model(model, batch_size, compute_dtype)
         rows = for_model.rows()
-        warnings: list[str] = []
+        warnings: list[str] = list(pinned_said)
         if run is not None:
             warnings += merge_measurements(rows, run, profile)
         unknown = [r for r in rows if not r.known]
@@ -286,7 +315,8 @@ def fixed_batch_warnings(model, batch_size: int) -> list[str]:
             f"size {batch_size} as asked (each layer's shapes with batch {batch_size}), not for the model's own"]
 
 
-def memory_warnings(model, batch_size: int, compute_dtype: str | None, profile: Profile) -> list[str]:
+def memory_warnings(model, batch_size: int, compute_dtype: str | Mapping[str, str] | None,
+                    profile: Profile) -> list[str]:
     """A warning where one call at this batch size cannot fit in the profile's GPU memory: its LOWER BOUND
     (mapping/memory.py: weights at their storage dtype + the largest matmul layer's input + output at the batch
     and compute dtype) exceeds the profile's memory_bytes. None where it may fit."""

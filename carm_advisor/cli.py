@@ -171,7 +171,8 @@ def _analyze(args) -> int:
         model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape,
                                  layout=args.layout if is_file else None)
         # An application is built under the policy; a file is rebuilt at it, its layers pinned to another policy
-        # keeping theirs; one whose policies cannot be replaced is analysed with every layer at its compute dtype.
+        # keeping theirs; one whose policies cannot be replaced is analysed at it (analyze's precision, which also
+        # leaves pinned layers at theirs).
         precision = None
         if is_file:
             model, precision = file_at_precision(model, args.precision)
@@ -195,7 +196,8 @@ def _analyze(args) -> int:
     report.timings_s = timings_s
     if precision is not None:
         report.warnings.append(f"--precision {precision}: {name}'s dtype policies cannot be replaced by a rebuild, "
-                               f"so every layer is analysed at {precision}'s compute dtype, pinned ones included")
+                               f"so its weights stay as saved; the layers under its own policy are analysed at "
+                               f"{precision}'s compute dtype")
     from carm_advisor.report.render import print_report
 
     if report.measurement is None:   # these flags only change a measurement, and nothing was measured

@@ -10,7 +10,7 @@ and the calibrated figure side by side, never one in place of the other.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from carm_advisor import calibration as calibration_rules
 from carm_advisor.carm.dvfs import predicted_time_energy
@@ -78,13 +78,15 @@ class Predictor:
         """A predictor with the backend's default float32 math mode (its flags as shipped)."""
         return cls(profile, resolve_math_mode(backend), backend=backend, calibration=calibration, strict=strict)
 
-    def rows(self, model: Any, batch_size: int = 1, dtype: str | None = None) -> list[LayerRow]:
-        """Map a built Keras model at `batch_size` (compute dtype `dtype`, None: each layer's policy) and place it."""
+    def rows(self, model: Any, batch_size: int = 1, dtype: str | Mapping[str, str] | None = None) -> list[LayerRow]:
+        """Map a built Keras model at `batch_size` (compute dtype `dtype`: map_model's compute_dtype, None: each
+        layer's policy) and place it."""
         from carm_advisor.mapping import map_model
 
         return self.rows_for_costs(map_model(model, batch_size=batch_size, strict=self.strict, compute_dtype=dtype))
 
-    def for_model(self, model: Any, batch_size: int = 1, dtype: str | None = None) -> ModelPredictor:
+    def for_model(self, model: Any, batch_size: int = 1,
+                  dtype: str | Mapping[str, str] | None = None) -> ModelPredictor:
         """This predictor held to one model and configuration, for what-if predictions around it."""
         return ModelPredictor(self, model, batch_size, dtype)
 
@@ -264,7 +266,8 @@ def whole_model_power_w(rows, power_model, calibration, backend: str, execution:
 class ModelPredictor:
     """A Predictor held to one model at one batch size and dtype; `rows` re-predicts with one of them changed."""
 
-    def __init__(self, predictor: Predictor, model: Any, batch_size: int = 1, dtype: str | None = None) -> None:
+    def __init__(self, predictor: Predictor, model: Any, batch_size: int = 1,
+                 dtype: str | Mapping[str, str] | None = None) -> None:
         self.predictor, self.model, self.batch_size, self.dtype = predictor, model, batch_size, dtype
 
     def rows(self, batch_size: int | None = None, dtype: str | None = None) -> list[LayerRow]:

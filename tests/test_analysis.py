@@ -76,6 +76,43 @@ def test_precision_override_analyses_as_bfloat16():
     assert row.path == "tc_bf16" and row.bytes == 3 * 1024 * 1024 * 2
 
 
+def _mixed_with_float32_output():
+    """Built under mixed_bfloat16, its output layer pinned to float32: two of three layers hold mixed_bfloat16."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input(shape=(64,))
+        x = keras.layers.Dense(64, name="h1")(inputs)
+        x = keras.layers.Dense(64, name="h2")(x)
+        return keras.Model(inputs, keras.layers.Dense(16, dtype="float32", name="out")(x), name="mixed")
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def test_precision_on_a_built_model_keeps_the_layers_pinned_to_another_policy_and_names_them():
+    report = advisor.analyze(_mixed_with_float32_output(), batch_size=8, profile=round_profile(),
+                             precision="mixed_float16", measure=False)
+    assert {r.name: r.dtype for r in report.layers} == {"h1": "float16", "h2": "float16", "out": "float32"}
+    assert report.model.precision == "mixed_float16"
+    assert any("1 layer(s) pinned" in w and "out (float32)" in w for w in report.warnings)
+
+
+def test_precision_equal_to_the_models_own_changes_no_layer():
+    report = advisor.analyze(_mixed_with_float32_output(), batch_size=8, profile=round_profile(),
+                             precision="mixed_bfloat16", measure=False)
+    assert {r.name: r.dtype for r in report.layers} == {"h1": "bfloat16", "h2": "bfloat16", "out": "float32"}
+    assert not any("pinned" in w for w in report.warnings)
+
+
+def test_precision_float32_on_a_mixed_model_moves_its_own_layers_only():
+    # Every layer float32 here, but the warning still names the pinned one: it kept its policy, it did not move.
+    report = advisor.analyze(_mixed_with_float32_output(), batch_size=8, profile=round_profile(),
+                             precision="float32", measure=False)
+    assert [r.dtype for r in report.layers] == ["float32"] * 3
+    # h1 at 4 bytes an element: reads its 8 x 64 input, 64 x 64 kernel and 64 biases, writes 8 x 64.
+    assert report.layers[0].bytes == 4 * (8 * 64 + 64 * 64 + 64 + 8 * 64)
+
+
 def test_report_json_has_the_design_keys(tmp_path):
     report = advisor.analyze(dense_model(), batch_size=8, profile=round_profile(), measure=False)
     path = tmp_path / "r.json"

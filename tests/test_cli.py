@@ -331,7 +331,7 @@ def test_precision_on_a_model_file_keeps_the_layers_pinned_to_another_policy(cap
     assert d["model"]["precision"] == "mixed_float16"
 
 
-def test_precision_on_a_file_whose_policies_cannot_be_replaced_says_every_layer_is_analysed_at_it(capsys, tmp_path):
+def test_precision_on_a_file_whose_policies_cannot_be_replaced_says_its_layers_are_analysed_at_it(capsys, tmp_path):
     inputs = keras.Input(shape=(64,))
     x = keras.layers.Dense(64, dtype="bfloat16", name="h")(inputs)
     keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(x)).save(tmp_path / "bf16.keras")

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -238,18 +238,26 @@ def layer_compute_dtype(call: LayerCall) -> str:
     return floats[0] if floats else "float32"
 
 
-def map_model(model, batch_size: int = 1, strict: bool = False, compute_dtype: str | None = None) -> list[LayerCost]:
+def map_model(model, batch_size: int = 1, strict: bool = False,
+              compute_dtype: str | Mapping[str, str] | None = None) -> list[LayerCost]:
     """Analytic cost of every layer call of ``model``, in graph order, for a batch of ``batch_size``.
 
-    ``compute_dtype`` overrides every layer's ``dtype_policy.compute_dtype``. A layer without a cost
-    model is returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
+    ``compute_dtype``: a dtype overrides every layer's ``dtype_policy.compute_dtype``; a mapping of dtype
+    policy names to dtypes overrides it for the layers under those policies only (the others, such as a mixed
+    model's float32 output layer, keep their own); None: each layer's own. A layer without a cost model is
+    returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
     :class:`UnknownLayerError` instead.
     """
-    if compute_dtype is not None:
-        dtype_bytes_of(compute_dtype)  # validate early
+    by_policy = dict(compute_dtype) if isinstance(compute_dtype, Mapping) else None
+    for dtype in by_policy.values() if by_policy is not None else [compute_dtype] if compute_dtype else []:
+        dtype_bytes_of(dtype)  # validate early
     costs: list[LayerCost] = []
     for call in iter_layer_calls(model, batch_size):
-        dtype = compute_dtype or layer_compute_dtype(call)
+        if by_policy is not None:
+            dtype = by_policy.get(getattr(getattr(call.layer, "dtype_policy", None), "name", None)) \
+                or layer_compute_dtype(call)
+        else:
+            dtype = compute_dtype or layer_compute_dtype(call)
         mapped = cost_of_call(call, dtype)
         if mapped is None or any(not c.known for c in mapped):
             if strict:
