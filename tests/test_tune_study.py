@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
-from carm_advisor.tune.result import TrialRecord, pareto_front  # noqa: E402
 from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
+from carm_advisor.tune.result import TrialRecord  # noqa: E402
 from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import _carm_prune_reason, tune  # noqa: E402
 
@@ -122,12 +122,6 @@ def test_constraints_make_trials_over_the_error_or_slowdown_limit_infeasible(tmp
 def _rec(n, values):
     return TrialRecord(number=n, state="COMPLETE", config=None, values=values, measurement=None, bound=None,
                        feasible=True)
-
-
-def test_pareto_front_keeps_the_non_dominated_by_hand():
-    objs = [OBJECTIVES["samples_per_joule"], OBJECTIVES["throughput"]]
-    a, b, c = _rec(0, [10.0, 500.0]), _rec(1, [5.0, 900.0]), _rec(2, [4.0, 400.0])   # c: worse than a in both
-    assert {r.number for r in pareto_front(objs, [a, b, c])} == {0, 1}
 
 
 def test_multi_objective_study_reports_its_front(tmp_path):

@@ -292,16 +292,6 @@ def uncosted_warning(rows) -> list[str]:
             f"lower bound: {named}"]
 
 
-def _dominates(objectives, a: list[float], b: list[float]) -> bool:
-    return all(not o.better(y, x) for o, x, y in zip(objectives, a, b)) and any(o.better(x, y) for o, x, y in zip(objectives, a, b))
-
-
-def pareto_front(objectives: list[Objective], records: list[TrialRecord]) -> list[TrialRecord]:
-    """Feasible, distinct configurations no other feasible one beats in every objective."""
-    pool = [r for r in records if r.feasible and r.values]
-    return [r for r in pool if not any(_dominates(objectives, q.values, r.values) for q in pool if q is not r)]
-
-
 def build_result(study, objectives: list[Objective], space: SearchSpace, predictor, baseline_cfg: TrialConfig, *,
                  source: str, storage_url: str, wall_s: float, device: dict, command: str, prune_margin: float,
                  max_slowdown, max_output_error, budget_stopped: bool = False) -> TuneResult:
