@@ -44,8 +44,9 @@ def _gain_text(speedup: float | None, energy_ratio: float | None, source: str = 
 
 
 def _share(rows: list[LayerRow], pick) -> float:
+    """The picked rows' share of the model's time, both on _time's basis (calibrated where there is one)."""
     total = _time(rows)
-    return sum(r.predicted_time_s or 0.0 for r in rows if r.known and pick(r)) / total if total else 0.0
+    return _time([r for r in rows if pick(r)]) / total if total else 0.0
 
 
 def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
@@ -320,7 +321,7 @@ def _tensor_core_alignment(report, rows, outputs: set[tuple[str, ...]] = frozens
     share = _share(rows, lambda r: any(r is x[0] for x in misaligned))
     # Padding can win back at most the empty part of each tile: 1 - c / (c rounded up to the multiple).
     total = _time(rows)
-    bound = sum((r.predicted_time_s or 0.0) * _empty_tile_fraction(off, m) for r, off, m in misaligned) / total
+    bound = sum((r.expected_time_s or 0.0) * _empty_tile_fraction(off, m) for r, off, m in misaligned) / total
     return Recommendation(
         title="Pad channel counts to Tensor Core multiples",
         detail=f"{plural(len(misaligned), 'Tensor Core layer')} ({share:.0%} of the predicted time) "

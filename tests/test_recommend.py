@@ -1,0 +1,45 @@
+"""Recommendations' shares and bounds on one time basis: calibrated where a layer has a calibrated time (hand numbers)."""
+
+import pytest
+
+from carm_advisor.recommend import _depthwise, _share, _tensor_core_alignment
+from carm_advisor.report.model import LayerRow
+
+
+def _row(name, type_, bound_s, calibrated_s, channels=(), tc=False):
+    return LayerRow(name=name, type=type_, dtype="bfloat16", flops=1e9, bytes=1, ai=1.0, ai_source="analytic",
+                    path="tc_bf16" if tc else "cuda_fp32", level="hbm", bound="compute:tc_bf16",
+                    attainable_flops_per_s=1e15, predicted_time_s=bound_s, predicted_energy_j=None, tensor_core=tc,
+                    known=True, channels=channels, calibrated_time_s=calibrated_s)
+
+
+def _rows():
+    # dw: bound 1 ms, calibrated 4 ms; conv: bound 1 ms, calibrated 1 ms. Calibrated total 5 ms.
+    return [_row("dw", "DepthwiseConv2D", 0.001, 0.004),
+            _row("conv", "Conv2D", 0.001, 0.001, channels=(60, 64), tc=True)]
+
+
+def test_a_share_is_calibrated_time_over_calibrated_time():
+    assert _share(_rows(), lambda r: r.name == "dw") == pytest.approx(0.8)      # 4 of 5 ms, not 1 of 5
+
+
+def test_a_share_falls_back_to_the_bound_where_no_layer_is_calibrated():
+    rows = [_row("a", "Dense", 0.001, None), _row("b", "Dense", 0.003, None)]
+    assert _share(rows, lambda r: r.name == "a") == pytest.approx(0.25)
+
+
+def test_depthwise_advice_states_the_calibrated_share_and_its_ceiling():
+    rec = _depthwise(None, _rows())
+    assert "80% of the predicted time" in rec.detail
+    assert rec.expected_gain.startswith("up to 5.00x")                          # 1 / (1 - 0.8)
+
+
+def test_padding_bound_is_the_empty_tile_part_of_the_layers_calibrated_time():
+    rows = _rows()
+    rows[0].calibrated_time_s = 0.001    # dw 1 ms, conv 1 ms calibrated: conv is half the time
+    rows[1].calibrated_time_s = 0.001
+    rows[1].predicted_time_s = 0.0001    # its bound is a tenth of that: the bound must not be what is scaled
+    rec = _tensor_core_alignment(None, rows)
+    # 60 input channels, multiple of 8: tile 64, empty 4/64 = 6.25% of conv's 1 ms over 2 ms = 3.1%
+    assert "at most 3% of the model's time" in rec.expected_gain
+    assert "(50% of the predicted time)" in rec.detail
