@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,3 +43,14 @@ def test_twenty_trial_predicted_vgg16_study_within_60_s(tmp_path):
     assert result["gain"]["gflops_per_watt"] > 1.5
     assert any(ch["bound_after"] != ch["bound_before"] for ch in result["layer_changes"])
     assert sorted(p.name for p in tmp_path.glob("*.png"))   # history (and importance) plots written
+    # The clock advice: the best configuration's objective at each locked SM clock, PREDICTED. A lower clock is
+    # never faster; the clock advised is the one with the highest GFLOP/s per W, its gain over the top clock's.
+    clock = result["clock_recommendation"]
+    rows = clock["clocks"]
+    assert [r["sm_clock_mhz"] for r in rows] == sorted((r["sm_clock_mhz"] for r in rows), reverse=True)
+    assert all(b["time_s"] >= a["time_s"] * (1 - 1e-9) for a, b in zip(rows, rows[1:]))
+    best = max(rows, key=lambda r: r["value"])
+    assert clock["recommended_sm_clock_mhz"] == best["sm_clock_mhz"]
+    assert clock["predicted_gain"] == pytest.approx(best["value"] / rows[0]["value"])
+    assert "predicted" in clock["source"]
+    assert f"lock at {best['sm_clock_mhz']:g} MHz" in done.stdout and done.stdout.count("SM clock, PREDICTED") == 1

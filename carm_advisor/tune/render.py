@@ -155,5 +155,5 @@ def render(result) -> Iterator:
         yield lc
     clock = result.clock_recommendation
     if clock:
-        yield Text(f"SM clock, PREDICTED (not measured; {clock['source']}): lock at {clock['recommended_sm_clock_mhz']:g} MHz "
-                   f"for {clock['predicted_gain']:.2f}x {clock['objective']} over the top clock")
+        yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
+                   f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock; source: {clock['source']}")

@@ -427,7 +427,7 @@ def _clock_recommendation(best: TrialRecord, predictor, objective: Objective) ->
     for mhz in PREDICTED_CLOCKS_MHZ:
         try:
             p = predict_at_sm_clock(base, predictor.profile, mhz)
-        except (ValueError, Exception):  # no power model or no DVFS reference: no clock advice
+        except Exception:  # noqa: BLE001 - no power model or no DVFS reference: no clock advice
             return None
         source = p.source
         rows.append({"sm_clock_mhz": mhz, "value": objective.value(p), "time_s": p.time_s, "energy_j": p.energy_j})
