@@ -10,6 +10,7 @@ from carm_advisor.errors import MeasurementError
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
+from carm_advisor.tune.builder import layer_policies, model_policy
 
 if TYPE_CHECKING:
     from carm_advisor.measure.records import RunMeasurement
@@ -98,54 +99,17 @@ def ceilings_summary(profile: Profile) -> dict[str, Any]:
     }
 
 
-def _layer_policies(model) -> list[tuple[str, str]]:
-    """(layer name, dtype policy name) of every layer of the model that holds a policy, nested models' layers
-    included (a nested model's layers hold the policies; input layers hold none that counts)."""
-    import keras
-
-    found: list[tuple[str, str]] = []
-
-    def walk(container) -> None:
-        for layer in getattr(container, "layers", None) or ():
-            if getattr(layer, "layers", None):        # a nested model: its layers hold the policies
-                walk(layer)
-                continue
-            policy = getattr(layer, "dtype_policy", None)
-            if isinstance(layer, keras.layers.InputLayer) or not getattr(policy, "name", None):
-                continue
-            found.append((layer.name, policy.name))
-
-    walk(model)
-    return found
-
-
-def _model_precision(model) -> str:
-    """The dtype policy most of the model's layers hold (tune.builder.config_traits, over the policies of its
-    layers, nested models' layers included): a model saved under mixed_bfloat16 with its output layer pinned to
-    float32 is a mixed_bfloat16 model, whatever the policy of the Model object itself (a loaded file's is the
-    global one). The model's own policy where no layer has one. (The layers' policies are read as config_traits
-    reads a serialised config's, without serialising it: that imports TensorFlow on every backend.)"""
-    from carm_advisor.tune.builder import config_traits
-
-    policies = [{"class_name": "DTypePolicy", "config": {"name": name}} for _, name in _layer_policies(model)]
-    own = config_traits({"layers": policies}).policy
-    if own:
-        return own
-    policy = getattr(model, "dtype_policy", None)
-    return getattr(policy, "name", None) or "float32"
-
-
 def _compute_dtypes_at(model, precision: str | None) -> tuple[dict[str, str] | None, list[str]]:
     """(map_model's compute_dtype, a warning or none) for analysing `model` at Keras policy `precision`, as a
     rebuild under it would run (tune.builder.rebuild_under_policy): the layers under the model's own policy
-    (_model_precision) compute at `precision`'s dtype, layers pinned to another policy (a mixed model's float32
+    (tune.builder.model_policy) compute at `precision`'s dtype, layers pinned to another policy (a mixed model's float32
     output layer) keep theirs. None where `precision` is None or the model's own: each layer's own dtype."""
     if precision is None:
         return None, []
-    own = _model_precision(model)
+    own = model_policy(model)
     if precision == own:
         return None, []
-    pinned = [(name, policy) for name, policy in _layer_policies(model) if policy != own]
+    pinned = [(name, policy) for name, policy in layer_policies(model) if policy != own]
     said = []
     if pinned:
         said.append(f"precision {precision}: {len(pinned)} layer(s) pinned to a dtype policy other than the model's "
@@ -226,7 +190,7 @@ def analyze(
         warnings += fixed_batch_warnings(model, batch_size)
         warnings += memory_warnings(model, batch_size, compute_dtype, profile)
         warnings += calibration_range_warnings(calib, backend, batch_size)
-        precision_name = precision or _model_precision(model)
+        precision_name = precision or model_policy(model)
         model_info = ModelInfo(
             name=name or getattr(model, "name", "model"),
             batch_size=batch_size,

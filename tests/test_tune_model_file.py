@@ -207,3 +207,22 @@ def test_a_tie_between_policies_goes_to_the_mixed_one_whatever_the_hash_seed():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**__import__("os").environ, "PYTHONHASHSEED": seed})
         assert out.stdout.strip() == "mixed_bfloat16", (seed, out.stdout, out.stderr)
+
+
+def test_a_built_mixed_models_pinned_output_keeps_its_dtype_in_the_predicted_costs():
+    # As analyze(model, precision=...) does: the layers under the model's own policy take the trial's compute dtype,
+    # the float32 output layer keeps float32.
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.space import TrialConfig
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = _small(output_dtype="float32")
+    finally:
+        keras.config.set_dtype_policy("float32")
+    p = ConfigPredictor(model_spec(model), load_profile(), model=model, calibration=False)
+    dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", "mixed_float16", 8, "channels_last", "eager"))}
+    assert dtypes["conv"] == "float16" and dtypes["fc"] == "float32"
+    dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", "float32", 8, "channels_last", "eager"))}
+    assert dtypes["conv"] == "float32" and dtypes["fc"] == "float32"

@@ -204,6 +204,41 @@ def config_traits(config: dict) -> FileTraits:
     return FileTraits(own, layout, why)
 
 
+def layer_policies(model) -> list[tuple[str, str]]:
+    """(layer name, dtype policy name) of every layer of the model that holds a policy, nested models' layers
+    included (a nested model's layers hold the policies; input layers hold none that counts)."""
+    import keras
+
+    found: list[tuple[str, str]] = []
+
+    def walk(container) -> None:
+        for layer in getattr(container, "layers", None) or ():
+            if getattr(layer, "layers", None):        # a nested model: its layers hold the policies
+                walk(layer)
+                continue
+            policy = getattr(layer, "dtype_policy", None)
+            if isinstance(layer, keras.layers.InputLayer) or not getattr(policy, "name", None):
+                continue
+            found.append((layer.name, policy.name))
+
+    walk(model)
+    return found
+
+
+def model_policy(model) -> str:
+    """The dtype policy most of the model's layers hold (config_traits, over the policies of its
+    layers, nested models' layers included): a model saved under mixed_bfloat16 with its output layer pinned to
+    float32 is a mixed_bfloat16 model, whatever the policy of the Model object itself (a loaded file's is the
+    global one). The model's own policy where no layer has one. (The layers' policies are read as config_traits
+    reads a serialised config's, without serialising it: that imports TensorFlow on every backend.)"""
+    policies = [{"class_name": "DTypePolicy", "config": {"name": name}} for _, name in layer_policies(model)]
+    own = config_traits({"layers": policies}).policy
+    if own:
+        return own
+    policy = getattr(model, "dtype_policy", None)
+    return getattr(policy, "name", None) or "float32"
+
+
 def file_config(path: str) -> dict:
     """The serialised model of a model file: a .keras archive's config.json (read without its weights), else
     the loaded model's (a bad file raises load_model's one-line ModelLoadError)."""

@@ -191,13 +191,17 @@ class ConfigPredictor:
         return self._cache[key]
 
     def _costs(self, config: TrialConfig) -> list:
-        """The model's layer costs at this configuration's layout, batch size and compute dtype (map_model)."""
+        """The model's layer costs at this configuration's layout, batch size and compute dtype (map_model): the
+        layers under the model's own policy (builder.model_policy) at the configuration's compute dtype, layers
+        pinned to another policy (a built mixed model's float32 output layer) at theirs, as analyze does."""
         key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype)
         if key not in self._cache:
             from carm_advisor.mapping import map_model
+            from carm_advisor.tune.builder import model_policy
 
-            self._cache[key] = map_model(self.model(config.layout), batch_size=config.batch_size,
-                                         compute_dtype=config.compute_dtype)
+            model = self.model(config.layout)
+            self._cache[key] = map_model(model, batch_size=config.batch_size,
+                                         compute_dtype={model_policy(model): config.compute_dtype})
         return self._cache[key]
 
     def memory(self, config: TrialConfig, mode: str = "inference"):
