@@ -226,3 +226,37 @@ def test_a_built_mixed_models_pinned_output_keeps_its_dtype_in_the_predicted_cos
     assert dtypes["conv"] == "float16" and dtypes["fc"] == "float32"
     dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", "float32", 8, "channels_last", "eager"))}
     assert dtypes["conv"] == "float32" and dtypes["fc"] == "float32"
+
+
+def test_a_mixed_files_float32_output_keeps_its_dtype_in_the_predicted_costs(tmp_path):
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.space import TrialConfig
+
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = _small(output_dtype="float32")
+    finally:
+        keras.config.set_dtype_policy("float32")
+    p = ConfigPredictor(model_spec(_save(model, tmp_path / "small.keras")), load_profile(), calibration=False)
+    for precision, conv in (("mixed_bfloat16", "bfloat16"), ("float32", "float32"), ("mixed_float16", "float16")):
+        dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", precision, 8, "channels_last", "eager"))}
+        assert (dtypes["conv"], dtypes["fc"]) == (conv, "float32"), precision
+
+
+def test_a_rebuildable_mixed_model_at_float32_counts_float32_activations_in_its_memory_bound():
+    # conv: 16 x 16 x 3 in, 14 x 14 x 8 out; fc: 1568 in, 10 out. The largest matmul layer is conv: (768 + 1568)
+    # elements a sample, 4 bytes at float32 (a rebuild under float32 computes at 4, not at the saved 2).
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.space import TrialConfig
+
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = _small(output_dtype="float32")
+    finally:
+        keras.config.set_dtype_policy("float32")
+    p = ConfigPredictor(model_spec(model), load_profile(), model=model, calibration=False)
+    m = p.memory(TrialConfig("torch", "float32", 10, "channels_last", "eager"))
+    assert (m.largest_layer, m.largest_layer_dtype) == ("conv", "float32")
+    assert m.largest_layer_bytes == 10 * (16 * 16 * 3 + 14 * 14 * 8) * 4

@@ -174,14 +174,15 @@ def _trainable_layer_names(model) -> set[str]:
 
 
 def footprint_lower_bound(model, costs: list[LayerCost], training: bool = False,
-                          backend: str | None = None) -> MemoryFootprint:
+                          backend: str | None = None, own_dtypes: bool = True) -> MemoryFootprint:
     """The lower bound of one call of `model` whose layer costs (map_model, at the batch size and compute dtype
-    of the call) are `costs`; training: one train step on `backend` (module docstring). A layer whose own
-    compute dtype (its dtype policy in `model`) is smaller than its cost's is counted at its own."""
+    of the call) are `costs`; training: one train step on `backend` (module docstring). own_dtypes: a layer whose
+    own compute dtype (its dtype policy in `model`) is smaller than its cost's is counted at its own (False where
+    the costs' dtypes are those the call runs at: a model rebuilt under the configuration's policy)."""
     largest, name, dtype = 0, None, None
     kept: dict[tuple, int] = {}
     trainable = _trainable_layer_names(model) if training else set()
-    own = _own_compute_dtypes(model)
+    own = _own_compute_dtypes(model) if own_dtypes else {}
     for c in costs:
         io = _io_bytes(c, own.get(_base_name(c.name)))
         if io is None:

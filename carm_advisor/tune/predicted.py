@@ -153,17 +153,28 @@ class ConfigPredictor:
         if model is not None:
             self._models[_layout_key(spec, None)] = model
         self._cache: dict[tuple, Prediction] = {}
+        self._fixed: bool | None = None
 
     def model(self, layout: str):
-        """The model built in this layout (float32; the precision enters as the compute dtype)."""
+        """The model built in this layout: float32, or a model file as saved (its layers pinned to another policy
+        keep it); the precision enters as the compute dtype of the layers under its own policy (_costs)."""
         key = _layout_key(self.spec, layout)
         if key not in self._models:
             import keras
 
             # Variables on the CPU: the tuner's own process must not take GPU memory from the trials.
             with keras.device("cpu"):
-                self._models[key] = build(self.spec, "float32", layout, seed=0)
+                self._models[key] = build(self.spec, None if self.spec.kind == "file" else "float32", layout, seed=0)
         return self._models[key]
+
+    def _policies_fixed(self) -> bool:
+        """True where the model's dtype policies cannot be replaced (builder.file_traits: a file or built model
+        with bfloat16 variables, quantized layers): it computes at its own dtypes whatever the configuration."""
+        if self._fixed is None:
+            from carm_advisor.tune.builder import file_traits
+
+            self._fixed = self.spec.kind in ("file", "model") and bool(file_traits(self.spec).fixed_precision)
+        return self._fixed
 
     def predict(self, config: TrialConfig) -> Prediction:
         mode = math_mode_for(config)
@@ -207,8 +218,9 @@ class ConfigPredictor:
     def memory(self, config: TrialConfig, mode: str = "inference"):
         """A LOWER BOUND on the GPU memory one call of this configuration needs (mapping/memory.py says what it
         counts): weights at their storage dtype + the largest matmul layer's input + output at the batch and
-        the smaller of the configuration's compute dtype and the layer's own (a file whose bfloat16 policy
-        cannot be replaced computes in 16 bits under a float32 configuration); in training the largest of that,
+        the compute dtype of its cost (_costs), or the layer's own where smaller and the model's policies cannot
+        be replaced (a file whose bfloat16 policy cannot be replaced computes in 16 bits under a float32
+        configuration); in training the largest of that,
         the gradients and the activations kept for backward."""
         key = ("memory", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype, mode,
                config.backend if mode == "training" else None)
@@ -216,7 +228,8 @@ class ConfigPredictor:
             from carm_advisor.mapping.memory import footprint_lower_bound
 
             self._cache[key] = footprint_lower_bound(self.model(config.layout), self._costs(config),
-                                                     training=mode == "training", backend=config.backend)
+                                                     training=mode == "training", backend=config.backend,
+                                                     own_dtypes=self._policies_fixed())
         return self._cache[key]
 
     def does_not_fit(self, config: TrialConfig, mode: str = "inference") -> str | None:
