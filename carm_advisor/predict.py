@@ -271,7 +271,13 @@ class ModelPredictor:
         self.predictor, self.model, self.batch_size, self.dtype = predictor, model, batch_size, dtype
 
     def rows(self, batch_size: int | None = None, dtype: str | None = None) -> list[LayerRow]:
-        """Rows at `batch_size` and `dtype`; None keeps the configuration this was made for."""
+        """Rows at `batch_size` and `dtype`; None keeps the configuration this was made for. A what-if `dtype` is
+        the compute dtype of the layers under the model's own policy, as a rebuild under another policy runs:
+        layers pinned to another policy (a float32 output layer) keep theirs."""
+        if dtype is not None:
+            from carm_advisor.tune.builder import model_policy
+
+            dtype = {model_policy(self.model): dtype}
         return self.predictor.rows(
             self.model, self.batch_size if batch_size is None else batch_size, self.dtype if dtype is None else dtype
         )

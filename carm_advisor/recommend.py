@@ -175,9 +175,9 @@ def _fusion(report, rows) -> Recommendation | None:
     fusible = [r for r in rows if r.bound.startswith("memory:") and _is_elementwise(r)]
     if not fusible:
         return None
-    saved = sum(r.predicted_time_s or 0.0 for r in fusible)
+    saved = _time(fusible)          # on _time's and _energy's basis: calibrated where a layer has one
     total = _time(rows)
-    saved_e = sum(r.predicted_energy_j or 0.0 for r in fusible)
+    saved_e = _energy(fusible)
     speedup = total / (total - saved) if total > saved else None
     energy_ratio = _energy(rows) / (_energy(rows) - saved_e) if _energy(rows) > saved_e > 0 else None
     if not speedup or speedup < MIN_GAIN:

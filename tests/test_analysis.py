@@ -109,8 +109,76 @@ def test_precision_float32_on_a_mixed_model_moves_its_own_layers_only():
     report = advisor.analyze(_mixed_with_float32_output(), batch_size=8, profile=round_profile(),
                              precision="float32", measure=False)
     assert [r.dtype for r in report.layers] == ["float32"] * 3
+    assert any("out (float32)" in w for w in report.warnings)
     # h1 at 4 bytes an element: reads its 8 x 64 input, 64 x 64 kernel and 64 biases, writes 8 x 64.
     assert report.layers[0].bytes == 4 * (8 * 64 + 64 * 64 + 64 + 8 * 64)
+
+
+def test_a_keras_ops_node_moves_with_the_layers_that_feed_it():
+    # h1 + h2 (a keras.ops add) is fed by layers under the model's policy: it moves with them. out * out is fed by
+    # the float32 output layer: it stays float32, as the rebuilt model would run it.
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input(shape=(64,))
+        h1 = keras.layers.Dense(64, name="h1")(inputs)
+        h2 = keras.layers.Dense(64, name="h2")(h1)
+        out = keras.layers.Dense(16, dtype="float32", name="out")(h1 + h2)
+        model = keras.Model(inputs, out * out)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    report = advisor.analyze(model, batch_size=8, profile=round_profile(), precision="mixed_float16", measure=False)
+    dtypes = {r.type: r.dtype for r in report.layers if r.type in ("Add", "Multiply")}
+    assert dtypes == {"Add": "float16", "Multiply": "float32"}
+    add = next(r for r in report.layers if r.type == "Add")
+    assert add.bytes == 2 * (2 * 8 * 64 + 8 * 64)       # reads two 8 x 64 tensors, writes one, 2 bytes each
+
+
+def test_a_user_layer_made_of_sublayers_is_judged_by_its_sublayers_policies():
+    class Block(keras.layers.Layer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.a = keras.layers.Dense(32, dtype="mixed_bfloat16", name="ba")
+            self.b = keras.layers.Dense(32, dtype="mixed_bfloat16", name="bb")
+
+        def call(self, x):
+            return self.b(self.a(x))
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input(shape=(32,))
+        x = keras.layers.Dense(32, name="h")(inputs)
+        model = keras.Model(inputs, Block(dtype="float32", name="head")(x))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    report = advisor.analyze(model, batch_size=8, profile=round_profile(), precision="mixed_float16", measure=False)
+    assert {r.name: r.dtype for r in report.layers} == {"h": "float16", "head/ba": "float16", "head/bb": "float16"}
+    assert not any("pinned" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("dense, norms", [(3, 1), (1, 3)])
+def test_a_quantized_layer_counts_under_its_source_policy_whatever_the_layer_count(dense, norms):
+    inputs = keras.Input(shape=(32,))
+    x = inputs
+    for i in range(dense):
+        x = keras.layers.Dense(32, name=f"d{i}")(x)
+    for i in range(norms):
+        x = keras.layers.LayerNormalization(name=f"ln{i}")(x)
+    model = keras.Model(inputs, x)
+    model.quantize("int8")
+    report = advisor.analyze(model, batch_size=8, profile=round_profile(), precision="mixed_bfloat16", measure=False)
+    assert {r.dtype for r in report.layers} == {"bfloat16"}
+    assert not any("pinned" in w for w in report.warnings)
+
+
+def test_a_what_if_precision_keeps_the_pinned_layers():
+    # The mixed-precision what-if (recommend.py) re-predicts with ModelPredictor.rows(dtype=...): as a rebuild.
+    from carm_advisor.predict import Predictor
+
+    predictor = Predictor.for_backend(round_profile(), "torch")
+    rows = predictor.for_model(_mixed_with_float32_output(), 8).rows(dtype="float16")
+    assert {r.name: r.dtype for r in rows} == {"h1": "float16", "h2": "float16", "out": "float32"}
 
 
 def test_report_json_has_the_design_keys(tmp_path):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from carm_advisor.recommend import _depthwise, _share, _tensor_core_alignment
-from carm_advisor.report.model import LayerRow
+from carm_advisor.recommend import _depthwise, _fusion, _share, _tensor_core_alignment
+from carm_advisor.report.model import LayerRow, ModelInfo, Report
 
 
 def _row(name, type_, bound_s, calibrated_s, channels=(), tc=False):
@@ -43,3 +43,12 @@ def test_padding_bound_is_the_empty_tile_part_of_the_layers_calibrated_time():
     # 60 input channels, multiple of 8: tile 64, empty 4/64 = 6.25% of conv's 1 ms over 2 ms = 3.1%
     assert "at most 3% of the model's time" in rec.expected_gain
     assert "(50% of the predicted time)" in rec.detail
+
+
+def test_fusion_saves_the_calibrated_time_of_the_fusible_layers():
+    rows = _rows()
+    rows[0].type, rows[0].bound = "Add", "memory:hbm"   # dw becomes a memory-bound Add: 4 of 5 calibrated ms
+    model = ModelInfo(name="m", batch_size=8, precision="float32", layout="channels_last", backend="torch", math_mode={})
+    rec = _fusion(Report(model=model, device={}, ceilings={}, layers=rows, recommendations=[]), rows)
+    assert rec.speedup == pytest.approx(5.0)            # 5 / (5 - 4); the bound (1 of 5 ms) gave 1.25
+    assert "80% of the predicted time" in rec.detail

@@ -260,3 +260,28 @@ def test_a_rebuildable_mixed_model_at_float32_counts_float32_activations_in_its_
     m = p.memory(TrialConfig("torch", "float32", 10, "channels_last", "eager"))
     assert (m.largest_layer, m.largest_layer_dtype) == ("conv", "float32")
     assert m.largest_layer_bytes == 10 * (16 * 16 * 3 + 14 * 14 * 8) * 4
+
+
+def test_a_file_whose_policies_cannot_be_replaced_is_costed_at_its_own_dtypes(tmp_path):
+    # bfloat16 variables: no rebuild keeps its weights, so every trial runs it at bfloat16 (a float32 trial too).
+    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.tune.space import TrialConfig
+
+    inputs = keras.Input(shape=(64,))
+    x = keras.layers.Dense(64, dtype="bfloat16", name="h")(inputs)
+    path = _save(keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(x)), tmp_path / "bf16.keras")
+    p = ConfigPredictor(model_spec(path), load_profile(), calibration=False)
+    costs = p._costs(TrialConfig("torch", "float32", 8, "channels_last", "eager"))
+    assert {c.name: c.compute_dtype for c in costs} == {"h": "bfloat16", "out": "bfloat16"}
+
+
+def test_a_sequentials_own_dtype_does_not_vote_for_its_policy():
+    # Built under float32, a mixed_bfloat16 layer and its float32 output layer: the layers tie, and a tie goes to
+    # the mixed policy. The Sequential's config also carries the global float32; counted, float32 would win 2-1.
+    from carm_advisor.tune.builder import config_traits, model_policy
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, dtype="mixed_bfloat16", name="a"),
+                              keras.layers.Dense(8, dtype="float32", name="b")])
+    assert config_traits(keras.saving.serialize_keras_object(model)).policy == "mixed_bfloat16"
+    assert model_policy(model) == "mixed_bfloat16"

@@ -81,6 +81,15 @@ def test_a_predicted_study_without_a_fingerprint_is_not_resumed(tmp_path):
         predicted(tmp_path)
 
 
+def test_a_predicted_study_made_by_another_cost_model_is_not_resumed(tmp_path):
+    r = predicted(tmp_path)
+    stored = r.study.user_attrs["fingerprint"]
+    assert isinstance(stored["cost_model"], int)
+    r.study.set_user_attr("fingerprint", {k: v for k, v in stored.items() if k != "cost_model"})   # an older one
+    with pytest.raises(CarmError, match="different cost_model"):
+        predicted(tmp_path)
+
+
 def test_a_new_study_with_only_enqueued_trials_takes_the_fingerprint(tmp_path):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'p.db'}", study_name="p", direction="maximize")
     study.enqueue_trial(TrialConfig("torch", "mixed_bfloat16", 32, "channels_last", "eager").params())

@@ -12,9 +12,10 @@ What is counted (bytes; `MemoryFootprint` keeps each term):
   a compiler fuses an activation or a bias into the result, never removes it). Elementwise, pooling and
   data-movement layers are left out: a compiler may fuse them into a neighbour, or run them in place, so
   their tensors need not exist. Only each call's first input is counted (a matmul layer has one).
-  The compute dtype is a floor too: a float32 model input cast to bfloat16 is counted at 2 bytes, and a
-  layer is counted at the smaller of the configuration's compute dtype and its own (a model file whose
-  bfloat16 policy cannot be replaced computes in 16 bits whatever precision the configuration names).
+  The compute dtype is a floor too: a float32 model input cast to bfloat16 is counted at 2 bytes. Each
+  layer is counted at the compute dtype its cost carries, the one the call runs it at (map_model: a model
+  file whose bfloat16 policy cannot be replaced is mapped at its own dtypes, 16 bits whatever precision the
+  configuration names; a mixed model's float32 output layer at float32).
 - training only (`training=True`): the gradients of the trainable weights (Keras' train step holds them
   all before the optimizer applies them, on every backend) and the activations kept for backward: the
   input of each matmul layer with trainable weights (its weight gradient reads it), counted ONCE PER
@@ -123,9 +124,9 @@ def trainable_weight_bytes(model) -> int:
     return _variable_bytes(getattr(model, "trainable_weights", []) or [])
 
 
-def _io_bytes(c: LayerCost, own_dtype: str | None = None) -> tuple[int, int, str] | None:
-    """(first input bytes, output bytes, the dtype counted) of a matmul layer call; None otherwise. The dtype
-    counted is the smaller of the cost's compute dtype and `own_dtype` (the layer's own compute dtype)."""
+def _io_bytes(c: LayerCost) -> tuple[int, int, str] | None:
+    """(first input bytes, output bytes, the dtype counted) of a matmul layer call at its cost's compute dtype
+    (map_model's: the dtype the call runs the layer at); None for other calls."""
     if not c.known or c.op_class != OP_MATMUL or not c.input_shapes or not c.output_shapes:
         return None
     n_in, n_out = _elems(c.input_shapes[0]), _elems(c.output_shapes[0])
@@ -133,31 +134,7 @@ def _io_bytes(c: LayerCost, own_dtype: str | None = None) -> tuple[int, int, str
         return None
     dtype = c.compute_dtype or "float32"
     size = dtype_bytes_of(dtype)
-    own_size = _size_or_none(own_dtype) if own_dtype else None
-    if own_size is not None and own_size < size:
-        dtype, size = own_dtype, own_size
     return n_in * size, n_out * size, dtype
-
-
-def _size_or_none(dtype: str) -> int | None:
-    try:
-        return dtype_bytes_of(str(dtype))
-    except Exception:   # a dtype with no byte size: the configuration's is used
-        return None
-
-
-def _own_compute_dtypes(model) -> dict[str, str]:
-    """Each layer name's own compute dtype (its dtype policy's); where several layers share a name, the smallest."""
-    layers = list(model._flatten_layers(include_self=False)) if hasattr(model, "_flatten_layers") else []
-    out: dict[str, str] = {}
-    for layer in layers:
-        dtype = getattr(layer, "compute_dtype", None)
-        size = _size_or_none(dtype) if dtype else None
-        if size is None:
-            continue
-        if layer.name not in out or size < dtype_bytes_of(out[layer.name]):
-            out[layer.name] = str(dtype)
-    return out
 
 
 def _base_name(path: str) -> str:
@@ -174,17 +151,15 @@ def _trainable_layer_names(model) -> set[str]:
 
 
 def footprint_lower_bound(model, costs: list[LayerCost], training: bool = False,
-                          backend: str | None = None, own_dtypes: bool = True) -> MemoryFootprint:
-    """The lower bound of one call of `model` whose layer costs (map_model, at the batch size and compute dtype
-    of the call) are `costs`; training: one train step on `backend` (module docstring). own_dtypes: a layer whose
-    own compute dtype (its dtype policy in `model`) is smaller than its cost's is counted at its own (False where
-    the costs' dtypes are those the call runs at: a model rebuilt under the configuration's policy)."""
+                          backend: str | None = None) -> MemoryFootprint:
+    """The lower bound of one call of `model` whose layer costs (map_model, at the batch size and compute dtypes
+    of the call: a model whose policies cannot be replaced mapped at its own) are `costs`; training: one train
+    step on `backend` (module docstring)."""
     largest, name, dtype = 0, None, None
     kept: dict[tuple, int] = {}
     trainable = _trainable_layer_names(model) if training else set()
-    own = _own_compute_dtypes(model) if own_dtypes else {}
     for c in costs:
-        io = _io_bytes(c, own.get(_base_name(c.name)))
+        io = _io_bytes(c)
         if io is None:
             continue
         if io[0] + io[1] > largest:

@@ -238,6 +238,33 @@ def layer_compute_dtype(call: LayerCall) -> str:
     return floats[0] if floats else "float32"
 
 
+# The version of what map_model gives for a model: a predicted tune study stores it in its fingerprint, so one
+# computed by an older cost model is not resumed with new values beside its old ones. Raise it whenever the
+# costs of a model change. 2: a precision keeps layers pinned to another policy at theirs (2026-12-07).
+COST_MODEL_VERSION = 2
+
+
+def policy_name_of(layer) -> str | None:
+    """The name of the dtype policy a layer computes under; a quantized policy's source policy
+    (int8_from_mixed_bfloat16 -> mixed_bfloat16: its layer computes at that policy's dtype); None for an
+    operation with no policy (a keras.ops node)."""
+    policy = getattr(layer, "dtype_policy", None)
+    name = getattr(policy, "name", None)
+    if name and getattr(policy, "quantization_mode", None):
+        name = name.split("_from_", 1)[-1]
+    return name or None
+
+
+def _policy_compute_dtype(name: str) -> str | None:
+    """The compute dtype of the Keras dtype policy named `name`; None where Keras knows no such policy."""
+    import keras
+
+    try:
+        return str(keras.dtype_policies.get(name).compute_dtype)
+    except Exception:  # noqa: BLE001 - an unknown name: no operation moves with it
+        return None
+
+
 def map_model(model, batch_size: int = 1, strict: bool = False,
               compute_dtype: str | Mapping[str, str] | None = None) -> list[LayerCost]:
     """Analytic cost of every layer call of ``model``, in graph order, for a batch of ``batch_size``.
@@ -251,11 +278,15 @@ def map_model(model, batch_size: int = 1, strict: bool = False,
     by_policy = dict(compute_dtype) if isinstance(compute_dtype, Mapping) else None
     for dtype in by_policy.values() if by_policy is not None else [compute_dtype] if compute_dtype else []:
         dtype_bytes_of(dtype)  # validate early
+    # An operation with no policy (a keras.ops node: a residual add) computes at its inputs' dtype: it moves with
+    # the policy whose compute dtype its traced inputs have (they come from layers under that policy).
+    by_traced = {_policy_compute_dtype(name): dtype for name, dtype in (by_policy or {}).items()}
     costs: list[LayerCost] = []
     for call in iter_layer_calls(model, batch_size):
         if by_policy is not None:
-            dtype = by_policy.get(getattr(getattr(call.layer, "dtype_policy", None), "name", None)) \
-                or layer_compute_dtype(call)
+            name = policy_name_of(call.layer)
+            own = layer_compute_dtype(call)
+            dtype = (by_policy.get(name) if name is not None else by_traced.get(own)) or own
         else:
             dtype = compute_dtype or layer_compute_dtype(call)
         mapped = cost_of_call(call, dtype)

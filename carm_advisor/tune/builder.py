@@ -156,13 +156,16 @@ class FileTraits:
 
 
 def _policies(node, found: list) -> None:
-    """Every dtype policy object of a serialised Keras config: (class name, policy name)."""
+    """Every dtype policy object of a serialised Keras config's layers: (class name, policy name). A model's own
+    policy (a Sequential's config carries one) is left out: its layers say what they compute at."""
     if isinstance(node, dict):
         name = node.get("class_name")
         conf = node.get("config")
         if isinstance(name, str) and name.endswith("DTypePolicy") and isinstance(conf, dict):
             found.append((name, conf.get("name") or f"{conf.get('mode')}_from_{conf.get('source_name')}"))
             return
+        if isinstance(conf, dict) and isinstance(conf.get("layers"), list):   # a model: its layers, not its dtype
+            node = {**node, "config": {k: v for k, v in conf.items() if k != "dtype"}}
         for value in node.values():
             _policies(value, found)
     elif isinstance(node, list):
@@ -205,21 +208,32 @@ def config_traits(config: dict) -> FileTraits:
 
 
 def layer_policies(model) -> list[tuple[str, str]]:
-    """(layer name, dtype policy name) of every layer of the model that holds a policy, nested models' layers
-    included (a nested model's layers hold the policies; input layers hold none that counts)."""
+    """(layer name, dtype policy name) of every layer the mapping costs that holds a policy: nested models' and
+    user layers' sublayers (what mapping/walker.py opens) rather than the container, a quantized policy by its
+    source policy (mapping.registry.policy_name_of); input layers hold none that counts."""
     import keras
+
+    from carm_advisor.mapping.registry import policy_name_of
 
     found: list[tuple[str, str]] = []
 
+    def children(layer) -> list:
+        if hasattr(layer, "_flatten_layers"):
+            return list(layer._flatten_layers(include_self=False, recursive=False))
+        return list(getattr(layer, "layers", None) or ())
+
     def walk(container) -> None:
-        for layer in getattr(container, "layers", None) or ():
-            if getattr(layer, "layers", None):        # a nested model: its layers hold the policies
+        for layer in children(container):
+            if isinstance(layer, keras.layers.InputLayer):
+                continue
+            inner = children(layer)
+            # a nested model, or a user layer made of sublayers (its sublayers hold the policies they compute at)
+            if getattr(layer, "layers", None) or (inner and not type(layer).__module__.startswith("keras.")):
                 walk(layer)
                 continue
-            policy = getattr(layer, "dtype_policy", None)
-            if isinstance(layer, keras.layers.InputLayer) or not getattr(policy, "name", None):
-                continue
-            found.append((layer.name, policy.name))
+            name = policy_name_of(layer)
+            if name:
+                found.append((layer.name, name))
 
     walk(model)
     return found

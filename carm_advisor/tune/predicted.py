@@ -204,23 +204,24 @@ class ConfigPredictor:
     def _costs(self, config: TrialConfig) -> list:
         """The model's layer costs at this configuration's layout, batch size and compute dtype (map_model): the
         layers under the model's own policy (builder.model_policy) at the configuration's compute dtype, layers
-        pinned to another policy (a built mixed model's float32 output layer) at theirs, as analyze does."""
+        pinned to another policy (a built mixed model's float32 output layer) at theirs, as analyze does; every
+        layer at its own where the model's policies cannot be replaced (_policies_fixed)."""
         key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype)
         if key not in self._cache:
             from carm_advisor.mapping import map_model
             from carm_advisor.tune.builder import model_policy
 
             model = self.model(config.layout)
-            self._cache[key] = map_model(model, batch_size=config.batch_size,
-                                         compute_dtype={model_policy(model): config.compute_dtype})
+            # A model whose policies cannot be replaced runs at its own dtypes whatever the configuration.
+            dtypes = None if self._policies_fixed() else {model_policy(model): config.compute_dtype}
+            self._cache[key] = map_model(model, batch_size=config.batch_size, compute_dtype=dtypes)
         return self._cache[key]
 
     def memory(self, config: TrialConfig, mode: str = "inference"):
         """A LOWER BOUND on the GPU memory one call of this configuration needs (mapping/memory.py says what it
         counts): weights at their storage dtype + the largest matmul layer's input + output at the batch and
-        the compute dtype of its cost (_costs), or the layer's own where smaller and the model's policies cannot
-        be replaced (a file whose bfloat16 policy cannot be replaced computes in 16 bits under a float32
-        configuration); in training the largest of that,
+        the compute dtype of its cost (_costs: a file whose bfloat16 policy cannot be replaced computes in 16 bits
+        under a float32 configuration); in training the largest of that,
         the gradients and the activations kept for backward."""
         key = ("memory", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype, mode,
                config.backend if mode == "training" else None)
@@ -228,8 +229,7 @@ class ConfigPredictor:
             from carm_advisor.mapping.memory import footprint_lower_bound
 
             self._cache[key] = footprint_lower_bound(self.model(config.layout), self._costs(config),
-                                                     training=mode == "training", backend=config.backend,
-                                                     own_dtypes=self._policies_fixed())
+                                                     training=mode == "training", backend=config.backend)
         return self._cache[key]
 
     def does_not_fit(self, config: TrialConfig, mode: str = "inference") -> str | None:

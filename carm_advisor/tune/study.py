@@ -676,8 +676,9 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
     ("model_identity", builder.model_identity: the same for the same model wherever its file lies and whatever
     was built before it; another for an edited file or another module's function of the same name). A MEASURED
     study also the GPU model it measures on (`gpu`, its NVML name; several: their names). A PREDICTED study
-    also: the profile (its name and a hash of its content) and the calibration (a hash of its records,
-    provenance and settings), since each predicted value is computed from them."""
+    also: the cost model's version (mapping.registry.COST_MODEL_VERSION), the profile (its name and a hash of
+    its content) and the calibration (a hash of its records, provenance and settings), since each predicted
+    value is computed from them."""
     from carm_advisor.tune.builder import model_identity
 
     model_for = getattr(predictor, "model", None)
@@ -687,6 +688,9 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
     if source == "measured":
         out["gpu"] = gpu
     if source == "predicted":
+        from carm_advisor.mapping.registry import COST_MODEL_VERSION
+
+        out["cost_model"] = COST_MODEL_VERSION
         out["profile"] = _profile_identity(getattr(predictor, "profile", None))
         out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
     return out
