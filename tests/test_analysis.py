@@ -6,6 +6,7 @@ import pytest
 from rich.console import Console
 
 import carm_advisor as advisor
+from carm_advisor.model_loader import dtype_policy
 from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 
 DESIGN_LAYER_KEYS = {"name", "type", "flops", "bytes", "ai", "bound", "attainable_flops_per_s", "time_s", "energy_j", "measured"}
@@ -78,15 +79,11 @@ def test_precision_override_analyses_as_bfloat16():
 
 def _mixed_with_float32_output():
     """Built under mixed_bfloat16, its output layer pinned to float32: two of three layers hold mixed_bfloat16."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
+    with dtype_policy("mixed_bfloat16"):
         inputs = keras.Input(shape=(64,))
         x = keras.layers.Dense(64, name="h1")(inputs)
         x = keras.layers.Dense(64, name="h2")(x)
         return keras.Model(inputs, keras.layers.Dense(16, dtype="float32", name="out")(x), name="mixed")
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 def test_precision_on_a_built_model_keeps_the_layers_pinned_to_another_policy_and_names_them():
@@ -117,16 +114,12 @@ def test_precision_float32_on_a_mixed_model_moves_its_own_layers_only():
 def test_a_keras_ops_node_moves_with_the_layers_that_feed_it():
     # h1 + h2 (a keras.ops add) is fed by layers under the model's policy: it moves with them. out * out is fed by
     # the float32 output layer: it stays float32, as the rebuilt model would run it.
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
+    with dtype_policy("mixed_bfloat16"):
         inputs = keras.Input(shape=(64,))
         h1 = keras.layers.Dense(64, name="h1")(inputs)
         h2 = keras.layers.Dense(64, name="h2")(h1)
         out = keras.layers.Dense(16, dtype="float32", name="out")(h1 + h2)
         model = keras.Model(inputs, out * out)
-    finally:
-        keras.config.set_dtype_policy(previous)
     report = advisor.analyze(model, batch_size=8, profile=round_profile(), precision="mixed_float16", measure=False)
     dtypes = {r.type: r.dtype for r in report.layers if r.type in ("Add", "Multiply")}
     assert dtypes == {"Add": "float16", "Multiply": "float32"}
@@ -144,14 +137,10 @@ def test_a_user_layer_made_of_sublayers_is_judged_by_its_sublayers_policies():
         def call(self, x):
             return self.b(self.a(x))
 
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
+    with dtype_policy("mixed_bfloat16"):
         inputs = keras.Input(shape=(32,))
         x = keras.layers.Dense(32, name="h")(inputs)
         model = keras.Model(inputs, Block(dtype="float32", name="head")(x))
-    finally:
-        keras.config.set_dtype_policy(previous)
     report = advisor.analyze(model, batch_size=8, profile=round_profile(), precision="mixed_float16", measure=False)
     assert {r.name: r.dtype for r in report.layers} == {"h": "float16", "head/ba": "float16", "head/bb": "float16"}
     assert not any("pinned" in w for w in report.warnings)

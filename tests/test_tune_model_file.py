@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from carm_advisor.model_loader import dtype_policy
+from carm_advisor.profiles.profile import load_profile
 from carm_advisor.tune.builder import build, model_spec
-from carm_advisor.tune.space import PRECISIONS
+from carm_advisor.tune.predicted import ConfigPredictor
+from carm_advisor.tune.space import PRECISIONS, TrialConfig
 from carm_advisor.tune.study import tune
 
 SUPPORT = Path(__file__).parent / "tune_support"
@@ -27,6 +30,12 @@ def _small(fmt: str = "channels_last", output_dtype=None):
     x = keras.layers.Flatten(name="flatten")(x)
     outputs = keras.layers.Dense(10, activation="softmax", name="fc", dtype=output_dtype)(x)
     return keras.Model(inputs, outputs, name="small")
+
+
+def _mixed_small(policy: str):
+    """_small built under a mixed `policy`, its output layer pinned to float32 (the mixed-precision guide's)."""
+    with dtype_policy(policy):
+        return _small(output_dtype="float32")
 
 
 def _save(model, path: Path) -> str:
@@ -212,15 +221,7 @@ def test_a_tie_between_policies_goes_to_the_mixed_one_whatever_the_hash_seed():
 def test_a_built_mixed_models_pinned_output_keeps_its_dtype_in_the_predicted_costs():
     # As analyze(model, precision=...) does: the layers under the model's own policy take the trial's compute dtype,
     # the float32 output layer keeps float32.
-    from carm_advisor.profiles.profile import load_profile
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.space import TrialConfig
-
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    try:
-        model = _small(output_dtype="float32")
-    finally:
-        keras.config.set_dtype_policy("float32")
+    model = _mixed_small("mixed_bfloat16")
     p = ConfigPredictor(model_spec(model), load_profile(), model=model, calibration=False)
     dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", "mixed_float16", 8, "channels_last", "eager"))}
     assert dtypes["conv"] == "float16" and dtypes["fc"] == "float32"
@@ -229,15 +230,7 @@ def test_a_built_mixed_models_pinned_output_keeps_its_dtype_in_the_predicted_cos
 
 
 def test_a_mixed_files_float32_output_keeps_its_dtype_in_the_predicted_costs(tmp_path):
-    from carm_advisor.profiles.profile import load_profile
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.space import TrialConfig
-
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        model = _small(output_dtype="float32")
-    finally:
-        keras.config.set_dtype_policy("float32")
+    model = _mixed_small("mixed_float16")
     p = ConfigPredictor(model_spec(_save(model, tmp_path / "small.keras")), load_profile(), calibration=False)
     for precision, conv in (("mixed_bfloat16", "bfloat16"), ("float32", "float32"), ("mixed_float16", "float16")):
         dtypes = {c.name: c.compute_dtype for c in p._costs(TrialConfig("torch", precision, 8, "channels_last", "eager"))}
@@ -247,15 +240,7 @@ def test_a_mixed_files_float32_output_keeps_its_dtype_in_the_predicted_costs(tmp
 def test_a_rebuildable_mixed_model_at_float32_counts_float32_activations_in_its_memory_bound():
     # conv: 16 x 16 x 3 in, 14 x 14 x 8 out; fc: 1568 in, 10 out. The largest matmul layer is conv: (768 + 1568)
     # elements a sample, 4 bytes at float32 (a rebuild under float32 computes at 4, not at the saved 2).
-    from carm_advisor.profiles.profile import load_profile
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.space import TrialConfig
-
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        model = _small(output_dtype="float32")
-    finally:
-        keras.config.set_dtype_policy("float32")
+    model = _mixed_small("mixed_float16")
     p = ConfigPredictor(model_spec(model), load_profile(), model=model, calibration=False)
     m = p.memory(TrialConfig("torch", "float32", 10, "channels_last", "eager"))
     assert (m.largest_layer, m.largest_layer_dtype) == ("conv", "float32")
@@ -264,10 +249,6 @@ def test_a_rebuildable_mixed_model_at_float32_counts_float32_activations_in_its_
 
 def test_a_file_whose_policies_cannot_be_replaced_is_costed_at_its_own_dtypes(tmp_path):
     # bfloat16 variables: no rebuild keeps its weights, so every trial runs it at bfloat16 (a float32 trial too).
-    from carm_advisor.profiles.profile import load_profile
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.space import TrialConfig
-
     inputs = keras.Input(shape=(64,))
     x = keras.layers.Dense(64, dtype="bfloat16", name="h")(inputs)
     path = _save(keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(x)), tmp_path / "bf16.keras")
