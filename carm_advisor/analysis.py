@@ -109,12 +109,13 @@ def _compute_dtypes_at(model, precision: str | None) -> tuple[dict[str, str] | N
     own = model_policy(model)
     if precision == own:
         return None, []
-    pinned = [(name, policy) for name, policy in layer_policies(model) if policy != own]
+    from carm_advisor.recommend import _named_count
+
+    pinned = [f"{name} ({policy})" for name, policy in layer_policies(model) if policy != own]
     said = []
     if pinned:
         said.append(f"precision {precision}: {len(pinned)} layer(s) pinned to a dtype policy other than the model's "
-                    f"({own}) keep it: " + ", ".join(f"{n} ({p})" for n, p in pinned[:5])
-                    + (f" and {len(pinned) - 5} more" if len(pinned) > 5 else ""))
+                    f"({own}) keep it: {_named_count(pinned, shown=5)}")
     return {own: _PRECISION_DTYPE[precision]}, said
 
 

@@ -158,7 +158,7 @@ def _lookup_cost(op):
     return lookup(op)
 
 
-def _is_composite_user_layer(op) -> bool:
+def is_composite_user_layer(op) -> bool:
     """A user layer made of sublayers with no cost model of its own: opened, not costed as a leaf."""
     if not isinstance(op, keras.layers.Layer) or _is_graph_model(op):
         return False
@@ -274,7 +274,7 @@ class _Walk:
             inner, inner_inputs = None, in_specs
             if _is_graph_model(op):
                 inner = op
-            elif _is_composite_user_layer(op):
+            elif is_composite_user_layer(op):
                 inner = self.trace_node(node, in_refs, in_specs)
                 inner_inputs = list(inner.inputs) if inner is not None else None
             if inner is not None:

@@ -209,26 +209,21 @@ def config_traits(config: dict) -> FileTraits:
 
 def layer_policies(model) -> list[tuple[str, str]]:
     """(layer name, dtype policy name) of every layer the mapping costs that holds a policy: nested models' and
-    user layers' sublayers (what mapping/walker.py opens) rather than the container, a quantized policy by its
-    source policy (mapping.registry.policy_name_of); input layers hold none that counts."""
+    user layers' sublayers (what mapping/walker.py opens: walker.is_composite_user_layer) rather than the
+    container, a quantized policy by its source policy (mapping.registry.policy_name_of); input layers hold none
+    that counts."""
     import keras
 
     from carm_advisor.mapping.registry import policy_name_of
+    from carm_advisor.mapping.walker import is_composite_user_layer
 
     found: list[tuple[str, str]] = []
 
-    def children(layer) -> list:
-        if hasattr(layer, "_flatten_layers"):
-            return list(layer._flatten_layers(include_self=False, recursive=False))
-        return list(getattr(layer, "layers", None) or ())
-
     def walk(container) -> None:
-        for layer in children(container):
+        for layer in container._flatten_layers(include_self=False, recursive=False):
             if isinstance(layer, keras.layers.InputLayer):
                 continue
-            inner = children(layer)
-            # a nested model, or a user layer made of sublayers (its sublayers hold the policies they compute at)
-            if getattr(layer, "layers", None) or (inner and not type(layer).__module__.startswith("keras.")):
+            if getattr(layer, "layers", None) or is_composite_user_layer(layer):   # a nested model, a user layer
                 walk(layer)
                 continue
             name = policy_name_of(layer)
