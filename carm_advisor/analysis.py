@@ -10,6 +10,7 @@ from carm_advisor.errors import MeasurementError
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
+from carm_advisor.report.units import named_list
 from carm_advisor.tune.builder import layer_policies, model_policy
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profi
             row.attainable_flops_per_s = roof[1]
     missing = [r.name for r in rows if r.known and (r.flops or r.bytes) and not r.measured]
     if missing and run.layers:
-        warnings.append(f"{len(missing)} layer(s) have no measurement: {', '.join(missing[:5])}")
+        warnings.append(f"{len(missing)} layer(s) have no measurement: {named_list(missing, 5)}")
     return warnings
 
 
@@ -109,13 +110,12 @@ def _compute_dtypes_at(model, precision: str | None) -> tuple[dict[str, str] | N
     own = model_policy(model)
     if precision == own:
         return None, []
-    from carm_advisor.recommend import _named_count
 
     pinned = [f"{name} ({policy})" for name, policy in layer_policies(model) if policy != own]
     said = []
     if pinned:
         said.append(f"precision {precision}: {len(pinned)} layer(s) pinned to a dtype policy other than the model's "
-                    f"({own}) keep it: {_named_count(pinned, shown=5)}")
+                    f"({own}) keep it: {named_list(pinned, 5)}")
     return {own: _PRECISION_DTYPE[precision]}, said
 
 
@@ -186,7 +186,7 @@ def analyze(
         if unknown:
             warnings.append(
                 f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
-                + ", ".join(f"{r.name} ({r.type})" for r in unknown[:5])
+                + named_list([f"{r.name} ({r.type})" for r in unknown], 5)
             )
         warnings += fixed_batch_warnings(model, batch_size)
         warnings += memory_warnings(model, batch_size, compute_dtype, profile)

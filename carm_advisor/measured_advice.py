@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from carm_advisor.calibration import MATMUL_CLASSES
 from carm_advisor.report.model import LayerRow, Recommendation
+from carm_advisor.report.units import named_list
 
 # A layer this far below its roof (measured / attainable) with this share of the measured time is named.
 FAR_BELOW = 0.25
@@ -141,11 +142,11 @@ def far_below_roof(report, measured: list[LayerRow]) -> Recommendation | None:
     slow.sort(key=lambda r: -(r.time_s - (r.predicted_time_s or 0)))
     lost = sum(r.time_s - (r.predicted_time_s or 0) for r in slow)
     speedup = total / (total - lost) if total > lost > 0 else None
-    names = "; ".join(f"{r.name} ({r.type}, {r.efficiency:.0%} of its roof, {r.time_s / total:.0%} of the time): {_cause(report, r)}"
-                      for r in slow[:5])
+    names = named_list([f"{r.name} ({r.type}, {r.efficiency:.0%} of its roof, {r.time_s / total:.0%} of the time): "
+                        f"{_cause(report, r)}" for r in slow], 5, sep="; ")
     return Recommendation(
         title=f"{len(slow)} layers run far below their roof (< {FAR_BELOW:.0%})",
-        detail=f"Measured: {names}" + (f"; and {len(slow) - 5} more" if len(slow) > 5 else "") + ".",
+        detail=f"Measured: {names}.",
         expected_gain=(f"up to {speedup:.2f}x if they reached their roofs (measured gap)" if speedup else "not quantified"),
         speedup=speedup, layers=[r.name for r in slow], basis="measurement against the CARM bound",
     )

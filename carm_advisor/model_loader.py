@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 from carm_advisor.errors import ModelLoadError
+from carm_advisor.report.units import named_list
 
 KERAS_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16")
 
@@ -246,7 +247,7 @@ def _unknown_classes_text(unknown: list[tuple[str, str | None]]) -> str:
         "@keras.saving.register_keras_serializable()"
     saved_as = [f"saved as {registered!r}"] if registered and registered != name else []
     if others:
-        saved_as.append(f"also not registered: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
+        saved_as.append(f"also not registered: {named_list(others, 5)}")
     return (f"unknown custom class {name}" + (f" ({'; '.join(saved_as)})" if saved_as else "")
             + f": it is not registered in this process; register it with {decorator} on the class, in a module "
             f"imported before loading, or load the model in Python with keras.saving.load_model(path, "

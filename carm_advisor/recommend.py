@@ -12,7 +12,7 @@ from carm_advisor import calibration as calibration_rules
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
-from carm_advisor.report.units import plural, seconds
+from carm_advisor.report.units import named_list, plural, seconds
 
 if TYPE_CHECKING:
     from carm_advisor.predict import ModelPredictor
@@ -80,12 +80,6 @@ def _runs_low_precision(precision: str | None) -> bool:
     mixed_bfloat16 would not change them: no advice to switch to it."""
     name = str(precision or "")
     return name.startswith("mixed_") or name in _LOW_PRECISION
-
-
-def _named_count(names: list[str], shown: int = 3) -> str:
-    """'a, b, c' for at most `shown` names, else 'a, b, c and 2 more': a list cut short says so."""
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _layers_by_type(rows: list[LayerRow], noun: str, also: str = "") -> str:
@@ -160,7 +154,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     detail = (
         f"{plural(len(memory_bound), 'layer')} {'sits' if len(memory_bound) == 1 else 'sit'} under a memory slope at batch {batch}"
         + (f"; {len(weight_bound)} of them {'re-reads its' if len(weight_bound) == 1 else 're-read their'} weights "
-           f"for every batch ({_named_count(weight_bound)})" if weight_bound else "")
+           f"for every batch ({named_list(weight_bound)})" if weight_bound else "")
         + f". At batch {new_batch} weights are read once for {new_batch} samples and the intensity rises: "
         f"per-sample time {seconds(per_sample_now)} -> {seconds(per_sample_new)} (if latency allows)."
     )
@@ -317,7 +311,7 @@ def _tensor_core_alignment(report, rows, outputs: set[tuple[str, ...]] = frozens
             misaligned.append((r, off, multiple))
     if not misaligned:
         return None
-    names = ", ".join(f"{r.name} ({'/'.join(map(str, off))} channels, multiple of {m} needed)" for r, off, m in misaligned[:4])
+    names = named_list([f"{r.name} ({'/'.join(map(str, off))} channels, multiple of {m} needed)" for r, off, m in misaligned], 4)
     share = _share(rows, lambda r: any(r is x[0] for x in misaligned))
     # Padding can win back at most the empty part of each tile: 1 - c / (c rounded up to the multiple).
     total = _time(rows)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 import carm_advisor as advisor
 from carm_advisor.report.render import print_report
-from carm_advisor.report.units import plural, seconds, si
+from carm_advisor.report.units import named_list, plural, seconds, si
 
 
 def small_cnn():
@@ -68,6 +68,29 @@ def test_small_quantities_take_milli_micro_prefixes():
 def test_plurals():
     assert plural(1, "Tensor Core layer") == "1 Tensor Core layer"
     assert plural(3, "Tensor Core layer") == "3 Tensor Core layers"
+
+
+def test_a_list_cut_short_says_by_how_much():
+    assert named_list(["a", "b", "c"]) == "a, b, c"
+    assert named_list(["a", "b", "c", "d", "e"]) == "a, b, c and 2 more"
+    assert named_list(["a", "b", "c", "d", "e"], 4) == "a, b, c, d and 1 more"
+    assert named_list(iter(["x", "y"]), 1, sep="; ") == "x and 1 more"
+    assert named_list([]) == ""
+
+
+def test_unknown_layers_beyond_five_are_counted_not_hidden():
+    # Seven layers without a cost model: the header names five and says how many more (it said ", ...").
+    class Opaque(keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    inputs = keras.Input(shape=(16,))
+    x = keras.layers.Dense(16, name="fc")(inputs)
+    for i in range(7):
+        x = Opaque(name=f"opaque_{i}")(x)
+    text = rendered(advisor.analyze(keras.Model(inputs, x), measure=False), 200)
+    panel = " ".join(line.strip("│ ") for line in text[: text.index("╰")].splitlines())
+    assert "opaque_4 (Opaque) and 2 more" in panel and "opaque_5" not in panel
 
 
 def test_the_batch_advice_gives_per_sample_times_in_readable_units(report):

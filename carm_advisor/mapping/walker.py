@@ -47,6 +47,7 @@ import keras
 from keras.src.utils.naming import to_snake_case
 
 from carm_advisor.errors import MappingError
+from carm_advisor.report.units import named_list
 
 Shape = tuple[int, ...]
 
@@ -408,7 +409,7 @@ class _Walk:
         # weights and all, into the user's model by the trace: not traced then.
         unbuilt = [s.name for s in model._flatten_layers(include_self=False, recursive=True) if not s.built]
         if unbuilt:
-            self.trace_error = (f"sublayer{'s' if len(unbuilt) > 1 else ''} {', '.join(unbuilt[:4])} never built; "
+            self.trace_error = (f"sublayer{'s' if len(unbuilt) > 1 else ''} {named_list(unbuilt, 4)} never built; "
                                 "a trace would build it into the model")
             return None
         try:
@@ -423,7 +424,7 @@ class _Walk:
                   if s.weights and id(s) not in reached]
         if missed:
             self.trace_error = (f"the call traced with its build inputs and defaults never reached "
-                                f"{', '.join(missed[:4])}")
+                                f"{named_list(missed, 4)}")
             return None
         return traced
 

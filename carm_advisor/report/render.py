@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from carm_advisor.report.units import plural, seconds, si
+from carm_advisor.report.units import named_list, plural, seconds, si
 
 __all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
            "renderables", "print_report"]
@@ -52,7 +52,7 @@ def header(report) -> Panel:
         lines.append_text(Text(f"\ncalibrated whole model: {t['calibrated_source']}", style="dim"))
     unknown = report.unknown_layers
     if unknown:   # said where the totals are, not only at the bottom: the totals leave these out
-        names = ", ".join(f"{r.name} ({r.type})" for r in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        names = named_list([f"{r.name} ({r.type})" for r in unknown], 5)
         lines.append_text(Text(f"\n{plural(len(unknown), 'layer')} without a cost model, left out of every total "
                                f"above (FLOPs, time, energy): {names}", style="bold red"))
     return Panel(lines, title="carm_advisor", expand=True)
@@ -98,7 +98,7 @@ def sequential_steps(notes: str) -> int | None:
 def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
     if not marked:
         return None
-    named = ", ".join(f"{name}: {plural(steps, 'step')}" for name, steps in marked[:4]) + (", ..." if len(marked) > 4 else "")
+    named = named_list([f"{name}: {plural(steps, 'step')}" for name, steps in marked], 4)
     return Text(f"{SEQUENTIAL_MARK} recurrent ({named}): each step waits for the one before, and the bound and "
                 "calibrated times ignore that dependence; the real time can be far longer", style="yellow")
 
@@ -238,7 +238,7 @@ def no_recommendation_text(report) -> str:
         return "No recommendation: every layer sits close to its best roof at this configuration."
     unknown = report.unknown_layers
     if unknown:
-        names = ", ".join(f"{r.name} ({r.type})" for r in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        names = named_list([f"{r.name} ({r.type})" for r in unknown], 5)
         return (f"No recommendation: no layer could be costed; {plural(len(unknown), 'layer')} "
                 f"{'has' if len(unknown) == 1 else 'have'} no cost model: {names}.")
     return ("No recommendation: no layer computes or moves data the CARM can place (reshapes, flattens and "

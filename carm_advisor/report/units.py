@@ -33,3 +33,10 @@ def seconds(value: float | None) -> str:
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     """'1 layer', '2 layers'; plural_form for irregular nouns ('1 of them' style phrases stay with the caller)."""
     return f"{count} {singular if count == 1 else (plural_form or singular + 's')}"
+
+
+def named_list(names, shown: int = 3, sep: str = ", ") -> str:
+    """'a, b, c' for at most `shown` names, else 'a, b, c and 2 more': a list cut short says by how much."""
+    names = list(names)
+    more = len(names) - shown
+    return sep.join(names[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from carm_advisor.report.units import named_list
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
 from carm_advisor.tune.predicted import layer_changes, predict_at_sm_clock
 from carm_advisor.tune.space import SearchSpace, TrialConfig
@@ -126,7 +127,7 @@ class TuneResult:
         if self.source != "predicted" or not self.recurrent:
             return None
         steps = sum(r["steps"] for r in self.recurrent)
-        return (f"ignoring the {steps} sequential steps of {_names([r['layer'] for r in self.recurrent])} "
+        return (f"ignoring the {steps} sequential steps of {named_list([r['layer'] for r in self.recurrent], 4)} "
                 "(each waits for the one before)")
 
     def default_gain(self, backend: str, objective: str | None = None) -> float | None:
@@ -216,8 +217,6 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     )
 
 
-def _names(names: list[str], limit: int = 4) -> str:
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def optuna_front(study, distinct: dict[str, TrialRecord]) -> list[TrialRecord]:
@@ -276,7 +275,7 @@ def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
     """The one-line caution a predicted study of a model with recurrent layers carries (analyze's legend)."""
     from carm_advisor.report.units import plural
 
-    named = _names([f"{r['layer']}: {plural(r['steps'], 'step')}" for r in recurrent])
+    named = named_list([f"{r['layer']}: {plural(r['steps'], 'step')}" for r in recurrent], 4)
     return (f"recurrent layers ({named}): each step waits for the one before, and the predicted times (CARM bound "
             "and calibrated) ignore that dependence; the real time can be far longer")
 
@@ -287,7 +286,7 @@ def uncosted_warning(rows) -> list[str]:
     unknown = [r for r in rows or [] if not getattr(r, "known", True)]
     if not unknown:
         return []
-    named = _names([f"{r.name} ({r.type})" for r in unknown])
+    named = named_list([f"{r.name} ({r.type})" for r in unknown], 4)
     return [f"{len(unknown)} layer(s) have no cost model and are left out of every predicted value, so each is a "
             f"lower bound: {named}"]
 

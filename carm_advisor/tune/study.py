@@ -641,10 +641,10 @@ def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
         return
     rows = list(getattr(bound, "rows", None) or [])
 
-    from carm_advisor.tune.result import _names
+    from carm_advisor.report.units import named_list
 
     def named(rs) -> str:
-        return _names([f"{r.name} ({r.type})" for r in rs])
+        return named_list([f"{r.name} ({r.type})" for r in rs], 4)
 
     unknown = [r for r in rows if not r.known]
     if unknown:
