@@ -144,6 +144,7 @@ def analyze(
     calibration: Any = True,
     verify: bool = False,
     verify_runner: Any = None,
+    input_shapes: Any = None,
 ) -> Report:
     """Map every layer of a built Keras model onto a CARM and advise.
 
@@ -153,8 +154,20 @@ def analyze(
     under the model's own policy take its compute dtype, layers pinned to another policy keep theirs (the report's
     warnings name them); default each layer's dtype policy. measure: "auto"
     measures on an NVIDIA GPU and predicts elsewhere; True insists; False never measures.
-    from_measurements: a RunMeasurement or a JSON path recorded earlier (replay).
+    from_measurements: a RunMeasurement or a JSON path recorded earlier (replay). input_shapes: for a subclassed
+    model whose call() takes several tensors (Keras records the first one's shape only), one batch-first shape
+    per tensor argument, e.g. [(None, 64), (None, 16)], or {argument name: shape}; the mapping and the per-layer
+    measurement then trace call() on them instead of falling back to a lower bound.
     """
+    from carm_advisor.mapping.walker import call_shapes
+
+    with call_shapes(model, input_shapes):
+        return _analyze(model, batch_size, profile, precision, measure, from_measurements, counters, strict, name,
+                        progress, measure_options, calibration, verify, verify_runner)
+
+
+def _analyze(model, batch_size, profile, precision, measure, from_measurements, counters, strict, name, progress,
+             measure_options, calibration, verify, verify_runner) -> Report:
     import keras
 
     from carm_advisor.recommend import recommend

@@ -6,6 +6,7 @@ import pytest
 from rich.console import Console
 
 import carm_advisor as advisor
+from carm_advisor.errors import MappingError
 from carm_advisor.model_loader import dtype_policy
 from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 
@@ -409,6 +410,29 @@ def test_subclassed_model_per_sample_figures_count_a_layer_called_twice():
     assert [r.name for r in report.layers][:2] == ["shared", "shared#1"]
     # three 64x64 Dense calls with bias per sample: 3 * (2*64*64 + 64) = 24,768 (16.5 k before)
     assert report.totals()["flops_per_sample"] == pytest.approx(3 * (2 * 64 * 64 + 64))
+
+
+def test_input_shapes_let_analyze_trace_a_call_of_two_tensors_whole():
+    class TwoTensors(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(64, name="da"), keras.layers.Dense(64, name="db")
+
+        def call(self, a, b):
+            return keras.ops.relu(self.da(a) + self.db(b))
+
+    model = TwoTensors()
+    model(keras.ops.zeros((2, 32)), keras.ops.zeros((2, 16)))
+    lower = advisor.analyze(model, batch_size=8, profile=round_profile(), measure=False, progress=False)
+    assert any("pass input_shapes for (a, b)" in w for w in lower.warnings)
+
+    report = advisor.analyze(model, batch_size=8, profile=round_profile(), measure=False, progress=False,
+                             input_shapes=[(None, 32), (None, 16)])
+    assert not [w for w in report.warnings if "lower bound" in w]
+    # Per sample: da 2*32*64 + 64, db 2*16*64 + 64, the add and the relu 64 each.
+    assert report.totals()["flops_per_sample"] == pytest.approx(2 * 32 * 64 + 64 + 2 * 16 * 64 + 64 + 64 + 64)
+    with pytest.raises(MappingError, match="at most 2 input shape"):
+        advisor.analyze(model, batch_size=8, measure=False, progress=False, input_shapes=[(None, 32)] * 3)
 
 
 def test_an_untraceable_subclassed_model_says_in_the_reports_warnings_that_its_totals_are_a_lower_bound(recwarn):

@@ -301,6 +301,99 @@ def test_a_sublayer_the_traced_call_never_reaches_is_not_dropped_silently():
     assert sorted(c.name for c in costs) == ["a", "b"]   # both listed, and the totals said to be a lower bound
 
 
+class _TwoTensors(keras.Model):
+    """call(a, b): Keras records the build shape of `a` only."""
+
+    def __init__(self):
+        super().__init__()
+        self.da = keras.layers.Dense(8, name="da")
+        self.db = keras.layers.Dense(8, name="db")
+        self.head = keras.layers.Dense(3, name="head")
+
+    def call(self, a, b, training=None):
+        return self.head(keras.ops.relu(self.da(a) + self.db(b)))
+
+
+def _two_tensors():
+    model = _TwoTensors()
+    model(keras.ops.zeros((2, 4)), keras.ops.zeros((2, 6)))
+    return model
+
+
+def test_a_call_of_several_tensors_falls_back_and_says_how_to_give_their_shapes():
+    with pytest.warns(RuntimeWarning, match=r"first argument only: pass input_shapes for \(a, b\)"):
+        costs = map_model(_two_tensors(), 5)
+    assert [c.name for c in costs] == ["da", "db", "head"]          # the add and relu are missing: a lower bound
+
+
+@pytest.mark.parametrize("shapes", [[(None, 4), (None, 6)], {"b": (7, 6), "a": (1, 4)}])
+def test_input_shapes_trace_a_call_of_several_tensors_whole(shapes, recwarn):
+    costs = map_model(_two_tensors(), 5, input_shapes=shapes)
+
+    assert not [w for w in recwarn if "lower bound" in str(w.message)]
+    assert [c.name for c in costs] == ["da", "db", "add", "relu", "head"]
+    by = {c.name: c for c in costs}
+    # Hand counts at batch 5 (the batch given in a shape is replaced): Dense 2*in*out MACs + a bias per output.
+    assert by["da"].flops == 2 * 5 * 4 * 8 + 5 * 8
+    assert by["db"].flops == 2 * 5 * 6 * 8 + 5 * 8
+    assert by["add"].flops == 5 * 8 and by["head"].flops == 2 * 5 * 8 * 3 + 5 * 3
+    assert by["db"].input_shapes == ((5, 6),)
+
+
+def test_input_shapes_is_the_same_call_for_a_model_with_one_argument_of_a_list():
+    class ListIn(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, inputs):
+            return self.da(inputs[0]) + self.db(inputs[1])
+
+    model = ListIn()
+    model([keras.ops.zeros((2, 4)), keras.ops.zeros((2, 6))])
+    recorded = [(c.name, c.flops) for c in map_model(model, 3)]
+    assert [(c.name, c.flops) for c in map_model(model, 3, input_shapes=[[(None, 4), (None, 6)]])] == recorded
+    with pytest.raises(MappingError, match=r"at most 1 input shape\(s\).*takes a list of shapes"):
+        map_model(model, 3, input_shapes=[(None, 4), (None, 6)])
+
+
+@pytest.mark.parametrize("shapes, match", [
+    ([(None, 4), (None, 6), (None, 2)], r"at most 2 input shape\(s\).*\(a, b\)"),
+    ({"c": (None, 2)}, r"among the tensor arguments of _TwoTensors.call\(\) \(a, b\), received: c"),
+    ([(None, None), (None, 6)], r"known dimensions besides the batch, received: \(None, None\)"),
+    ([(None, 0), (None, 6)], "positive dimensions"),
+    ("(None, 4)", "as a list of shapes"),
+    ([(None, 4), (None, 7)], r"to run on input_shapes .*expected axis -1 of input shape to have value 6"),
+    ([(None, 4)], r"TypeError: .*missing 1 required positional argument: 'b'"),
+])
+def test_input_shapes_that_do_not_fit_are_a_one_line_mapping_error(shapes, match):
+    with pytest.raises(MappingError, match=match):
+        map_model(_two_tensors(), 5, input_shapes=shapes)
+
+
+def test_input_shapes_that_leave_a_sublayer_unreached_are_an_error_not_a_lower_bound():
+    class Optional(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = keras.layers.Dense(4, name="a"), keras.layers.Dense(4, name="b")
+
+        def call(self, x, y=None):
+            return self.a(x) if y is None else self.a(x) + self.b(y)
+
+    model = Optional()
+    model(keras.ops.zeros((2, 6)), y=keras.ops.zeros((2, 5)))
+    with pytest.raises(MappingError, match="never reached b: give the shapes"):
+        map_model(model, 3, input_shapes=[(None, 6)])
+    assert [c.name for c in map_model(model, 3, input_shapes={"x": (None, 6), "y": (None, 5)})] == ["a", "b", "add"]
+
+
+def test_input_shapes_are_refused_for_a_model_whose_inputs_are_known():
+    x = keras.Input((4,))
+    model = keras.Model(x, keras.layers.Dense(2)(x))
+    with pytest.raises(MappingError, match="input_shapes is for subclassed models"):
+        map_model(model, 1, input_shapes=[(None, 4)])
+
+
 def test_a_traced_op_never_takes_a_layers_name():
     class AddBoth(keras.Model):
         def __init__(self):

@@ -55,7 +55,7 @@ import numpy as np
 
 from carm_advisor.errors import MappingError, UnknownLayerError
 from carm_advisor.mapping.costs import OP_NONE, LayerCost
-from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
+from carm_advisor.mapping.walker import LayerCall, call_shapes, iter_layer_calls
 
 CostFn = Callable[[LayerCall, int], "LayerCost | list[LayerCost]"]
 
@@ -266,15 +266,21 @@ def _policy_compute_dtype(name: str) -> str | None:
 
 
 def map_model(model, batch_size: int = 1, strict: bool = False,
-              compute_dtype: str | Mapping[str, str] | None = None) -> list[LayerCost]:
+              compute_dtype: str | Mapping[str, str] | None = None, input_shapes=None) -> list[LayerCost]:
     """Analytic cost of every layer call of ``model``, in graph order, for a batch of ``batch_size``.
 
     ``compute_dtype``: a dtype overrides every layer's ``dtype_policy.compute_dtype``; a mapping of dtype
     policy names to dtypes overrides it for the layers under those policies only (the others, such as a mixed
     model's float32 output layer, keep their own); None: each layer's own. A layer without a cost model is
     returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
-    :class:`UnknownLayerError` instead.
+    :class:`UnknownLayerError` instead. ``input_shapes``: a subclassed model's call() argument shapes, where Keras
+    recorded fewer (``walker.call_shapes``: one batch-first shape per tensor argument, or {name: shape}).
     """
+    with call_shapes(model, input_shapes):
+        return _map_model(model, batch_size, strict, compute_dtype)
+
+
+def _map_model(model, batch_size: int, strict: bool, compute_dtype) -> list[LayerCost]:
     by_policy = dict(compute_dtype) if isinstance(compute_dtype, Mapping) else None
     for dtype in by_policy.values() if by_policy is not None else [compute_dtype] if compute_dtype else []:
         dtype_bytes_of(dtype)  # validate early

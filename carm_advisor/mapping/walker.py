@@ -28,7 +28,8 @@ on a device and no backend tensor is created by the walk itself.
   is opened the same way, in subclassed and functional models alike.
 - A ``call()`` that cannot run on KerasTensors (backend-native ``tf.*`` / ``torch.*`` code, Python
   branches on tensor values), or a model Keras recorded no input shapes for (a ``call(self, a, b)`` of
-  several tensor arguments: Keras records the first only), falls back to the built sublayers in attribute order with their build
+  several tensor arguments: Keras records the first only, unless they are given with ``call_shapes`` /
+  ``input_shapes=``), falls back to the built sublayers in attribute order with their build
   shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the totals are a
   lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes is skipped there
   and named in that warning; an unbuilt layer with weights is a :class:`MappingError`.
@@ -37,6 +38,7 @@ on a device and no backend tensor is created by the walk itself.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import re
 import warnings
@@ -84,6 +86,77 @@ def _functional_class():
 def _is_graph_model(op) -> bool:
     """Keras' own Functional / Sequential containers: walked, never costed."""
     return isinstance(op, (_functional_class(), keras.Sequential))
+
+
+# Call-argument shapes given for subclassed models (``call_shapes``), by id(model): {argument name: shape structure}.
+_CALL_SHAPES: contextvars.ContextVar[dict[int, dict[str, Any]]] = contextvars.ContextVar("carm_call_shapes", default={})
+_NOT_TENSORS = ("training", "mask")
+
+
+def _tensor_parameters(model) -> list[inspect.Parameter]:
+    """The call() parameters a tensor can be passed to, in order (not ``training``, ``mask``, ``*args``)."""
+    try:
+        params = inspect.signature(model.call).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in _NOT_TENSORS]
+
+
+def _checked_shape(shape, where: str):
+    """A shape (batch first, any value there) or a list/tuple/dict structure of them, else MappingError."""
+    if _is_shape(shape) and len(shape) >= 1:
+        if any(d is None for d in tuple(shape)[1:]):
+            raise MappingError(f"Expected {where} with known dimensions besides the batch, received: {tuple(shape)}")
+        if any(d is not None and d < 1 for d in shape):
+            raise MappingError(f"Expected {where} with positive dimensions, received: {tuple(shape)}")
+        return tuple(shape)
+    if isinstance(shape, dict) and shape:
+        return {k: _checked_shape(v, f"{where}[{k!r}]") for k, v in shape.items()}
+    if isinstance(shape, (list, tuple)) and shape and not _is_shape(shape):
+        return type(shape)(_checked_shape(v, f"{where}[{i}]") for i, v in enumerate(shape))
+    raise MappingError(f"Expected {where} to be a shape such as (None, 32) (batch first) or a list/dict of "
+                       f"shapes, received: {shape!r}")
+
+
+@contextlib.contextmanager
+def call_shapes(model, shapes):
+    """Within it the walker traces subclassed ``model``'s call() on ``shapes`` instead of the build shapes
+    Keras recorded (for a ``call(self, a, b)`` Keras records only ``a``'s). ``shapes``: one shape per tensor
+    argument of call(), in order, or {argument name: shape}; a shape is batch first (any batch value: the
+    mapping's batch replaces it), and an argument taking a list or dict of tensors takes a list or dict of
+    shapes. None: nothing changes. A Functional or Sequential model (whose inputs are known) is a MappingError,
+    as are a name call() does not take, more shapes than it takes tensors, or a shape with an unknown dimension
+    besides the batch."""
+    if shapes is None:
+        yield
+        return
+    name = getattr(model, "name", type(model).__name__)
+    if _is_graph_model(model):
+        raise MappingError(f"input_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
+                           "model whose inputs are known")
+    params = [p.name for p in _tensor_parameters(model)]
+    if isinstance(shapes, dict):
+        unknown = [k for k in shapes if k not in params]
+        if unknown:
+            raise MappingError(f"Expected input_shapes keys among the tensor arguments of {type(model).__name__}."
+                               f"call() ({', '.join(params) or 'none'}), received: {', '.join(map(str, unknown))}")
+        by_name = dict(shapes)
+    elif isinstance(shapes, (list, tuple)) and shapes and not _is_shape(shapes):
+        if len(shapes) > len(params):
+            raise MappingError(f"Expected at most {len(params)} input shape(s), one per tensor argument of "
+                               f"{type(model).__name__}.call() ({', '.join(params)}), received: {len(shapes)} (an "
+                               "argument taking a list of tensors takes a list of shapes: [[(None, 4), (None, 6)]])")
+        by_name = dict(zip(params, shapes))
+    else:
+        raise MappingError("Expected input_shapes as a list of shapes, one per tensor argument of call(), or "
+                           f"{{argument name: shape}}, received: {shapes!r}")
+    checked = {k: _checked_shape(v, f"input_shapes[{k!r}]") for k, v in by_name.items()}
+    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): checked})
+    try:
+        yield
+    finally:
+        _CALL_SHAPES.reset(token)
 
 
 def _fill_batch(shape, batch_size: int) -> tuple:
@@ -380,26 +453,29 @@ class _Walk:
         shapes_dict = getattr(layer, "_build_shapes_dict", None)
         if not layer.built or not shapes_dict:
             return None
-        dtype = layer.compute_dtype
+        structs = [self.specs_of(v, layer.compute_dtype) for v in shapes_dict.values()]
+        names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
+        return structs, names
 
+    def specs_of(self, shapes, dtype):
+        """A shape, or a structure of shapes, as KerasTensors of ``dtype`` with the batch set to ``batch_size``."""
         def to_spec(shape):
             shape = tuple(shape)
             return _spec((self.batch_size,) + shape[1:] if shape else shape, dtype)
 
-        structs = [
-            keras.tree.map_shape_structure(to_spec, v) if not _is_shape(v) else to_spec(v)
-            for v in shapes_dict.values()
-        ]
-        names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
-        return structs, names
+        return to_spec(shapes) if _is_shape(shapes) else keras.tree.map_shape_structure(to_spec, shapes)
 
     def trace_model(self, model):
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
-        built = self.build_specs(model)
-        if built is None:
-            return None
-        structs, _ = built
-        kwargs = {}
+        given = _CALL_SHAPES.get().get(id(model))
+        if given is not None:
+            structs, kwargs = [], {k: self.specs_of(v, model.compute_dtype) for k, v in given.items()}
+        else:
+            built = self.build_specs(model)
+            if built is None:
+                return None
+            structs, _ = built
+            kwargs = {}
         try:
             if "training" in inspect.signature(model.call).parameters:
                 kwargs["training"] = False  # the analysis is of inference
@@ -415,18 +491,35 @@ class _Walk:
         try:
             traced = _trace(model, structs, kwargs)
         except Exception as exc:  # noqa: BLE001 - anything the user's call() raises on KerasTensors
-            self.trace_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if given is not None:   # shapes given to trace on: no silent lower bound, say why it cannot
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise MappingError(f"Expected the call() of subclassed model '{model.name}' to run on input_shapes "
+                                   f"{given}; received {type(exc).__name__}: {first}") from exc
+            self.trace_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}" + \
+                self.shapes_hint(model, given, structs)
             return None
         # A sublayer with weights the traced call never reached (an optional argument left at its default, a
         # branch): the trace would leave its work out silently.
         reached = {id(op) for op in getattr(traced, "operations", [])}
         missed = [s.name for s in model._flatten_layers(include_self=False, recursive=False)
                   if s.weights and id(s) not in reached]
+        if missed and given is not None:
+            raise MappingError(f"Expected the call() of subclassed model '{model.name}' on input_shapes {given} to "
+                               f"reach every sublayer with weights; it never reached {named_list(missed, 4)}: give "
+                               "the shapes of the arguments that lead to them")
         if missed:
-            self.trace_error = (f"the call traced with its build inputs and defaults never reached "
-                                f"{named_list(missed, 4)}")
+            self.trace_error = (f"the call traced with its {'given' if given is not None else 'build'} inputs and "
+                                f"defaults never reached {named_list(missed, 4)}" + self.shapes_hint(model, given, structs))
             return None
         return traced
+
+    @staticmethod
+    def shapes_hint(model, given, structs) -> str:
+        """Where call() takes more tensors than Keras recorded build shapes for: how to give them."""
+        if given is not None or len(_tensor_parameters(model)) <= len(structs):
+            return ""
+        names = ", ".join(p.name for p in _tensor_parameters(model))
+        return f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names})"
 
     def walk_subclassed(self, layer, prefix: str, skipped: list[str]) -> Iterator[LayerCall]:
         """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""
