@@ -258,6 +258,41 @@ def test_untraceable_subclassed_call_falls_back_with_a_lower_bound_warning():
     assert costs[0].flops == 2 * 3 * 6 * 4 + 3 * 4
 
 
+def test_the_fallback_keeps_a_user_layer_with_a_registered_cost_whole_as_the_graph_walk_does(monkeypatch):
+    from carm_advisor.mapping import registry
+    from carm_advisor.mapping.costs import OP_MATMUL
+
+    class Block(keras.layers.Layer):   # made of sublayers, but costed as one by its registered model
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.inner = keras.layers.Dense(4, name="inner")
+
+        def call(self, x):
+            return self.inner(x)
+
+    monkeypatch.setitem(registry._REGISTRY, "Block",
+                        lambda call, db: registry.make_cost(call, db, flops=1234, op_class=OP_MATMUL))
+
+    class Host(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.blk = Block(name="blk")
+
+        def call(self, x):
+            scale = float(keras.ops.convert_to_numpy(keras.ops.max(x)))  # needs values: no symbolic trace
+            return self.blk(x) * scale
+
+    model = Host()
+    model(keras.ops.zeros((2, 6)))
+    with pytest.warns(RuntimeWarning, match="lower bound"):
+        costs = map_model(model, 3)
+    assert [(c.name, c.flops) for c in costs] == [("blk", 1234)]     # not opened into blk/inner
+
+    inputs = keras.Input((6,))
+    graph = keras.Model(inputs, Block(name="blk")(inputs))
+    assert [(c.name, c.flops) for c in map_model(graph, 3)] == [("blk", 1234)]
+
+
 def test_a_sublayer_never_built_is_not_built_by_the_trace():
     class Branchy(keras.Model):
         def __init__(self):

@@ -533,9 +533,7 @@ class _Walk:
                     if kind == "call":
                         yield item
                 continue
-            children = list(sub._flatten_layers(include_self=False, recursive=False))
-            is_keras_own = type(sub).__module__.startswith("keras.")
-            if children and not is_keras_own:
+            if is_composite_user_layer(sub):   # the graph walk's rule: a registered cost keeps it a leaf
                 yield from self.walk_subclassed(sub, path + "/", skipped)
                 continue
             if self.build_specs(sub) is None and not sub.weights:
