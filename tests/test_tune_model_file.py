@@ -257,6 +257,22 @@ def test_a_file_whose_policies_cannot_be_replaced_is_costed_at_its_own_dtypes(tm
     assert {c.name: c.compute_dtype for c in costs} == {"h": "bfloat16", "out": "bfloat16"}
 
 
+def test_a_tune_of_a_file_reads_its_traits_once(tmp_path, monkeypatch):
+    # tune() reads what the file fixes to narrow its space; its predictor takes that answer instead of reading the
+    # file's config a second time. A file whose policies cannot be replaced is still costed at its own dtypes.
+    from carm_advisor.tune import builder
+
+    inputs = keras.Input(shape=(64,))
+    path = _save(keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(inputs)), tmp_path / "f.keras")
+    reads = []
+    real = builder.file_traits
+    monkeypatch.setattr(builder, "file_traits", lambda spec: reads.append(spec) or real(spec))
+    result = _tune(path, tmp_path, batch_sizes=(8,))
+    assert len(reads) == 1
+    ran = [t.config.precision for t in result.trials if t.config is not None]
+    assert ran and set(ran) <= {"float32", "float32_tf32", "float32_no_tf32"}
+
+
 def test_a_sequentials_own_dtype_does_not_vote_for_its_policy():
     # Built under float32, a mixed_bfloat16 layer and its float32 output layer: the layers tie, and a tie goes to
     # the mixed policy. The Sequential's config also carries the global float32; counted, float32 would win 2-1.

@@ -142,7 +142,10 @@ def resolve_calibration(calibration, profile):
 class ConfigPredictor:
     """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
 
-    def __init__(self, spec: ModelSpec, profile=None, model=None, calibration=None) -> None:
+    def __init__(self, spec: ModelSpec, profile=None, model=None, calibration=None,
+                 policies_fixed: bool | None = None) -> None:
+        """policies_fixed: whether the model's dtype policies cannot be replaced, where the caller has read its
+        traits already (tune(): builder.file_traits); None: read here when first needed."""
         from carm_advisor.profiles.profile import Profile, load_profile
 
         self.spec = spec
@@ -153,7 +156,7 @@ class ConfigPredictor:
         if model is not None:
             self._models[_layout_key(spec, None)] = model
         self._cache: dict[tuple, Prediction] = {}
-        self._fixed: bool | None = None
+        self._fixed: bool | None = policies_fixed
 
     def model(self, layout: str):
         """The model built in this layout: float32, or a model file as saved (its layers pinned to another policy

@@ -217,7 +217,8 @@ def tune(
     if isinstance(calibration, str) and calibration == "auto":
         calibration = source == "predicted"
     own_predictor = predictor is None
-    predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration)
+    predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration,
+                                             policies_fixed=None if traits is None else bool(traits.fixed_precision))
     # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
     calibrated = source == "predicted" and any(
         getattr(predictor, "calibrates", lambda b, c: False)(b, c) for b in space.backends for c in space.compilers[b])
