@@ -296,6 +296,13 @@ def test_activation_layers_per_element_constants():
     assert only(costs_of(keras.layers.ELU(), (3, 5))).flops == 4 * n
 
 
+@pytest.mark.parametrize("activation", ["linear", None])
+def test_a_linear_activation_layer_does_no_work(activation):
+    # keras.activations.linear returns its input: no kernel, no bytes (ConvNeXt's *_identity layers).
+    cost = only(costs_of(keras.layers.Activation(activation), (3, 5)))
+    assert (cost.flops, cost.bytes, cost.op_class) == (0, 0, "none")
+
+
 def test_merge_layers_count_binary_ops_per_output():
     a, b, c = keras.Input((4,)), keras.Input((4,)), keras.Input((4,))
     costs = map_model(keras.Model([a, b, c], [

@@ -82,6 +82,8 @@ def custom_scale_cost(call, dtype_bytes):
 @register_cost("Activation")
 def activation_cost(call, dtype_bytes):
     act = call.layer.activation
+    if activation_name(act) == "linear":   # Activation("linear") / Activation(None): returns its input as is
+        return no_work_cost(call, "linear activation: returns its input, no kernel runs")
     op_class = OP_REDUCTION if activation_name(act) in ("softmax", "log_softmax") else OP_ELEMENTWISE
     notes = "" if activation_name(act) in ACTIVATION_FLOPS else f"activation {activation_name(act)!r} counted as sigmoid"
     return _per_output(call, dtype_bytes, activation_flops(act), op_class, notes)
