@@ -266,7 +266,10 @@ def _mapping_warnings():
         text = str(message)
         if text.startswith(MAPPING_WARNING_PREFIX):
             text = text[len("carm_advisor: "):]
-            if text not in said:
+            # One line per model: the what-if passes (another batch, another precision) map it again, and their
+            # messages differ only in the shapes of the failed trace.
+            key = text.split(" could not be traced")[0]
+            if not any(s.split(" could not be traced")[0] == key for s in said):
                 said.append(text)
         else:
             shown(message, category, filename, lineno, file, line)

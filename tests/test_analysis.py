@@ -457,6 +457,23 @@ def test_an_untraceable_subclassed_model_says_in_the_reports_warnings_that_its_t
     assert not [w for w in recwarn.list if "could not be traced" in str(w.message)]   # the report says it, not stderr
 
 
+def test_an_untraceable_model_is_said_once_per_analysis_whatever_its_what_if_passes_traced():
+    class ListToDense(keras.Model):   # Dense given two tensors: Keras' message carries the KerasTensors' reprs
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(4, name="d")
+
+        def call(self, x):
+            return self.d([x, x]) if isinstance(x, keras.KerasTensor) else self.d(x)
+
+    model = ListToDense()
+    model(keras.ops.zeros((2, 6)))
+    report = advisor.analyze(model, batch_size=2, measure=False, progress=False)
+    said = [w for w in report.warnings if "could not be traced" in w]
+    assert len(said) == 1, said                      # the batch and precision what-ifs map it again
+    assert "keras_tensor" not in said[0] and "KerasTensor(shape=(2, 6), dtype=float32)" in said[0]
+
+
 def test_every_analysis_of_an_untraceable_model_says_so_not_only_the_first():
     import keras
 

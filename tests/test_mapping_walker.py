@@ -422,6 +422,68 @@ def test_input_shapes_that_leave_a_sublayer_unreached_are_an_error_not_a_lower_b
     assert [c.name for c in map_model(model, 3, input_shapes={"x": (None, 6), "y": (None, 5)})] == ["a", "b", "add"]
 
 
+def test_input_shapes_reach_positional_only_star_args_and_mask_arguments():
+    import numpy as np
+
+    class PosOnly(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, x, y, /):
+            return self.da(x) + self.db(y)
+
+    class VarArgs(PosOnly):
+        def call(self, *xs):
+            return self.da(xs[0]) + self.db(xs[1])
+
+    class Masked(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da = keras.layers.Dense(8, name="da")
+
+        def call(self, x, mask=None):
+            out = self.da(x)
+            return out if mask is None else out * mask
+
+    for cls in (PosOnly, VarArgs):
+        model = cls()
+        model(keras.ops.zeros((2, 4)), keras.ops.zeros((2, 6)))
+        costs = map_model(model, 3, input_shapes=[(None, np.int64(4)), (None, 6)])   # a numpy int is a dimension
+        assert [(c.name, c.flops) for c in costs] == [("da", 2 * 3 * 4 * 8 + 3 * 8), ("db", 2 * 3 * 6 * 8 + 3 * 8),
+                                                      ("add", 3 * 8)], cls
+    pos_only = _built(PosOnly)
+    assert [c.name for c in map_model(pos_only, 3, input_shapes={"x": (1, 4), "y": (1, 6)})] == ["da", "db", "add"]
+    with pytest.raises(MappingError, match=r"positional-only arguments .* in order from the first \(x, y\)"):
+        map_model(pos_only, 3, input_shapes={"y": (1, 6)})
+
+    masked = Masked()
+    masked(keras.ops.zeros((2, 4)))
+    assert [c.name for c in map_model(masked, 3)] == ["da"]                     # no mask given: none multiplied
+    with_mask = map_model(masked, 3, input_shapes={"x": (None, 4), "mask": (None, 8)})
+    assert [(c.name, c.flops) for c in with_mask][1] == ("multiply", 3 * 8)
+
+
+def _built(cls):
+    model = cls()
+    model(keras.ops.zeros((2, 4)), keras.ops.zeros((2, 6)))
+    return model
+
+
+def test_a_star_args_call_is_traced_whole_from_the_shapes_keras_recorded(recwarn):
+    class VarArgs(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, *xs):
+            return self.da(xs[0]) + self.db(xs[1])
+
+    costs = map_model(_built(VarArgs), 3)
+    assert not [w for w in recwarn if "lower bound" in str(w.message)]
+    assert [c.name for c in costs] == ["da", "db", "add"] and costs[1].input_shapes == ((3, 6),)
+
+
 def test_input_shapes_are_refused_for_a_model_whose_inputs_are_known():
     x = keras.Input((4,))
     model = keras.Model(x, keras.layers.Dense(2)(x))

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import numbers
 import re
 import warnings
 from dataclasses import dataclass
@@ -88,19 +89,34 @@ def _is_graph_model(op) -> bool:
     return isinstance(op, (_functional_class(), keras.Sequential))
 
 
-# Call-argument shapes given for subclassed models (``call_shapes``), by id(model): {argument name: shape structure}.
-_CALL_SHAPES: contextvars.ContextVar[dict[int, dict[str, Any]]] = contextvars.ContextVar("carm_call_shapes", default={})
-_NOT_TENSORS = ("training", "mask")
+@dataclass(frozen=True)
+class _GivenShapes:
+    """Call-argument shapes given for a subclassed model (``call_shapes``): checked, batch first."""
+
+    args: tuple          # passed by position (positional-only arguments, ``*args``, or the list form)
+    kwargs: dict         # passed by name
+    text: str            # as the user wrote them, for messages
+
+
+_CALL_SHAPES: contextvars.ContextVar[dict[int, _GivenShapes]] = contextvars.ContextVar("carm_call_shapes", default={})
+
+
+def _call_parameters(model) -> list[inspect.Parameter]:
+    try:
+        return [p for p in inspect.signature(model.call).parameters.values() if p.name != "training"]
+    except (TypeError, ValueError):
+        return []
 
 
 def _tensor_parameters(model) -> list[inspect.Parameter]:
-    """The call() parameters a tensor can be passed to, in order (not ``training``, ``mask``, ``*args``)."""
-    try:
-        params = inspect.signature(model.call).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-            and p.name not in _NOT_TENSORS]
+    """The named call() parameters a tensor is passed to by position or in order: not ``training``, ``mask``,
+    ``*args`` or ``**kwargs``."""
+    return [p for p in _call_parameters(model)
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "mask"]
+
+
+def _takes_var_positional(model) -> bool:
+    return any(p.kind == p.VAR_POSITIONAL for p in _call_parameters(model))
 
 
 def _checked_shape(shape, where: str):
@@ -110,7 +126,7 @@ def _checked_shape(shape, where: str):
             raise MappingError(f"Expected {where} with known dimensions besides the batch, received: {tuple(shape)}")
         if any(d is not None and d < 1 for d in shape):
             raise MappingError(f"Expected {where} with positive dimensions, received: {tuple(shape)}")
-        return tuple(shape)
+        return tuple(None if d is None else int(d) for d in shape)
     if isinstance(shape, dict) and shape:
         return {k: _checked_shape(v, f"{where}[{k!r}]") for k, v in shape.items()}
     if isinstance(shape, (list, tuple)) and shape and not _is_shape(shape):
@@ -119,40 +135,60 @@ def _checked_shape(shape, where: str):
                        f"shapes, received: {shape!r}")
 
 
+def _given_shapes(model, shapes) -> _GivenShapes:
+    cls = type(model).__name__
+    named = _tensor_parameters(model)
+    names = [p.name for p in named]
+    if isinstance(shapes, dict):
+        takes = {p.name: p for p in _call_parameters(model)
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}   # a mask may be given by name
+        unknown = [k for k in shapes if k not in takes]
+        if unknown:
+            raise MappingError(f"Expected input_shapes keys among the tensor arguments of {cls}.call() "
+                               f"({', '.join(takes) or 'none'}), received: {', '.join(map(str, unknown))}")
+        positional_only = [n for n, p in takes.items() if p.kind == p.POSITIONAL_ONLY]
+        given_first = [n for n in positional_only if n in shapes]
+        if given_first != positional_only[:len(given_first)]:
+            raise MappingError(f"Expected input_shapes for the positional-only arguments of {cls}.call() in order "
+                               f"from the first ({', '.join(positional_only)}), received: {', '.join(given_first)}")
+        args = tuple(_checked_shape(shapes[n], f"input_shapes[{n!r}]") for n in given_first)
+        kwargs = {k: _checked_shape(v, f"input_shapes[{k!r}]") for k, v in shapes.items() if k not in given_first}
+        return _GivenShapes(args, kwargs, repr(shapes))
+    if not (isinstance(shapes, (list, tuple)) and shapes and not _is_shape(shapes)):
+        raise MappingError("Expected input_shapes as a list of shapes, one per tensor argument of call(), or "
+                           f"{{argument name: shape}}, received: {shapes!r}")
+    if _takes_var_positional(model):   # call(self, *xs) or call(self, x, *rest): every shape by position
+        return _GivenShapes(tuple(_checked_shape(v, f"input_shapes[{i}]") for i, v in enumerate(shapes)), {},
+                            repr(list(shapes)))
+    if len(shapes) > len(named):
+        raise MappingError(f"Expected at most {len(named)} input shape(s), one per tensor argument of "
+                           f"{cls}.call() ({', '.join(names)}), received: {len(shapes)} (an "
+                           "argument taking a list of tensors takes a list of shapes: [[(None, 4), (None, 6)]])")
+    by_position = [p for p in named if p.kind != p.KEYWORD_ONLY]
+    checked = [_checked_shape(v, f"input_shapes[{names[i]!r}]") for i, v in enumerate(shapes)]
+    return _GivenShapes(tuple(checked[:len(by_position)]),
+                        {p.name: v for p, v in zip(named[len(by_position):], checked[len(by_position):])},
+                        repr(list(shapes)))
+
+
 @contextlib.contextmanager
 def call_shapes(model, shapes):
     """Within it the walker traces subclassed ``model``'s call() on ``shapes`` instead of the build shapes
     Keras recorded (for a ``call(self, a, b)`` Keras records only ``a``'s). ``shapes``: one shape per tensor
-    argument of call(), in order, or {argument name: shape}; a shape is batch first (any batch value: the
-    mapping's batch replaces it), and an argument taking a list or dict of tensors takes a list or dict of
-    shapes. None: nothing changes. A Functional or Sequential model (whose inputs are known) is a MappingError,
-    as are a name call() does not take, more shapes than it takes tensors, or a shape with an unknown dimension
-    besides the batch."""
+    argument of call(), in order (every one by position where call() takes ``*args``), or {argument name: shape}
+    (a ``mask`` argument only so); a shape is batch first (any batch value: the mapping's batch replaces it), and
+    an argument taking a list or dict of tensors takes a list or dict of shapes. None: nothing changes. A
+    Functional or Sequential model (whose inputs are known) is a MappingError, as are a name call() does not
+    take, more shapes than it takes tensors, or a shape with an unknown dimension besides the batch."""
     if shapes is None:
         yield
         return
-    name = getattr(model, "name", type(model).__name__)
     if _is_graph_model(model):
+        name = getattr(model, "name", type(model).__name__)
         raise MappingError(f"input_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
                            "model whose inputs are known")
-    params = [p.name for p in _tensor_parameters(model)]
-    if isinstance(shapes, dict):
-        unknown = [k for k in shapes if k not in params]
-        if unknown:
-            raise MappingError(f"Expected input_shapes keys among the tensor arguments of {type(model).__name__}."
-                               f"call() ({', '.join(params) or 'none'}), received: {', '.join(map(str, unknown))}")
-        by_name = dict(shapes)
-    elif isinstance(shapes, (list, tuple)) and shapes and not _is_shape(shapes):
-        if len(shapes) > len(params):
-            raise MappingError(f"Expected at most {len(params)} input shape(s), one per tensor argument of "
-                               f"{type(model).__name__}.call() ({', '.join(params)}), received: {len(shapes)} (an "
-                               "argument taking a list of tensors takes a list of shapes: [[(None, 4), (None, 6)]])")
-        by_name = dict(zip(params, shapes))
-    else:
-        raise MappingError("Expected input_shapes as a list of shapes, one per tensor argument of call(), or "
-                           f"{{argument name: shape}}, received: {shapes!r}")
-    checked = {k: _checked_shape(v, f"input_shapes[{k!r}]") for k, v in by_name.items()}
-    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): checked})
+    given = _given_shapes(model, shapes)
+    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
     try:
         yield
     finally:
@@ -205,6 +241,14 @@ def _argument_names(op, args, kwargs) -> tuple[str, ...]:
 
 
 _TENSOR_NAME = re.compile(r"keras_tensor(?:_(\d+))?")
+_TENSOR_REPR = re.compile(r"<KerasTensor shape=(\([^)]*\)), dtype=(\w+)[^>]*>")
+
+
+def _readable(exc: Exception) -> str:
+    """The first line of an exception, a KerasTensor's repr in it shortened to its shape and dtype (its name,
+    keras_tensor_136, differs on every trace)."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return _TENSOR_REPR.sub(r"KerasTensor(shape=\1, dtype=\2)", first)
 
 
 def _nodes_in_order(graph) -> list:
@@ -469,13 +513,17 @@ class _Walk:
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
         given = _CALL_SHAPES.get().get(id(model))
         if given is not None:
-            structs, kwargs = [], {k: self.specs_of(v, model.compute_dtype) for k, v in given.items()}
+            structs = [self.specs_of(v, model.compute_dtype) for v in given.args]
+            kwargs = {k: self.specs_of(v, model.compute_dtype) for k, v in given.kwargs.items()}
         else:
             built = self.build_specs(model)
             if built is None:
                 return None
             structs, _ = built
             kwargs = {}
+            if _takes_var_positional(model) and not _tensor_parameters(model) and len(structs) == 1 \
+                    and isinstance(structs[0], (list, tuple)):
+                structs = list(structs[0])   # call(self, *xs): Keras records the tuple of their shapes as one
         try:
             if "training" in inspect.signature(model.call).parameters:
                 kwargs["training"] = False  # the analysis is of inference
@@ -492,11 +540,9 @@ class _Walk:
             traced = _trace(model, structs, kwargs)
         except Exception as exc:  # noqa: BLE001 - anything the user's call() raises on KerasTensors
             if given is not None:   # shapes given to trace on: no silent lower bound, say why it cannot
-                first = str(exc).splitlines()[0] if str(exc) else ""
                 raise MappingError(f"Expected the call() of subclassed model '{model.name}' to run on input_shapes "
-                                   f"{given}; received {type(exc).__name__}: {first}") from exc
-            self.trace_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}" + \
-                self.shapes_hint(model, given, structs)
+                                   f"{given.text}; received {type(exc).__name__}: {_readable(exc)}") from exc
+            self.trace_error = f"{type(exc).__name__}: {_readable(exc)}" + self.shapes_hint(model, given, structs)
             return None
         # A sublayer with weights the traced call never reached (an optional argument left at its default, a
         # branch): the trace would leave its work out silently.
@@ -504,7 +550,7 @@ class _Walk:
         missed = [s.name for s in model._flatten_layers(include_self=False, recursive=False)
                   if s.weights and id(s) not in reached]
         if missed and given is not None:
-            raise MappingError(f"Expected the call() of subclassed model '{model.name}' on input_shapes {given} to "
+            raise MappingError(f"Expected the call() of subclassed model '{model.name}' on input_shapes {given.text} to "
                                f"reach every sublayer with weights; it never reached {named_list(missed, 4)}: give "
                                "the shapes of the arguments that lead to them")
         if missed:
@@ -563,7 +609,8 @@ class _Walk:
 
 
 def _is_shape(x) -> bool:
-    return isinstance(x, (tuple, list)) and all(d is None or isinstance(d, int) for d in x)
+    return isinstance(x, (tuple, list)) and all(
+        d is None or (isinstance(d, numbers.Integral) and not isinstance(d, bool)) for d in x)
 
 
 def fixed_batch_sizes(model) -> list[int]:
