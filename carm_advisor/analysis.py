@@ -10,6 +10,7 @@ from carm_advisor.errors import MeasurementError
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
+from carm_advisor.report.render import recurrent_caution, recurrent_layers
 from carm_advisor.report.units import named_list
 from carm_advisor.tune.builder import layer_policies, model_policy
 
@@ -201,6 +202,9 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
                 f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
                 + named_list([f"{r.name} ({r.type})" for r in unknown], 5)
             )
+        recurrent = recurrent_layers(rows)
+        if recurrent:   # in the report's warnings (its JSON too), not only in the legend under the console table
+            warnings.append(recurrent_caution(recurrent))
         warnings += fixed_batch_warnings(model, batch_size)
         warnings += memory_warnings(model, batch_size, compute_dtype, profile)
         warnings += calibration_range_warnings(calib, backend, batch_size)

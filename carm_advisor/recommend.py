@@ -116,7 +116,8 @@ def _mixed_precision(report, rows, predict) -> Recommendation | None:
         f"{'runs' if len(slow) == 1 else 'run'} at {'/'.join(sorted({r.dtype for r in slow}))} "
         f"on {now}. Under keras.mixed_precision.set_global_policy('mixed_bfloat16') they run on BF16 Tensor Cores"
         + (f" ({bf16 / 1e12:.0f} TFLOP/s)" if bf16 else "")
-        + " and every activation moves half the bytes; keep the final softmax in float32 (dtype='float32')."
+        + " and every activation moves half the bytes; keep the output layer in float32"
+        " (dtype='float32'), as Keras' mixed-precision guide advises."
     )
     return Recommendation(
         title="Use mixed_bfloat16: BF16 Tensor Cores and half the activation bytes",

@@ -78,6 +78,15 @@ def test_a_list_cut_short_says_by_how_much():
     assert named_list([]) == ""
 
 
+def test_a_recurrent_models_predicted_time_is_marked_and_its_caution_is_in_the_warnings():
+    inputs = keras.Input((20, 8))
+    model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.LSTM(32, name="lstm")(inputs)))
+    report = advisor.analyze(model, batch_size=4, measure=False)
+    assert [w for w in report.warnings if w.startswith("recurrent layers (lstm: 20 steps): each step waits")]
+    text = " ".join(rendered(report, 240).split())
+    assert "time " + seconds(report.totals()["time_s"]) + "\u2020 (CARM bound, per batch of 4)" in text
+
+
 def test_unknown_layers_beyond_five_are_counted_not_hidden():
     # Seven layers without a cost model: the header names five and says how many more (it said ", ...").
     class Opaque(keras.layers.Layer):
@@ -188,7 +197,7 @@ def test_without_a_measurement_the_headline_is_the_calibrated_prediction_where_t
     t = r.totals()
     assert t["time_source"] == "calibrated prediction" and t["time_s"] == 12e-3
     assert t["energy_j"] == pytest.approx(6.0) and t["gflops_per_watt"] == pytest.approx(t["flops"] / 6.0 / 1e9)
-    assert "(calibrated prediction)" in " ".join(rendered(r, 240).split())
+    assert "time 12 ms (calibrated prediction, per batch of 1) energy 6 J per batch" in " ".join(rendered(r, 240).split())
     bare = dataclasses.replace(report, calibration={}, measurement=None).totals()
     assert bare["time_source"] == "CARM bound" and bare["time_s"] == report.predicted_time_s
 
@@ -206,8 +215,9 @@ def test_recurrent_layer_times_carry_a_marker_and_a_legend_with_the_step_count()
     lstm_row = next(line for line in lines if line.startswith("│lstm"))
     fc_row = next(line for line in lines if line.startswith("│fc"))
     assert "\u2020" in lstm_row and "\u2020" not in fc_row
-    legend = next(line for line in lines if line.startswith("\u2020"))
-    assert "lstm: 128 steps" in legend and "ignore" in legend
+    start = next(i for i, line in enumerate(lines) if line.startswith("\u2020"))
+    legend = " ".join(" ".join(lines[start:start + 2]).split())   # it may wrap
+    assert "lstm: 128 steps" in legend and "ignore that dependence" in legend
 
 
 def two_in_two_out():

@@ -44,7 +44,8 @@ def header(report) -> Panel:
         f"backend {m.backend}  float32 math: conv {m.math_mode.get('conv')}, matmul {m.math_mode.get('matmul')}\n",
         source, "\n",
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
-        f"time {seconds(t['time_s'])} ({t['time_source']})   energy {si(t['energy_j'], 'J')}   "
+        f"time {seconds(t['time_s'])}{_sequential_mark(report, t)} ({t['time_source']}, per batch of {m.batch_size})   "
+        f"energy {si(t['energy_j'], 'J')}{' per batch' if t['energy_j'] is not None else ''}   "
         f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
         _predictions_line(t),
     )
@@ -56,6 +57,12 @@ def header(report) -> Panel:
         lines.append_text(Text(f"\n{plural(len(unknown), 'layer')} without a cost model, left out of every total "
                                f"above (FLOPs, time, energy): {names}", style="bold red"))
     return Panel(lines, title="carm_advisor", expand=True)
+
+
+def _sequential_mark(report, totals: dict) -> str:
+    """The recurrent mark on a predicted whole-model time (a measured one includes the steps' dependence)."""
+    predicted = "measured" not in str(totals.get("time_source", ""))
+    return SEQUENTIAL_MARK if predicted and recurrent_layers(report.layers) else ""
 
 
 def _vs(rel_err: float | None) -> str:
@@ -95,12 +102,23 @@ def sequential_steps(notes: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def recurrent_layers(rows) -> list[tuple[str, int]]:
+    """(name, sequential steps) of each recurrent layer among report rows."""
+    return [(r.name, steps) for r in rows if (steps := sequential_steps(getattr(r, "notes", "")))]
+
+
+def recurrent_caution(marked: list[tuple[str, int]]) -> str:
+    """The one line said wherever predicted times of recurrent layers are shown (analyze's warnings and legend,
+    a predicted tune study's warnings)."""
+    named = named_list([f"{name}: {plural(steps, 'step')}" for name, steps in marked], 4)
+    return (f"recurrent layers ({named}): each step waits for the one before, and the predicted times (CARM bound "
+            "and calibrated) ignore that dependence; the real time can be far longer")
+
+
 def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
     if not marked:
         return None
-    named = named_list([f"{name}: {plural(steps, 'step')}" for name, steps in marked], 4)
-    return Text(f"{SEQUENTIAL_MARK} recurrent ({named}): each step waits for the one before, and the bound and "
-                "calibrated times ignore that dependence; the real time can be far longer", style="yellow")
+    return Text(f"{SEQUENTIAL_MARK} {recurrent_caution(marked)}", style="yellow")
 
 
 POWER_MARK = "\u2021"   # double dagger: a bound time the power limit stretched beyond the roofs' time

@@ -273,11 +273,9 @@ def recurrent_layers(rows) -> list[dict[str, Any]]:
 
 def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
     """The one-line caution a predicted study of a model with recurrent layers carries (analyze's legend)."""
-    from carm_advisor.report.units import plural
+    from carm_advisor.report.render import recurrent_caution
 
-    named = named_list([f"{r['layer']}: {plural(r['steps'], 'step')}" for r in recurrent], 4)
-    return (f"recurrent layers ({named}): each step waits for the one before, and the predicted times (CARM bound "
-            "and calibrated) ignore that dependence; the real time can be far longer")
+    return recurrent_caution([(r["layer"], r["steps"]) for r in recurrent])
 
 
 def uncosted_warning(rows) -> list[str]:
