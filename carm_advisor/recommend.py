@@ -334,8 +334,15 @@ def _empty_tile_fraction(channels: tuple[int, ...], multiple: int) -> float:
     return 1.0 - used
 
 
+def _is_depthwise(r) -> bool:
+    """A depthwise convolution: DepthwiseConv, a SeparableConv's depthwise half, or a grouped Conv with one input
+    channel per group (ConvNeXt's 7x7 convs; the mapping notes it and gives it no Tensor Core)."""
+    return (r.type.startswith("Depthwise") or r.name.endswith(":depthwise")
+            or (r.type.startswith("Conv") and not r.tensor_core and "depthwise" in (r.notes or "")))
+
+
 def _depthwise(report, rows) -> Recommendation | None:
-    dw = [r for r in rows if r.type.startswith("Depthwise") or r.name.endswith(":depthwise")]
+    dw = [r for r in rows if _is_depthwise(r)]
     share = _share(rows, lambda r: r in dw)
     if not dw or share < 0.05:
         return None

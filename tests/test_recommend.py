@@ -34,6 +34,16 @@ def test_depthwise_advice_states_the_calibrated_share_and_its_ceiling():
     assert rec.expected_gain.startswith("up to 5.00x")                          # 1 / (1 - 0.8)
 
 
+def test_a_grouped_conv_with_one_channel_per_group_is_depthwise_advice_too():
+    # ConvNeXt's 7x7 convs: Conv2D(groups=C), mapped off Tensor Cores with a note. 3 of 4 ms: 75%.
+    grouped = _row("dwconv", "Conv2D", 0.001, 0.003)
+    grouped.notes = "groups=96 with one input channel per group: depthwise, CUDA cores in cuDNN"
+    other_grouped = _row("gconv", "Conv2D", 0.001, 0.001, tc=True)
+    other_grouped.notes = "groups=4"
+    rec = _depthwise(None, [grouped, other_grouped])
+    assert rec.layers == ["dwconv"] and "75% of the predicted time" in rec.detail
+
+
 def test_padding_bound_is_the_empty_tile_part_of_the_layers_calibrated_time():
     rows = _rows()
     rows[0].calibrated_time_s = 0.001    # dw 1 ms, conv 1 ms calibrated: conv is half the time
