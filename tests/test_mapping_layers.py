@@ -303,6 +303,35 @@ def test_a_linear_activation_layer_does_no_work(activation):
     assert (cost.flops, cost.bytes, cost.op_class) == (0, 0, "none")
 
 
+def test_common_keras_ops_are_costed_by_hand_counts():
+    from keras import ops
+
+    class Ops(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(8, name="d")
+
+        def call(self, x):
+            y = self.d(ops.pad(x, [[0, 0], [1, 1]]))                          # (4, 6) -> (4, 8)
+            y = ops.where(y > 0, y, ops.abs(y))
+            return ops.squeeze(ops.expand_dims(ops.clip(y, 0, 1), 1), 1)
+
+    model = Ops()
+    model(keras.ops.zeros((2, 6)))
+    by = {c.type: c for c in map_model(model, 4)}
+    assert all(c.known for c in by.values()), [t for t, c in by.items() if not c.known]
+    n = 4 * 8
+    assert (by["Pad"].flops, by["Pad"].bytes) == (0, 4 * 6 * 4 + n * 4)      # a copy: read the input, write the pad
+    assert by["Greater"].flops == n and by["Absolute"].flops == n and by["Where"].flops == n
+    assert by["Clip"].flops == 2 * n
+    assert (by["ExpandDims"].bytes, by["Squeeze"].bytes) == (0, 0)           # views
+
+    ids = keras.Input((10,), dtype="int32")
+    masked = keras.Model(ids, keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8, mask_zero=True)(ids)))
+    not_equal = next(c for c in map_model(masked, 4) if c.type == "NotEqual")   # the mask: ids != 0
+    assert not_equal.known and not_equal.flops == 4 * 10
+
+
 def test_merge_layers_count_binary_ops_per_output():
     a, b, c = keras.Input((4,)), keras.Input((4,)), keras.Input((4,))
     costs = map_model(keras.Model([a, b, c], [

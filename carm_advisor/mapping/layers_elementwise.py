@@ -5,10 +5,14 @@ FLOPs per output element (see registry's docstring for the whole convention):
   5 + 1 (scale) + 1 (center); LayerNormalization(rms_scaling=True) 3 + 1; UnitNormalization 3;
   Normalization 2 (subtract mean, divide by std); Rescaling 1, 2 with a non-zero offset;
   ConvNeXt's LayerScale 1; InceptionResNetV2's CustomScaleLayer 2 (x + y * scale).
-- Activation(fn): ACTIVATION_FLOPS[fn]; ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU,
-  PReLU 2; ELU 4; Softmax 5.
+- Activation(fn): ACTIVATION_FLOPS[fn]; Activation("linear") / Activation(None) returns its input (no
+  kernel: 0 FLOPs, 0 bytes); ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU, PReLU 2; ELU 4;
+  Softmax 5.
+- keras.ops unary operations: the activation's ACTIVATION_FLOPS where there is one (relu6, leaky_relu, elu,
+  selu, softplus, log_softmax ...), else 1 (abs, log, sqrt, rsqrt, reciprocal, sign, square, negative), clip 2.
 - Add/Subtract/Multiply/Maximum/Minimum of n inputs: n - 1; Average: n (n-1 adds, one scale);
-  keras.ops binary operations 1.
+  keras.ops binary operations, comparisons (not_equal: Embedding(mask_zero=True)'s mask), logical and/or
+  and where (a select) 1.
 - Dropout and other regularisers are the identity at inference: no kernel, 0 FLOPs, 0 bytes.
 """
 
@@ -114,6 +118,9 @@ def softmax_cost(call, dtype_bytes):
 _OPS_UNARY = {
     "ops.Relu": 1, "ops.Sigmoid": 4, "ops.Tanh": 4, "ops.Silu": 5, "ops.HardSigmoid": 3,
     "ops.HardSilu": 4, "ops.Gelu": 8, "ops.Exp": 1, "ops.Sqrt": 1, "ops.Square": 1, "ops.Negative": 1,
+    "ops.Relu6": ACTIVATION_FLOPS["relu6"], "ops.LeakyRelu": ACTIVATION_FLOPS["leaky_relu"],
+    "ops.Elu": ACTIVATION_FLOPS["elu"], "ops.Selu": ACTIVATION_FLOPS["selu"], "ops.Softplus": ACTIVATION_FLOPS["softplus"],
+    "ops.Absolute": 1, "ops.Log": 1, "ops.Rsqrt": 1, "ops.Reciprocal": 1, "ops.Sign": 1, "ops.Clip": 2,
 }
 
 
@@ -127,7 +134,7 @@ for _name, _per in _OPS_UNARY.items():
     register_cost(_name)(_ops_unary(_per))
 
 
-@register_cost("ops.Softmax")
+@register_cost("ops.Softmax", "ops.LogSoftmax")
 def ops_softmax_cost(call, dtype_bytes):
     return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["softmax"], OP_REDUCTION)
 
@@ -145,7 +152,8 @@ def average_cost(call, dtype_bytes):
 
 
 @register_cost("ops.Add", "ops.Subtract", "ops.Multiply", "ops.Divide", "ops.TrueDivide",
-               "ops.Maximum", "ops.Minimum", "ops.Power")
+               "ops.Maximum", "ops.Minimum", "ops.Power", "ops.Equal", "ops.NotEqual", "ops.Greater",
+               "ops.GreaterEqual", "ops.Less", "ops.LessEqual", "ops.LogicalAnd", "ops.LogicalOr", "ops.Where")
 def ops_binary_cost(call, dtype_bytes):
     return _per_output(call, dtype_bytes, 1, notes="keras.ops elementwise operation")
 

@@ -8,7 +8,8 @@
   input bytes read and output bytes written.
 - Interpolating resizes per output element: bilinear 7 (4 multiplies, 3 adds), bicubic and others 31
   (16 multiplies, 15 adds).
-- keras.ops Mean/Sum/Max: 1 FLOP per input element; ops.reshape a view; ops.transpose, ops.concatenate copies.
+- keras.ops Mean/Sum/Max/Min: 1 FLOP per input element; ops.reshape, ops.expand_dims and ops.squeeze views;
+  ops.transpose, ops.concatenate, ops.stack, ops.pad, ops.tile and ops.cast copies.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ def pooling_cost(call: LayerCall, dtype_bytes: int):
 
 @register_cost("GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
                "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D", "BaseGlobalPooling",
-               "ops.Mean", "ops.Sum", "ops.Max")
+               "ops.Mean", "ops.Sum", "ops.Max", "ops.Min")
 def global_pooling_cost(call: LayerCall, dtype_bytes: int):
     return make_cost(call, dtype_bytes, flops=elems(call.input_shapes[0]), op_class=OP_REDUCTION)
 
 
-@register_cost("Reshape", "Flatten", "ops.Reshape")
+@register_cost("Reshape", "Flatten", "ops.Reshape", "ops.ExpandDims", "ops.Squeeze")
 def view_cost(call: LayerCall, dtype_bytes: int):
     if getattr(call.layer, "data_format", None) == "channels_first" and len(call.input_shapes[0]) > 2:
         # Keras' Flatten moves channels last before flattening (weights stay layout-independent): a copy.
@@ -45,7 +46,8 @@ def view_cost(call: LayerCall, dtype_bytes: int):
 
 
 @register_cost("Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-               "Cropping1D", "Cropping2D", "Cropping3D", "Concatenate", "ops.Transpose", "ops.Concatenate")
+               "Cropping1D", "Cropping2D", "Cropping3D", "Concatenate", "ops.Transpose", "ops.Concatenate",
+               "ops.Stack", "ops.Pad", "ops.Tile", "ops.Cast")
 def copy_cost(call: LayerCall, dtype_bytes: int):
     return make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, notes="copy: bytes only")
 

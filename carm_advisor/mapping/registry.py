@@ -241,7 +241,8 @@ def layer_compute_dtype(call: LayerCall) -> str:
 # The version of what map_model gives for a model: a predicted tune study stores it in its fingerprint, so one
 # computed by an older cost model is not resumed with new values beside its old ones. Raise it whenever the
 # costs of a model change. 2: a precision keeps layers pinned to another policy at theirs (2026-12-07). 3: a
-# linear Activation layer (ConvNeXt's 18 *_identity layers) does no work; it was costed as a read and a write.
+# linear Activation layer (ConvNeXt's 18 *_identity layers) does no work; it was costed as a read and a write;
+# keras.ops comparisons, where, pad, stack, tile, cast, expand_dims, squeeze and more unary ops are costed.
 COST_MODEL_VERSION = 3
 
 
