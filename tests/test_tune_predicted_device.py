@@ -65,3 +65,20 @@ def test_the_count_of_predicted_configurations_is_not_called_measured(tmp_path):
     text = _rendered(result)
     assert "2 configurations predicted (nothing measured), 2 repeats reused" in text
     assert "configurations measured" not in text
+
+
+def test_a_predicted_summary_shows_no_rows_only_a_measurement_fills(tmp_path):
+    text = _rendered(_tune(tmp_path))
+    for measured_only in ("spread over windows", "output error vs float32", "top-1 agreement", "compile s"):
+        assert measured_only not in text, measured_only
+    assert "\n* top-1" not in text                                    # nor the note their * pointed to
+
+
+def test_where_the_top_clock_is_best_the_clock_line_says_keep_it(tmp_path):
+    result = _tune(tmp_path, objective="latency")
+    clock = result.clock_recommendation
+    top = clock["clocks"][0]["sm_clock_mhz"]
+    # A lower SM clock never shortens a time on the DVFS model: the top clock is the latency pick.
+    assert clock["recommended_sm_clock_mhz"] == top
+    text = _rendered(result)
+    assert f"keep the top clock ({top:g} MHz): no lower clock gives more latency" in text and "lock at" not in text

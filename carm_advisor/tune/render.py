@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.report.units import plural
 from carm_advisor.tune.objectives import OBJECTIVES
 
 
@@ -48,8 +49,11 @@ def render(result) -> Iterator:
     for tag, _ in runs:
         table.add_column(tag, justify="right")
 
-    def row(label, fn):
-        table.add_row(label, *[(fn(t) if t is not None and t.measurement else "-") for _, t in runs])
+    def row(label, fn, only_with_a_value=False):
+        cells = [(fn(t) if t is not None and t.measurement else "-") for _, t in runs]
+        if only_with_a_value and all(c == "-" for c in cells):
+            return   # a figure only a measurement gives (spread, output error ...): no row of dashes
+        table.add_row(label, *cells)
 
     def spread(t):
         m = t.measurement
@@ -58,13 +62,14 @@ def render(result) -> Iterator:
     row("configuration", lambda t: t.config.label())
     row("value source", lambda t: t.value_source or result.source)
     row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
-    row("spread over windows", spread)
+    row("spread over windows", spread, only_with_a_value=True)
     row("samples/J", lambda t: _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3))
     row("samples/s", lambda t: _fmt(throughput(t), 4))
     row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
-    row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2))
-    row("top-1 agreement (random weights)*", lambda t: _pct(t.measurement.get("top1_agreement")))
-    row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2))
+    row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2), only_with_a_value=True)
+    row("top-1 agreement (random weights)*", lambda t: _pct(t.measurement.get("top1_agreement")),
+        only_with_a_value=True)   # the * note below is printed on the same condition
+    row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2), only_with_a_value=True)
     summary = Text()
     caveat = result.sequential_caveat   # recurrent layers in a predicted study: said beside every gain
     gain = result.gain()
@@ -92,15 +97,13 @@ def render(result) -> Iterator:
         if caveat:
             summary.append(f" {caveat}", style="yellow")
     if result.best_rule and result.best is not None:
-        from carm_advisor.report.units import plural
-
         summary.append(("\n" if summary.plain else "")
                        + f"best: {result.best_rule} ({plural(len(result.pareto), 'configuration')} on the front)")
     c = result.counts
     evaluated = c.get(result.source, c["measured"])   # a predicted study counts them as "predicted"
     verb = {"measured": "measured", "predicted": "predicted (nothing measured)"}.get(
         result.source, f"evaluated ({result.source})")
-    summary.append(f"\n{evaluated} configurations {verb}, {c['repeats_reused']} repeats reused, "
+    summary.append(f"\n{evaluated} configurations {verb}, {plural(c['repeats_reused'], 'repeat')} reused, "
                    f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
                    f"{c['failed']} failed, {c['infeasible']} infeasible")
     if c.get("uncalibrated_not_ranked"):
@@ -136,7 +139,7 @@ def render(result) -> Iterator:
         pf = Table(title=f"Pareto front ({result.source})", box=None)
         pf.add_column("configuration")
         for obj in result.objectives:
-            pf.add_column(obj.name, justify="right")
+            pf.add_column(f"{obj.name} ({obj.unit})", justify="right")
         for t in result.pareto:
             pf.add_row(t.config.label(), *[_fmt(v) for v in t.values])
         yield pf
@@ -155,5 +158,11 @@ def render(result) -> Iterator:
         yield lc
     clock = result.clock_recommendation
     if clock:
-        yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
-                   f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock; source: {clock['source']}")
+        top = clock["clocks"][0]["sm_clock_mhz"] if clock.get("clocks") else None
+        if clock["recommended_sm_clock_mhz"] == top:
+            yield Text(f"SM clock, PREDICTED (not measured): keep the top clock ({top:g} MHz): no lower clock gives "
+                       f"more {clock['objective']}; source: {clock['source']}")
+        else:
+            yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
+                       f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock; source: "
+                       f"{clock['source']}")
