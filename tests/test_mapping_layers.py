@@ -323,6 +323,8 @@ def test_common_keras_ops_are_costed_by_hand_counts():
     n = 4 * 8
     assert (by["Pad"].flops, by["Pad"].bytes) == (0, 4 * 6 * 4 + n * 4)      # a copy: read the input, write the pad
     assert by["Greater"].flops == n and by["Absolute"].flops == n and by["Where"].flops == n
+    assert by["Greater"].bytes == n * 4 + n * 1                                 # y read at 4 bytes, a bool written
+    assert by["Where"].bytes == n * 1 + 2 * n * 4 + n * 4                      # bool condition, y, abs(y); written
     assert by["Clip"].flops == 2 * n
     assert (by["ExpandDims"].bytes, by["Squeeze"].bytes) == (0, 0)           # views
 
@@ -330,6 +332,35 @@ def test_common_keras_ops_are_costed_by_hand_counts():
     masked = keras.Model(ids, keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8, mask_zero=True)(ids)))
     not_equal = next(c for c in map_model(masked, 4) if c.type == "NotEqual")   # the mask: ids != 0
     assert not_equal.known and not_equal.flops == 4 * 10
+    assert not_equal.bytes == 4 * 10 * 4 + 4 * 10 * 1                          # int32 ids read, bools written
+
+
+def test_a_cast_reads_at_its_inputs_dtype_and_writes_at_its_target():
+    from keras import ops
+
+    class Casts(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(8, name="d")
+
+        def call(self, x):
+            return ops.cast(ops.cast(self.d(x), "float16"), "float32")
+
+    model = Casts()
+    model(keras.ops.zeros((2, 4)))
+    down, up = [c for c in map_model(model, 8) if c.type == "Cast"]
+    n = 8 * 8
+    assert (down.bytes_read, down.bytes_written) == (n * 4, n * 2)
+    assert (up.bytes_read, up.bytes_written) == (n * 2, n * 4)
+
+
+def test_a_linear_activation_that_casts_is_a_copy_not_free():
+    # Keras' mixed-precision guide ends a model with Activation("linear", dtype="float32"): a float16 -> float32 cast.
+    inputs = keras.Input((1024,))
+    x = keras.layers.Dense(1000, dtype="mixed_float16", name="fc")(inputs)
+    out = keras.layers.Activation("linear", dtype="float32", name="to32")(x)
+    cast = next(c for c in map_model(keras.Model(inputs, out), 64) if c.name == "to32")
+    assert (cast.bytes_read, cast.bytes_written) == (64 * 1000 * 2, 64 * 1000 * 4)
 
 
 def test_merge_layers_count_binary_ops_per_output():

@@ -6,23 +6,27 @@ FLOPs per output element (see registry's docstring for the whole convention):
   Normalization 2 (subtract mean, divide by std); Rescaling 1, 2 with a non-zero offset;
   ConvNeXt's LayerScale 1; InceptionResNetV2's CustomScaleLayer 2 (x + y * scale).
 - Activation(fn): ACTIVATION_FLOPS[fn]; Activation("linear") / Activation(None) returns its input (no
-  kernel: 0 FLOPs, 0 bytes); ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU, PReLU 2; ELU 4;
+  kernel: 0 FLOPs, 0 bytes) unless its input has another dtype than its own (a mixed model's float32 output
+  layer): then a cast, read at the input's dtype and written at its own; ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU, PReLU 2; ELU 4;
   Softmax 5.
 - keras.ops unary operations: the activation's ACTIVATION_FLOPS where there is one (relu6, leaky_relu, elu,
   selu, softplus, log_softmax ...), else 1 (abs, log, sqrt, rsqrt, reciprocal, sign, square, negative), clip 2.
 - Add/Subtract/Multiply/Maximum/Minimum of n inputs: n - 1; Average: n (n-1 adds, one scale);
   keras.ops binary operations, comparisons (not_equal: Embedding(mask_zero=True)'s mask), logical and/or
-  and where (a select) 1.
+  and where (a select) 1. Bool and integer inputs are read at their own dtype; comparisons write bools (1 byte).
 - Dropout and other regularisers are the identity at inference: no kernel, 0 FLOPs, 0 bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_REDUCTION
+from carm_advisor.mapping.costs import OP_DATA, OP_ELEMENTWISE, OP_REDUCTION
 from carm_advisor.mapping.registry import (
-    ACTIVATION_FLOPS, activation_flops, activation_name, elems, make_cost, no_work_cost, register_cost,
+    ACTIVATION_FLOPS, activation_flops, activation_name, dtype_bytes_of, elems, make_cost, no_work_cost,
+    register_cost, typed_cost,
 )
 from carm_advisor.mapping.walker import LayerCall
 
@@ -86,8 +90,18 @@ def custom_scale_cost(call, dtype_bytes):
 @register_cost("Activation")
 def activation_cost(call, dtype_bytes):
     act = call.layer.activation
-    if activation_name(act) == "linear":   # Activation("linear") / Activation(None): returns its input as is
-        return no_work_cost(call, "linear activation: returns its input, no kernel runs")
+    if activation_name(act) == "linear":   # Activation("linear") / Activation(None): returns its input as is ...
+        own = str(getattr(call.layer, "compute_dtype", "") or "")
+        given = call.input_dtypes[0] if call.input_dtypes else own
+        if not own or given == own:
+            return no_work_cost(call, "linear activation: returns its input, no kernel runs")
+        # ... unless it casts (the float32 output layer of a mixed model, as Keras' mixed-precision guide ends one):
+        # read at the input's dtype, written at its own.
+        n = elems(call.output_shapes[0])
+        cost = make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, weights=0,
+                         notes=f"linear activation casting {given} to {own}: a copy")
+        return dataclasses.replace(cost, bytes_read=elems(call.input_shapes[0]) * dtype_bytes_of(given),
+                                   bytes_written=n * dtype_bytes)
     op_class = OP_REDUCTION if activation_name(act) in ("softmax", "log_softmax") else OP_ELEMENTWISE
     notes = "" if activation_name(act) in ACTIVATION_FLOPS else f"activation {activation_name(act)!r} counted as sigmoid"
     return _per_output(call, dtype_bytes, activation_flops(act), op_class, notes)
@@ -152,10 +166,19 @@ def average_cost(call, dtype_bytes):
 
 
 @register_cost("ops.Add", "ops.Subtract", "ops.Multiply", "ops.Divide", "ops.TrueDivide",
-               "ops.Maximum", "ops.Minimum", "ops.Power", "ops.Equal", "ops.NotEqual", "ops.Greater",
-               "ops.GreaterEqual", "ops.Less", "ops.LessEqual", "ops.LogicalAnd", "ops.LogicalOr", "ops.Where")
+               "ops.Maximum", "ops.Minimum", "ops.Power", "ops.Where")
 def ops_binary_cost(call, dtype_bytes):
-    return _per_output(call, dtype_bytes, 1, notes="keras.ops elementwise operation")
+    # where(cond, x, y): a select per output, its bool condition read at 1 byte
+    return typed_cost(call, dtype_bytes, flops=elems(call.output_shapes[0]), op_class=OP_ELEMENTWISE,
+                      notes="keras.ops elementwise operation", extra={"flops_per_element": 1})
+
+
+@register_cost("ops.Equal", "ops.NotEqual", "ops.Greater", "ops.GreaterEqual", "ops.Less", "ops.LessEqual",
+               "ops.LogicalAnd", "ops.LogicalOr")
+def ops_comparison_cost(call, dtype_bytes):
+    # a bool result, 1 byte an element (Embedding(mask_zero=True)'s ids != 0 reads int ids at their own dtype)
+    return typed_cost(call, dtype_bytes, flops=elems(call.output_shapes[0]), op_class=OP_ELEMENTWISE, output_bytes=1,
+                      notes="keras.ops comparison: a bool result", extra={"flops_per_element": 1})
 
 
 # ---- identity at inference ----------------------------------------------------------------------

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from carm_advisor.mapping.costs import OP_DATA, OP_REDUCTION
-from carm_advisor.mapping.registry import elems, make_cost, no_work_cost, register_cost
+from carm_advisor.mapping.registry import dtype_bytes_of, elems, make_cost, no_work_cost, register_cost, typed_cost
 from carm_advisor.mapping.walker import LayerCall
 
 INTERPOLATION_FLOPS = {"nearest": 0, "bilinear": 7}
@@ -47,9 +47,17 @@ def view_cost(call: LayerCall, dtype_bytes: int):
 
 @register_cost("Permute", "RepeatVector", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
                "Cropping1D", "Cropping2D", "Cropping3D", "Concatenate", "ops.Transpose", "ops.Concatenate",
-               "ops.Stack", "ops.Pad", "ops.Tile", "ops.Cast")
+               "ops.Stack", "ops.Pad", "ops.Tile")
 def copy_cost(call: LayerCall, dtype_bytes: int):
     return make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, notes="copy: bytes only")
+
+
+@register_cost("ops.Cast")
+def cast_cost(call: LayerCall, dtype_bytes: int):
+    # read at the input's dtype (a float one at the costed dtype), written at the dtype cast to
+    target = str(getattr(call.layer, "dtype", "") or "")
+    return typed_cost(call, dtype_bytes, flops=0, op_class=OP_DATA,
+                      output_bytes=dtype_bytes_of(target) if target else None, notes=f"cast to {target}: a copy")
 
 
 def _interpolation_flops(interpolation: str) -> int:

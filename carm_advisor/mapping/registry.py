@@ -195,6 +195,24 @@ def make_cost(
     )
 
 
+def _is_float(dtype: str) -> bool:
+    return "float" in str(dtype)
+
+
+def typed_cost(call: LayerCall, dtype_bytes: int, *, flops: int, op_class: str, output_bytes: int | None = None,
+               notes: str = "", extra: dict | None = None) -> LayerCost:
+    """A weight-free LayerCost whose non-float inputs (bool masks, integer ids) are read at their own dtype, float
+    ones at the costed dtype (``dtype_bytes``), and outputs written at ``output_bytes`` per element (a bool result:
+    1; a cast: its target's) or the costed dtype."""
+    cost = make_cost(call, dtype_bytes, flops=flops, op_class=op_class, weights=0, notes=notes, extra=extra)
+    dtypes = list(call.input_dtypes) + [""] * len(call.input_shapes)
+    read = sum(elems(call.input_shapes[i]) * (dtype_bytes if not dtypes[i] or _is_float(dtypes[i])
+                                               else dtype_bytes_of(dtypes[i]))
+               for i in call.distinct_inputs())
+    written = sum(elems(s) for s in call.output_shapes) * (dtype_bytes if output_bytes is None else output_bytes)
+    return dataclasses.replace(cost, bytes_read=int(read), bytes_written=int(written))
+
+
 def no_work_cost(call: LayerCall, notes: str) -> LayerCost:
     return make_cost(call, 0, flops=0, op_class=OP_NONE, weights=0, notes=notes)
 
