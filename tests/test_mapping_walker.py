@@ -484,6 +484,53 @@ def test_a_star_args_call_is_traced_whole_from_the_shapes_keras_recorded(recwarn
     assert [c.name for c in costs] == ["da", "db", "add"] and costs[1].input_shapes == ((3, 6),)
 
 
+def test_the_list_form_never_puts_a_shape_into_mask_or_training():
+    class AfterMask(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, x, mask=None, y=None):
+            return self.da(x) + self.db(y)
+
+    class AfterTraining(AfterMask):
+        def call(self, x, training=None, y=None):
+            return self.da(x) + self.db(y)
+
+    for cls in (AfterMask, AfterTraining):
+        model = cls()
+        model(keras.ops.zeros((2, 4)), y=keras.ops.zeros((2, 6)))
+        costs = map_model(model, 3, input_shapes=[(None, 4), (None, 6)])     # y by name, after the skipped one
+        assert [(c.name, c.input_shapes) for c in costs][:2] == [("da", ((3, 4),)), ("db", ((3, 6),))], cls
+
+
+def test_given_shapes_with_a_sublayer_never_built_are_an_error_and_the_fallback_names_it_unbuilt():
+    class BuiltWithA(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, a, b=None):
+            return self.da(a) if b is None else self.da(a) + self.db(b)
+
+    model = BuiltWithA()
+    model(keras.ops.zeros((2, 4)))                      # db never built
+    with pytest.raises(MappingError, match="db never built: call the model once with every argument"):
+        map_model(model, 2, input_shapes=[(None, 4), (None, 6)])
+    assert not model.db.built
+
+    class Untraceable(BuiltWithA):
+        def call(self, a, b=None):
+            scale = float(keras.ops.convert_to_numpy(keras.ops.max(a)))   # needs values: no symbolic trace
+            return self.da(a) * scale if b is None else self.da(a) + self.db(b)
+
+    model = Untraceable()
+    model(keras.ops.zeros((2, 4)))
+    with pytest.warns(RuntimeWarning, match="and the never-built layers db are not counted") as said:
+        map_model(model, 2)
+    assert "weight-free layers db" not in str(said[0].message)
+
+
 def test_input_shapes_are_refused_for_a_model_whose_inputs_are_known():
     x = keras.Input((4,))
     model = keras.Model(x, keras.layers.Dense(2)(x))

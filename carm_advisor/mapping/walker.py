@@ -31,8 +31,10 @@ on a device and no backend tensor is created by the walk itself.
   several tensor arguments: Keras records the first only, unless they are given with ``call_shapes`` /
   ``input_shapes=``), falls back to the built sublayers in attribute order with their build
   shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the totals are a
-  lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes is skipped there
-  and named in that warning; an unbuilt layer with weights is a :class:`MappingError`.
+  lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes, and a sublayer never
+  built (called only in a branch the model was not built through), are skipped there and named in that
+  warning; a built layer with weights but no build shapes is a :class:`MappingError`. Shapes given for
+  call() are a promise: where they do not trace the whole model, that is a :class:`MappingError`.
 """
 
 from __future__ import annotations
@@ -101,9 +103,9 @@ class _GivenShapes:
 _CALL_SHAPES: contextvars.ContextVar[dict[int, _GivenShapes]] = contextvars.ContextVar("carm_call_shapes", default={})
 
 
-def _call_parameters(model) -> list[inspect.Parameter]:
+def _call_parameters(model, with_training: bool = False) -> list[inspect.Parameter]:
     try:
-        return [p for p in inspect.signature(model.call).parameters.values() if p.name != "training"]
+        return [p for p in inspect.signature(model.call).parameters.values() if with_training or p.name != "training"]
     except (TypeError, ValueError):
         return []
 
@@ -164,10 +166,18 @@ def _given_shapes(model, shapes) -> _GivenShapes:
         raise MappingError(f"Expected at most {len(named)} input shape(s), one per tensor argument of "
                            f"{cls}.call() ({', '.join(names)}), received: {len(shapes)} (an "
                            "argument taking a list of tensors takes a list of shapes: [[(None, 4), (None, 6)]])")
-    by_position = [p for p in named if p.kind != p.KEYWORD_ONLY]
+    # By position while call()'s parameters run on without one skipped (mask, training); by name after it.
+    by_position = 0
+    for p in _call_parameters(model, with_training=True):
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in ("mask", "training"):
+            break
+        by_position += 1
     checked = [_checked_shape(v, f"input_shapes[{names[i]!r}]") for i, v in enumerate(shapes)]
-    return _GivenShapes(tuple(checked[:len(by_position)]),
-                        {p.name: v for p, v in zip(named[len(by_position):], checked[len(by_position):])},
+    if any(p.kind == p.POSITIONAL_ONLY for p in named[by_position:len(checked)]):
+        raise MappingError(f"Expected no positional-only argument of {cls}.call() after its mask or training "
+                           f"argument, received: {', '.join(names)}")
+    return _GivenShapes(tuple(checked[:by_position]),
+                        {p.name: v for p, v in zip(named[by_position:], checked[by_position:])},
                         repr(list(shapes)))
 
 
@@ -532,6 +542,10 @@ class _Walk:
         # A sublayer never built (one called only in a branch the model was not built through) would be built,
         # weights and all, into the user's model by the trace: not traced then.
         unbuilt = [s.name for s in model._flatten_layers(include_self=False, recursive=True) if not s.built]
+        if unbuilt and given is not None:
+            raise MappingError(f"Expected every sublayer of subclassed model '{model.name}' built; "
+                               f"{named_list(unbuilt, 4)} never built: call the model once with every argument "
+                               "before mapping it on input_shapes")
         if unbuilt:
             self.trace_error = (f"sublayer{'s' if len(unbuilt) > 1 else ''} {named_list(unbuilt, 4)} never built; "
                                 "a trace would build it into the model")
@@ -567,7 +581,7 @@ class _Walk:
         names = ", ".join(p.name for p in _tensor_parameters(model))
         return f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names})"
 
-    def walk_subclassed(self, layer, prefix: str, skipped: list[str]) -> Iterator[LayerCall]:
+    def walk_subclassed(self, layer, prefix: str, skipped: list[str], unbuilt: list[str]) -> Iterator[LayerCall]:
         """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""
         for sub in layer._flatten_layers(include_self=False, recursive=False):
             path = f"{prefix}{sub.name}"
@@ -580,7 +594,10 @@ class _Walk:
                         yield item
                 continue
             if is_composite_user_layer(sub):   # the graph walk's rule: a registered cost keeps it a leaf
-                yield from self.walk_subclassed(sub, path + "/", skipped)
+                yield from self.walk_subclassed(sub, path + "/", skipped, unbuilt)
+                continue
+            if not sub.built:
+                unbuilt.append(path)   # no weights yet (called only in a branch not built through): not weight-free
                 continue
             if self.build_specs(sub) is None and not sub.weights:
                 skipped.append(path)  # weight-free (Dropout, Flatten, pooling ...): its shapes are unknown
@@ -659,14 +676,16 @@ def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
                 yield item
         return
     skipped: list[str] = []
-    yield from walk.walk_subclassed(model, "", skipped)
+    unbuilt: list[str] = []
+    yield from walk.walk_subclassed(model, "", skipped, unbuilt)
     why = getattr(walk, "trace_error", None) or "Keras recorded no input shapes for the model"
     # warn_explicit without a registry: said on every mapping of such a model (not once per process), so every
     # analysis of it can carry the line (analysis._mapping_warnings collects it).
     warnings.warn_explicit(
         f"carm_advisor: the call() of subclassed model '{model.name}' could not be traced on symbolic inputs "
         f"({why}); its layers are listed in attribute order from their build shapes, and keras.ops or "
-        f"backend ops outside its layers{', and the weight-free layers ' + ', '.join(skipped) if skipped else ''} "
+        f"backend ops outside its layers{', and the weight-free layers ' + ', '.join(skipped) if skipped else ''}"
+        f"{', and the never-built layers ' + ', '.join(unbuilt) if unbuilt else ''} "
         "are not counted: the totals are a lower bound",
         RuntimeWarning, __file__, 0,
     )
