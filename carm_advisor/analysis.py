@@ -157,8 +157,9 @@ def analyze(
     measures on an NVIDIA GPU and predicts elsewhere; True insists; False never measures.
     from_measurements: a RunMeasurement or a JSON path recorded earlier (replay). input_shapes: for a subclassed
     model whose call() takes several tensors (Keras records the first one's shape only), one batch-first shape
-    per tensor argument, e.g. [(None, 64), (None, 16)], or {argument name: shape}; the mapping and the per-layer
-    measurement then trace call() on them instead of falling back to a lower bound.
+    per tensor argument, e.g. [(None, 64), (None, 16)], or {argument name: shape}; a keras.Input in place of a shape
+    keeps its dtype (integer ids); the mapping and the per-layer measurement then trace call() on them instead of
+    falling back to a lower bound.
     """
     from carm_advisor.mapping.walker import call_shapes
 

@@ -531,6 +531,42 @@ def test_given_shapes_with_a_sublayer_never_built_are_an_error_and_the_fallback_
     assert "weight-free layers db" not in str(said[0].message)
 
 
+def test_a_keras_input_given_as_a_shape_keeps_its_dtype():
+    class IdsAndFeatures(keras.Model):
+        def __init__(self):
+            super().__init__(dtype="mixed_float16")
+            self.emb = keras.layers.Embedding(100, 16, name="emb", dtype="mixed_float16")
+            self.d = keras.layers.Dense(16, name="d", dtype="mixed_float16")
+
+        def call(self, ids, feats):
+            return keras.ops.mean(self.emb(ids), axis=1) + self.d(feats)
+
+    model = IdsAndFeatures()
+    model(keras.ops.ones((2, 77), dtype="int32"), keras.ops.zeros((2, 6)))
+    typed = map_model(model, 4, input_shapes=[keras.Input((77,), dtype="int32"), (None, 6)])
+    emb = next(c for c in typed if c.name == "emb")
+    # int32 ids read at 4 bytes, the 4 x 77 looked-up rows of 16 read at float16: 2 bytes
+    assert emb.bytes_read == 4 * 77 * 4 + 4 * 77 * 16 * 2
+    bare = next(c for c in map_model(model, 4, input_shapes=[(None, 77), (None, 6)]) if c.name == "emb")
+    assert bare.bytes_read == 4 * 77 * 2 + 4 * 77 * 16 * 2                     # a bare shape: the compute dtype
+
+
+def test_a_call_with_star_args_falls_back_with_the_hint_to_give_their_shapes():
+    class Rest(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+        def call(self, x, *rest):
+            return self.da(x) + self.db(rest[0]) if rest else self.da(x)
+
+    model = Rest()
+    model(keras.ops.zeros((2, 4)), keras.ops.zeros((2, 6)))
+    with pytest.warns(RuntimeWarning, match=r"pass input_shapes for \(x, \*rest\)"):
+        map_model(model, 2)
+    assert [c.name for c in map_model(model, 2, input_shapes=[(None, 4), (None, 6)])] == ["da", "db", "add"]
+
+
 def test_input_shapes_are_refused_for_a_model_whose_inputs_are_known():
     x = keras.Input((4,))
     model = keras.Model(x, keras.layers.Dense(2)(x))

@@ -121,8 +121,20 @@ def _takes_var_positional(model) -> bool:
     return any(p.kind == p.VAR_POSITIONAL for p in _call_parameters(model))
 
 
+@dataclass(frozen=True)
+class _TypedShape:
+    """A shape given with its dtype (a keras.Input / KerasTensor, an array): integer ids stay integers."""
+
+    shape: tuple
+    dtype: str
+
+
 def _checked_shape(shape, where: str):
-    """A shape (batch first, any value there) or a list/tuple/dict structure of them, else MappingError."""
+    """A shape (batch first, any value there), a tensor spec (``keras.Input(shape=(77,), dtype="int32")``: shape
+    and dtype), or a list/tuple/dict structure of them; else MappingError."""
+    if hasattr(shape, "shape") and hasattr(shape, "dtype") and not isinstance(shape, (tuple, list, dict)):
+        checked = _checked_shape(tuple(shape.shape), where)
+        return _TypedShape(checked, keras.backend.standardize_dtype(shape.dtype))
     if _is_shape(shape) and len(shape) >= 1:
         if any(d is None for d in tuple(shape)[1:]):
             raise MappingError(f"Expected {where} with known dimensions besides the batch, received: {tuple(shape)}")
@@ -511,6 +523,17 @@ class _Walk:
         names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
         return structs, names
 
+    def given_specs(self, given, dtype):
+        """Checked given shapes (``_checked_shape``) as KerasTensors at ``batch_size``: a typed one at its dtype, a
+        bare shape at ``dtype`` (the model's compute dtype)."""
+        if isinstance(given, _TypedShape):
+            return self.specs_of(given.shape, given.dtype)
+        if isinstance(given, dict):
+            return {k: self.given_specs(v, dtype) for k, v in given.items()}
+        if isinstance(given, (list, tuple)) and not _is_shape(given):
+            return type(given)(self.given_specs(v, dtype) for v in given)
+        return self.specs_of(given, dtype)
+
     def specs_of(self, shapes, dtype):
         """A shape, or a structure of shapes, as KerasTensors of ``dtype`` with the batch set to ``batch_size``."""
         def to_spec(shape):
@@ -523,8 +546,8 @@ class _Walk:
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
         given = _CALL_SHAPES.get().get(id(model))
         if given is not None:
-            structs = [self.specs_of(v, model.compute_dtype) for v in given.args]
-            kwargs = {k: self.specs_of(v, model.compute_dtype) for k, v in given.kwargs.items()}
+            structs = [self.given_specs(v, model.compute_dtype) for v in given.args]
+            kwargs = {k: self.given_specs(v, model.compute_dtype) for k, v in given.kwargs.items()}
         else:
             built = self.build_specs(model)
             if built is None:
@@ -576,9 +599,10 @@ class _Walk:
     @staticmethod
     def shapes_hint(model, given, structs) -> str:
         """Where call() takes more tensors than Keras recorded build shapes for: how to give them."""
-        if given is not None or len(_tensor_parameters(model)) <= len(structs):
+        if given is not None or (len(_tensor_parameters(model)) <= len(structs) and not _takes_var_positional(model)):
             return ""
-        names = ", ".join(p.name for p in _tensor_parameters(model))
+        names = ", ".join(("*" if p.kind == p.VAR_POSITIONAL else "") + p.name for p in _call_parameters(model)
+                          if p.kind != p.VAR_KEYWORD and p.name != "mask")
         return f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names})"
 
     def walk_subclassed(self, layer, prefix: str, skipped: list[str], unbuilt: list[str]) -> Iterator[LayerCall]:
