@@ -85,6 +85,15 @@ def test_a_recurrent_models_predicted_time_is_marked_and_its_caution_is_in_the_w
     assert [w for w in report.warnings if w.startswith("recurrent layers (lstm: 20 steps): each step waits")]
     text = " ".join(rendered(report, 240).split())
     assert "time " + seconds(report.totals()["time_s"]) + "\u2020 (CARM bound, per batch of 4)" in text
+    assert text.count("each step waits for the one before") == 1     # the legend; not again as a warning
+
+    # A small LSTM under two large Dense layers: top=1 shows a Dense row, and the header's mark is still explained.
+    x = keras.layers.LSTM(4, name="lstm")(inputs)
+    big = keras.Model(inputs, keras.layers.Dense(4096, name="wide2")(keras.layers.Dense(4096, name="wide")(x)))
+    buf = io.StringIO()
+    print_report(advisor.analyze(big, batch_size=4, measure=False), Console(file=buf, width=240), top=1)
+    shown = buf.getvalue()
+    assert "│lstm" not in shown and "\u2020 recurrent layers (lstm: 20 steps)" in shown
 
 
 def test_unknown_layers_beyond_five_are_counted_not_hidden():

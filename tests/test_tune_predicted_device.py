@@ -81,4 +81,4 @@ def test_where_the_top_clock_is_best_the_clock_line_says_keep_it(tmp_path):
     # A lower SM clock never shortens a time on the DVFS model: the top clock is the latency pick.
     assert clock["recommended_sm_clock_mhz"] == top
     text = _rendered(result)
-    assert f"keep the top clock ({top:g} MHz): no lower clock gives more latency" in text and "lock at" not in text
+    assert f"keep the top clock ({top:g} MHz): no lower clock gives a better latency" in text and "lock at" not in text

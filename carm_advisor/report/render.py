@@ -104,7 +104,7 @@ def sequential_steps(notes: str) -> int | None:
 
 def recurrent_layers(rows) -> list[tuple[str, int]]:
     """(name, sequential steps) of each recurrent layer among report rows."""
-    return [(r.name, steps) for r in rows if (steps := sequential_steps(getattr(r, "notes", "")))]
+    return [(r.name, steps) for r in rows if (steps := sequential_steps(getattr(r, "notes", "") or ""))]
 
 
 def recurrent_caution(marked: list[tuple[str, int]]) -> str:
@@ -162,7 +162,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     rows = report.layers
     if top is not None:
         rows = sorted(rows, key=lambda r: -shares.get(r.name, 0))[:top]
-    cells_of, marked, capped = [], [], []
+    cells_of, capped = [], []
     for r in rows:
         if not r.known:
             cells = [r.name, r.type, Text("unknown", style="red"), "-", Text("no cost model", style="red")]
@@ -179,10 +179,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
                           "-" if eff is None else f"{eff:.0%}", si(r.energy_j, "J") if r.measured else "-",
                           _watts(r.power_w) if r.measured else "-",
                           f"{energy_shares.get(r.name, 0):.1%}" if r.measured else "-"]
-            steps = sequential_steps(r.notes)
-            mark = SEQUENTIAL_MARK if steps else ""
-            if steps:
-                marked.append((r.name, steps))
+            mark = SEQUENTIAL_MARK if sequential_steps(r.notes) else ""
             bound_time, calibrated = seconds(r.predicted_time_s), seconds(r.calibrated_time_s)
             if bound_time != "-" and power_limited(r.notes):
                 capped.append(r.name)
@@ -196,7 +193,9 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
     dropped: set[str] = set()
     while True:
         power = Text(POWER_LEGEND, style="yellow") if capped and "bound time" not in dropped else None
-        table = _layers_table(columns, cells_of, dropped, _legend(_sequential_legend(marked), power))
+        # the recurrent legend whatever rows `top` shows: the header's time carries the mark too
+        table = _layers_table(columns, cells_of, dropped,
+                              _legend(_sequential_legend(recurrent_layers(report.layers)), power))
         natural = Console(width=10_000).measure(table).maximum   # unwrapped width
         if natural <= width or not droppable:
             return table
@@ -276,8 +275,11 @@ def renderables(report, top: int | None = None, width: int = 200):
         yield recommendations_table(report)
     else:
         yield Text(no_recommendation_text(report))
+    recurrent = recurrent_layers(report.layers)
+    legend = recurrent_caution(recurrent) if recurrent else None
     for w in report.warnings:
-        yield Text(f"warning: {w}", style="bold red")
+        if w != legend:   # said once, as the legend under the layer table (the JSON keeps it among the warnings)
+            yield Text(f"warning: {w}", style="bold red")
 
 
 def print_report(report, console: Console | None = None, top: int | None = None) -> None:

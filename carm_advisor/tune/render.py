@@ -62,14 +62,18 @@ def render(result) -> Iterator:
     row("configuration", lambda t: t.config.label())
     row("value source", lambda t: t.value_source or result.source)
     row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
-    row("spread over windows", spread, only_with_a_value=True)
+    row("spread over windows", spread, only_with_a_value=result.source == "predicted")
     row("samples/J", lambda t: _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3))
     row("samples/s", lambda t: _fmt(throughput(t), 4))
     row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
-    row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2), only_with_a_value=True)
-    row("top-1 agreement (random weights)*", lambda t: _pct(t.measurement.get("top1_agreement")),
-        only_with_a_value=True)   # the * note below is printed on the same condition
-    row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2), only_with_a_value=True)
+    row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2),
+        only_with_a_value=result.source == "predicted")   # a measured best whose error failed shows "-"
+    top1 = [_pct((t.measurement or {}).get("top1_agreement")) for _, t in runs if t is not None]
+    has_top1 = any(v != "-" for v in top1)   # the * note below is printed on the same condition
+    row("top-1 agreement (random weights)" + ("*" if has_top1 else ""),
+        lambda t: _pct(t.measurement.get("top1_agreement")), only_with_a_value=result.source == "predicted")
+    row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2),
+        only_with_a_value=result.source == "predicted")
     summary = Text()
     caveat = result.sequential_caveat   # recurrent layers in a predicted study: said beside every gain
     gain = result.gain()
@@ -114,7 +118,7 @@ def render(result) -> Iterator:
     b = result.blind_search
     summary.append(f"\nthe whole space has {b['grid_size']} configurations (clocks aside): the CARM bound rules out "
                    f"{b['ruled_out_by_carm_bound']} of them against the best found")
-    if any((t.measurement or {}).get("top1_agreement") is not None for _, t in runs if t is not None):
+    if has_top1:
         from carm_advisor.tune.result import TOP1_CAVEAT
 
         summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
@@ -161,7 +165,7 @@ def render(result) -> Iterator:
         top = clock["clocks"][0]["sm_clock_mhz"] if clock.get("clocks") else None
         if clock["recommended_sm_clock_mhz"] == top:
             yield Text(f"SM clock, PREDICTED (not measured): keep the top clock ({top:g} MHz): no lower clock gives "
-                       f"more {clock['objective']}; source: {clock['source']}")
+                       f"a better {clock['objective']}; source: {clock['source']}")
         else:
             yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
                        f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock; source: "

@@ -261,14 +261,9 @@ def pick_best(objectives: list[Objective], front: list[TrialRecord]) -> TrialRec
 def recurrent_layers(rows) -> list[dict[str, Any]]:
     """[{"layer", "steps"}] of the rows of recurrent layers: those whose notes give a sequential step count
     (report.render.sequential_steps, as analyze marks them)."""
-    from carm_advisor.report.render import sequential_steps
+    from carm_advisor.report.render import recurrent_layers as named_steps
 
-    out = []
-    for r in rows or []:
-        steps = sequential_steps(getattr(r, "notes", "") or "")
-        if steps:
-            out.append({"layer": r.name, "steps": steps})
-    return out
+    return [{"layer": name, "steps": steps} for name, steps in named_steps(rows or [])]
 
 
 def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
