@@ -166,3 +166,46 @@ def test_child_runs_one_call_per_layer_inside_its_range(tmp_path, monkeypatch):
     rc = counters._child(["--model", str(path), "--batch-size", "2", "--layers", str(tmp_path / "layers.json")])
     assert rc == 0
     assert events == ["push carm:0", "pop", "push carm:1", "pop"]
+
+
+def test_the_child_walks_a_subclassed_call_of_two_tensors_on_the_shapes_analyze_was_given(tmp_path, monkeypatch):
+    """analyze(..., counters=True, input_shapes=...) on a call(self, a, b): the child reloads the model, where Keras
+    recorded only a's shape; the shapes travel with it (walker.given_shapes_json), a keras.Input's dtype too."""
+    import json
+
+    import keras
+
+    from carm_advisor.mapping.walker import call_shapes, given_shapes_json, iter_layer_calls
+    from carm_advisor.measure import backend
+
+    model = TwoTensors()
+    model(keras.ops.zeros((2, 4)), keras.ops.ones((2, 3), dtype="int32"))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    shapes = [(None, 4), keras.Input((3,), dtype="int32")]
+    with call_shapes(model, shapes):
+        names = [c.path for c in iter_layer_calls(model, 2)]
+        (tmp_path / "shapes.json").write_text(given_shapes_json(model))
+    assert names == ["da", "emb", "mean", "add"]
+    (tmp_path / "layers.json").write_text(json.dumps(names))
+
+    events: list[str] = []
+    monkeypatch.setattr(backend, "nvtx_functions",
+                        lambda: (lambda name: events.append(f"push {name}"), lambda: events.append("pop")))
+    rc = counters._child(["--model", str(path), "--batch-size", "2", "--layers", str(tmp_path / "layers.json"),
+                          "--input-shapes", str(tmp_path / "shapes.json")])
+    assert rc == 0 and events.count("pop") == 4
+
+
+import keras  # noqa: E402 - the registered model below must be importable by name when the child reloads it
+
+
+@keras.saving.register_keras_serializable(package="carm_test_counters")
+class TwoTensors(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.da = keras.layers.Dense(8, name="da")
+        self.emb = keras.layers.Embedding(10, 8, name="emb")
+
+    def call(self, a, ids):
+        return self.da(a) + keras.ops.mean(self.emb(ids), axis=1)

@@ -193,6 +193,68 @@ def _given_shapes(model, shapes) -> _GivenShapes:
                         repr(list(shapes)))
 
 
+def _tagged(value):
+    if isinstance(value, _TypedShape):
+        return {"shape": list(value.shape), "dtype": value.dtype}
+    if isinstance(value, dict):
+        return {"dict": {k: _tagged(v) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)) and not _is_shape(value):
+        return {"tuple" if isinstance(value, tuple) else "list": [_tagged(v) for v in value]}
+    return {"shape": list(value)}
+
+
+def _untagged(value):
+    if "dict" in value:
+        return {k: _untagged(v) for k, v in value["dict"].items()}
+    if "list" in value or "tuple" in value:
+        items = [_untagged(v) for v in value.get("list", value.get("tuple"))]
+        return items if "list" in value else tuple(items)
+    shape = tuple(value["shape"])
+    return _TypedShape(shape, value["dtype"]) if "dtype" in value else shape
+
+
+def given_shapes_json(model) -> str | None:
+    """The call shapes given for ``model`` in this context (``call_shapes``) as JSON, for a child process that
+    reloads the model (``call_shapes_json``); None where none were given."""
+    given = _CALL_SHAPES.get().get(id(model))
+    if given is None:
+        return None
+    import json
+
+    return json.dumps({"args": [_tagged(a) for a in given.args],
+                       "kwargs": {k: _tagged(v) for k, v in given.kwargs.items()}, "text": given.text})
+
+
+@contextlib.contextmanager
+def call_shapes_json(model, text: str | None):
+    """``call_shapes`` for a model reloaded in another process, from ``given_shapes_json``'s text (None: none)."""
+    if text is None:
+        yield
+        return
+    import json
+
+    doc = json.loads(text)
+    given = _GivenShapes(tuple(_untagged(a) for a in doc["args"]),
+                         {k: _untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
+    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
+    try:
+        yield
+    finally:
+        _CALL_SHAPES.reset(token)
+
+
+def build_on_given_shapes(model) -> None:
+    """Build a reloaded copy's sublayers by one symbolic call on the shapes given (``call_shapes_json``): Keras
+    rebuilds a subclassed model from its first argument's shape only, which leaves a call() of several tensors
+    unbuilt. For throwaway copies (the Nsight Compute child): the call adds graph nodes and builds weights."""
+    given = _CALL_SHAPES.get().get(id(model))
+    if given is None or all(s.built for s in model._flatten_layers(include_self=False, recursive=True)):
+        return
+    walk = _Walk(1)
+    model(*[walk.given_specs(a, model.compute_dtype) for a in given.args],
+          **{k: walk.given_specs(v, model.compute_dtype) for k, v in given.kwargs.items()})
+
+
 @contextlib.contextmanager
 def call_shapes(model, shapes):
     """Within it the walker traces subclassed ``model``'s call() on ``shapes`` instead of the build shapes

@@ -270,7 +270,7 @@ def measure_counters(
     """Counters for one call of every layer (or of `only`), keyed by walker path; None without ncu."""
     import keras
 
-    from carm_advisor.mapping.walker import iter_layer_calls
+    from carm_advisor.mapping.walker import given_shapes_json, iter_layer_calls
     from carm_advisor.measure.backend import active_backend
 
     ncu = ncu or ncu_path()
@@ -296,6 +296,11 @@ def measure_counters(
         child = [sys.executable, "-m", "carm_advisor.measure.counters", "--model", str(model_path),
                  "--batch-size", str(batch_size), "--layers", str(names_path),
                  "--dtype-policy", policy, "--layout", keras.config.image_data_format()]
+        shapes = given_shapes_json(model)   # a subclassed call() of several tensors: the shapes analyze() was given
+        if shapes is not None:
+            shapes_path = tmpdir / "input_shapes.json"
+            shapes_path.write_text(shapes)
+            child += ["--input-shapes", str(shapes_path)]
         env = dict(os.environ, KERAS_BACKEND=active_backend())
         profile = subprocess.run(profile_command(ncu, report, len(names), child, metrics), env=env,
                                  capture_output=True, text=True, timeout=timeout_s)
@@ -325,6 +330,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype-policy", default=None)
     parser.add_argument("--layout", default=None)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--input-shapes", default=None, help="JSON of the call shapes given (walker.given_shapes_json)")
     args = parser.parse_args(argv)
 
     import keras
@@ -334,14 +340,17 @@ def _child(argv: Sequence[str] | None = None) -> int:
     if args.layout:
         keras.config.set_image_data_format(args.layout)
 
-    from carm_advisor.mapping.walker import iter_layer_calls
+    from carm_advisor.mapping.walker import build_on_given_shapes, call_shapes_json, iter_layer_calls
     from carm_advisor.measure.backend import active_backend, inference_context, nvtx_range, sync
     from carm_advisor.measure.layers import layer_runner
 
     backend = active_backend()
     model = keras.saving.load_model(args.model, compile=False)
     names = json.loads(Path(args.layers).read_text())
-    calls = {c.path: c for c in iter_layer_calls(model, args.batch_size)}
+    shapes = Path(args.input_shapes).read_text() if args.input_shapes else None
+    with call_shapes_json(model, shapes):
+        build_on_given_shapes(model)   # Keras rebuilt it from the first argument's shape only
+        calls = {c.path: c for c in iter_layer_calls(model, args.batch_size)}
     absent = [n for n in names if n not in calls]
     if absent:
         raise MeasurementError(f"Expected the reloaded model to have layers {absent}, Received: {sorted(calls)}")
