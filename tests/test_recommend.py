@@ -62,3 +62,17 @@ def test_fusion_saves_the_calibrated_time_of_the_fusible_layers():
     rec = _fusion(Report(model=model, device={}, ceilings={}, layers=rows, recommendations=[]), rows)
     assert rec.speedup == pytest.approx(5.0)            # 5 / (5 - 4); the bound (1 of 5 ms) gave 1.25
     assert "80% of the predicted time" in rec.detail
+
+
+def test_a_grouped_conv_mapped_as_depthwise_gets_the_depthwise_advice_end_to_end():
+    # The mapping's own note, not a hand-written one: Conv2D(groups=C) with one input channel per group.
+    import keras
+
+    import carm_advisor as advisor
+
+    inputs = keras.Input((56, 56, 96))
+    x = keras.layers.Conv2D(96, 7, padding="same", groups=96, name="dw7")(inputs)
+    model = keras.Model(inputs, keras.layers.Conv2D(96, 1, name="pw")(x))
+    report = advisor.analyze(model, batch_size=8, measure=False)
+    rec = next(r for r in report.recommendations if r.title == "Depthwise convolutions run on CUDA cores")
+    assert rec.layers == ["dw7"]
