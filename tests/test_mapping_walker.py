@@ -406,20 +406,23 @@ def test_input_shapes_that_do_not_fit_are_a_one_line_mapping_error(shapes, match
         map_model(_two_tensors(), 5, input_shapes=shapes)
 
 
+class _OptionalSecond(keras.Model):
+    """call(a, b=None): the second Dense runs only where b is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
+
+    def call(self, a, b=None):
+        return self.da(a) if b is None else self.da(a) + self.db(b)
+
+
 def test_input_shapes_that_leave_a_sublayer_unreached_are_an_error_not_a_lower_bound():
-    class Optional(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = keras.layers.Dense(4, name="a"), keras.layers.Dense(4, name="b")
-
-        def call(self, x, y=None):
-            return self.a(x) if y is None else self.a(x) + self.b(y)
-
-    model = Optional()
-    model(keras.ops.zeros((2, 6)), y=keras.ops.zeros((2, 5)))
-    with pytest.raises(MappingError, match="never reached b: give the shapes"):
+    model = _OptionalSecond()
+    model(keras.ops.zeros((2, 6)), b=keras.ops.zeros((2, 5)))
+    with pytest.raises(MappingError, match="never reached db: give the shapes"):
         map_model(model, 3, input_shapes=[(None, 6)])
-    assert [c.name for c in map_model(model, 3, input_shapes={"x": (None, 6), "y": (None, 5)})] == ["a", "b", "add"]
+    assert [c.name for c in map_model(model, 3, input_shapes={"a": (None, 6), "b": (None, 5)})] == ["da", "db", "add"]
 
 
 def test_input_shapes_reach_positional_only_star_args_and_mask_arguments():
@@ -505,21 +508,13 @@ def test_the_list_form_never_puts_a_shape_into_mask_or_training():
 
 
 def test_given_shapes_with_a_sublayer_never_built_are_an_error_and_the_fallback_names_it_unbuilt():
-    class BuiltWithA(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.da, self.db = keras.layers.Dense(8, name="da"), keras.layers.Dense(8, name="db")
-
-        def call(self, a, b=None):
-            return self.da(a) if b is None else self.da(a) + self.db(b)
-
-    model = BuiltWithA()
+    model = _OptionalSecond()
     model(keras.ops.zeros((2, 4)))                      # db never built
     with pytest.raises(MappingError, match="db never built: call the model once with every argument"):
         map_model(model, 2, input_shapes=[(None, 4), (None, 6)])
     assert not model.db.built
 
-    class Untraceable(BuiltWithA):
+    class Untraceable(_OptionalSecond):
         def call(self, a, b=None):
             scale = float(keras.ops.convert_to_numpy(keras.ops.max(a)))   # needs values: no symbolic trace
             return self.da(a) * scale if b is None else self.da(a) + self.db(b)
