@@ -28,8 +28,9 @@ mixed-precision layers recorded before the autocast fix ran in float32).
 
 Shipped (SHIPPED, one per GPU model, each written by benchmarks/fit_calibration.py from records of that model):
 carm_advisor/profiles/nvidia_h200_calibration.json (H200 records) and nvidia_h100_80gb_hbm3_calibration.json (the
-twelfth session's H100 records, shipped by rule H1 of the seventeenth session (docs/sessions.md): tested on H100 records of
-seven models it never saw, against the H200's calibration and the CARM bound). On a GPU, every measured analysis
+twelfth session's H100 torch records and the twenty-third's H100 jax fit set, shipped by rules H1 and HJ (docs/sessions.md):
+tested on H100 torch records of seven models and jax records of six models it never saw, against the H200's calibration
+and the CARM bound). On a GPU, every measured analysis
 adds its samples to the cache (profiles/cache.py) and the next analysis learns from them too.
 """
 
