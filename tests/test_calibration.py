@@ -907,3 +907,18 @@ def test_the_h100_calibrations_cited_test_figures_are_those_of_its_committed_res
     assert quoted == [pytest.approx(round(v, 3), abs=5e-4)
                       for v in (mine, h200, bound, torch_now, h1_mine, h1_h200, h1_bound)]
     assert f"(n={n})" in text and f"(n={torch_n})" in text and h1_n == torch_n
+
+
+def test_the_shipped_h100_calibration_is_the_file_rule_hj_tested():
+    # Every figure and sample as tested; only the provenance lines that quote the test and name the file differ.
+    import json
+    from pathlib import Path
+
+    from carm_advisor.result_files import read_json
+
+    root = Path(__file__).resolve().parents[1]
+    tested = read_json(root / "benchmarks/results/nvidia-h100-80gb-hbm3-calibration-2026-12-07-s21h-jax.json.xz")
+    shipped = json.loads((root / "carm_advisor/profiles/nvidia_h100_80gb_hbm3_calibration.json").read_text())
+    for doc in (tested, shipped):
+        doc["provenance"] = {k: v for k, v in doc["provenance"].items() if k not in ("test", "file")}
+    assert shipped == tested
