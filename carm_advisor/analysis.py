@@ -111,7 +111,6 @@ def _compute_dtypes_at(model, precision: str | None) -> tuple[dict[str, str] | N
     own = model_policy(model)
     if precision == own:
         return None, []
-
     pinned = [f"{name} ({policy})" for name, policy in layer_policies(model) if policy != own]
     said = []
     if pinned:

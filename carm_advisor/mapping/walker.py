@@ -213,6 +213,16 @@ def _untagged(value):
     return _TypedShape(shape, value["dtype"]) if "dtype" in value else shape
 
 
+@contextlib.contextmanager
+def _given_in_context(model, given: _GivenShapes):
+    """The walker traces ``model`` on ``given`` within the block (call_shapes, call_shapes_json)."""
+    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
+    try:
+        yield
+    finally:
+        _CALL_SHAPES.reset(token)
+
+
 def given_shapes_json(model) -> str | None:
     """The call shapes given for ``model`` in this context (``call_shapes``) as JSON, for a child process that
     reloads the model (``call_shapes_json``); None where none were given."""
@@ -236,11 +246,8 @@ def call_shapes_json(model, text: str | None):
     doc = json.loads(text)
     given = _GivenShapes(tuple(_untagged(a) for a in doc["args"]),
                          {k: _untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
-    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
-    try:
+    with _given_in_context(model, given):
         yield
-    finally:
-        _CALL_SHAPES.reset(token)
 
 
 def build_on_given_shapes(model) -> None:
@@ -250,9 +257,8 @@ def build_on_given_shapes(model) -> None:
     given = _CALL_SHAPES.get().get(id(model))
     if given is None or all(s.built for s in model._flatten_layers(include_self=False, recursive=True)):
         return
-    walk = _Walk(1)
-    model(*[walk.given_specs(a, model.compute_dtype) for a in given.args],
-          **{k: walk.given_specs(v, model.compute_dtype) for k, v in given.kwargs.items()})
+    args, kwargs = _Walk(1).given_arguments(given, model.compute_dtype)
+    model(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -271,12 +277,8 @@ def call_shapes(model, shapes):
         name = getattr(model, "name", type(model).__name__)
         raise MappingError(f"input_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
                            "model whose inputs are known")
-    given = _given_shapes(model, shapes)
-    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
-    try:
+    with _given_in_context(model, _given_shapes(model, shapes)):
         yield
-    finally:
-        _CALL_SHAPES.reset(token)
 
 
 def _fill_batch(shape, batch_size: int) -> tuple:
@@ -585,6 +587,11 @@ class _Walk:
         names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
         return structs, names
 
+    def given_arguments(self, given: _GivenShapes, dtype) -> tuple[list, dict]:
+        """The positional and keyword arguments of a call() on the shapes given, as KerasTensors."""
+        return ([self.given_specs(a, dtype) for a in given.args],
+                {k: self.given_specs(v, dtype) for k, v in given.kwargs.items()})
+
     def given_specs(self, given, dtype):
         """Checked given shapes (``_checked_shape``) as KerasTensors at ``batch_size``: a typed one at its dtype, a
         bare shape at ``dtype`` (the model's compute dtype)."""
@@ -608,8 +615,7 @@ class _Walk:
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
         given = _CALL_SHAPES.get().get(id(model))
         if given is not None:
-            structs = [self.given_specs(v, model.compute_dtype) for v in given.args]
-            kwargs = {k: self.given_specs(v, model.compute_dtype) for k, v in given.kwargs.items()}
+            structs, kwargs = self.given_arguments(given, model.compute_dtype)
         else:
             built = self.build_specs(model)
             if built is None:

@@ -68,10 +68,12 @@ def render(result) -> Iterator:
     row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
     row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2),
         only_with_a_value=result.source == "predicted")   # a measured best whose error failed shows "-"
-    top1 = [_pct((t.measurement or {}).get("top1_agreement")) for _, t in runs if t is not None]
-    has_top1 = any(v != "-" for v in top1)   # the * note below is printed on the same condition
-    row("top-1 agreement (random weights)" + ("*" if has_top1 else ""),
-        lambda t: _pct(t.measurement.get("top1_agreement")), only_with_a_value=result.source == "predicted")
+    def top1(t):
+        return _pct(t.measurement.get("top1_agreement"))
+
+    has_top1 = any(t is not None and t.measurement and top1(t) != "-" for _, t in runs)   # the * note below too
+    row("top-1 agreement (random weights)" + ("*" if has_top1 else ""), top1,
+        only_with_a_value=result.source == "predicted")
     row("compile s (apart)", lambda t: _fmt(t.measurement.get("compile_s"), 2),
         only_with_a_value=result.source == "predicted")
     summary = Text()

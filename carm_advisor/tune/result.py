@@ -217,8 +217,6 @@ def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     )
 
 
-
-
 def optuna_front(study, distinct: dict[str, TrialRecord]) -> list[TrialRecord]:
     """Optuna's own Pareto front (study.best_trials: complete trials meeting every constraint that no other
     beats in every objective), as the first feasible record of each configuration on it (a repeat stands for
