@@ -400,6 +400,109 @@ def test_whole_model_inputs_take_the_batch_asked_for_also_where_the_model_fixes_
 
     inputs = keras.Input((16,), batch_size=3)
     model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
-    assert tuple(_model_inputs(model, 8).shape) == (8, 16)
+    assert tuple(_model_inputs(model, 8).single(model, "x").shape) == (8, 16)
     free = keras.Input((16,))
-    assert tuple(_model_inputs(keras.Model(free, keras.layers.Dense(4)(free)), 8).shape) == (8, 16)
+    assert tuple(_model_inputs(keras.Model(free, keras.layers.Dense(4)(free)), 8).args[0].shape) == (8, 16)
+
+
+class SeenModel(keras.Model):
+    """A subclassed model that remembers the shapes and dtypes its eager call() ran on."""
+
+    def seen_now(self, **tensors):
+        if not isinstance(next(iter(tensors.values())), keras.KerasTensor):   # the eager calls, not a trace
+            self.seen = {k: (tuple(v.shape), keras.backend.standardize_dtype(v.dtype)) for k, v in tensors.items()}
+
+
+class OneInputModel(SeenModel):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(4, name="dense")
+
+    def call(self, x):
+        self.seen_now(x=x)
+        return self.dense(x)
+
+
+class TwoInputsModel(SeenModel):
+    """call(tokens, extra): integer ids through an Embedding, and a float tensor; Keras records tokens' shape."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Embedding(50, 6, name="embed")
+        self.proj = keras.layers.Dense(6, name="proj")
+
+    def call(self, tokens, extra):
+        self.seen_now(tokens=tokens, extra=extra)
+        return keras.ops.mean(self.embed(tokens), axis=1) + self.proj(extra)
+
+
+def test_a_subclassed_model_is_measured_whole_on_the_shapes_keras_recorded_at_the_batch_asked_for():
+    """A subclassed model has no model.inputs: it is measured on what the mapping traces (its build shapes)."""
+    model = OneInputModel()
+    model(np.zeros((3, 5), "float32"))
+    gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
+    inference, training = measure_model(model, batch_size=7, gpu=gpu, min_window_s=0.02, repeats=2, warmup=1)
+    assert model.seen == {"x": ((7, 5), "float32")}
+    assert inference.time_s > 0 and inference.energy_j == pytest.approx(FAKE_POWER_W * inference.time_s, rel=0.03)
+    assert training is not None and training.time_s > 0   # one input: train_on_batch can take it
+
+
+def test_a_call_of_several_tensors_is_measured_whole_on_the_input_shapes_given_with_their_dtypes():
+    from carm_advisor.mapping.walker import call_shapes
+
+    model = TwoInputsModel()
+    model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
+    gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
+    shapes = {"tokens": keras.Input((9,), dtype="int32"), "extra": (None, 3)}
+    with call_shapes(model, shapes):
+        inference, _ = measure_model(model, batch_size=4, gpu=gpu, training_step=False, min_window_s=0.02,
+                                     repeats=2, warmup=1)
+        assert inference.time_s > 0
+        assert model.seen == {"tokens": ((4, 9), "int32"), "extra": ((4, 3), "float32")}
+        with pytest.raises(MeasurementError, match=r"^Expected model '.*' to take one input for a training step.*2 tensor"):
+            measure_model(model, batch_size=4, gpu=gpu, min_window_s=0.02, repeats=1, warmup=1)
+    # Without the shapes Keras recorded tokens' shape only: a one-line MeasurementError saying what to pass
+    with pytest.raises(MeasurementError, match=r"^Expected the inputs of subclassed model '.*'; Keras recorded the "
+                                               r"shape of the first argument only: pass input_shapes for \(tokens, "
+                                               r"extra\) \(whole-model measurement calls it on them\)$"):
+        measure_model(model, batch_size=4, gpu=gpu, training_step=False, min_window_s=0.02, repeats=1, warmup=1)
+
+
+def test_the_ids_of_a_subclassed_model_stay_inside_its_embedding():
+    from carm_advisor.mapping.walker import call_shapes
+    from carm_advisor.measure.layers import _model_inputs
+
+    model = TwoInputsModel()
+    model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
+    with call_shapes(model, [keras.Input((400,), dtype="int32"), (None, 3)]):
+        x = _model_inputs(model, 16)
+    ids = keras.ops.convert_to_numpy(x.args[0])
+    assert ids.shape == (16, 400) and ids.min() >= 0 and ids.max() < 50 and len(np.unique(ids)) > 2   # drawn over the vocabulary
+
+
+def test_a_subclassed_model_never_called_is_refused_in_one_line():
+    with pytest.raises(MeasurementError, match=r"^Expected model '.*' to have known inputs.*called once"):
+        measure_model(OneInputModel(), batch_size=2, training_step=False, min_window_s=0.02, repeats=1, warmup=1)
+
+
+def test_analyze_measures_a_subclassed_model_of_several_tensors_whole_and_per_layer_on_its_input_shapes(monkeypatch):
+    """On a GPU (faked: NVML sees one, the FakeGPU gives power) analyze() used to stop at the whole-model
+    measurement of any subclassed model: it had no known inputs. It measures it on the shapes it maps it on."""
+    import carm_advisor.power.nvml as nvml
+    from carm_advisor import analyze
+
+    monkeypatch.setattr(nvml, "gpu_count", lambda: 1)
+    monkeypatch.setattr(backend, "has_gpu", lambda *a: True)
+    monkeypatch.setattr(backend, "device_name", lambda *a: "NVIDIA H200")
+    model = TwoInputsModel()
+    model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
+    gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
+    options = dict(gpu=gpu, training_step=False, min_window_s=0.02, repeats=1, warmup=1, model_min_window_s=0.02,
+                   model_repeats=1)
+    report = analyze(model, batch_size=5, measure=True, measure_options=options, progress=False,
+                     input_shapes=[keras.Input((9,), dtype="int32"), (None, 3)])
+    assert model.seen == {"tokens": ((5, 9), "int32"), "extra": ((5, 3), "float32")}
+    assert report.measurement.inference["time_s"] > 0
+    assert report.measurement.inference["power_w"] == pytest.approx(FAKE_POWER_W, rel=0.02)
+    # every node of the traced call: the two layers and the keras.ops between them
+    assert {row.name for row in report.layers if row.measured and row.time_s > 0} == {"embed", "mean", "proj", "add"}

@@ -261,6 +261,19 @@ def build_on_given_shapes(model) -> None:
     model(*args, **kwargs)
 
 
+def call_arguments(model, batch_size: int) -> tuple[list, dict] | None:
+    """What whole-model measurement calls a subclassed ``model`` on, as KerasTensors at ``batch_size``
+    (positional, keyword): the arguments the mapping traces its call() on (the shapes given in ``call_shapes``,
+    else the build shapes Keras recorded); None where Keras recorded none. A call() that takes more tensors than
+    Keras recorded, with no shapes given, is a MappingError saying to pass input_shapes."""
+    walk = _Walk(batch_size)
+    specs = walk.call_specs(model)
+    hint = walk.shapes_hint(model, _CALL_SHAPES.get().get(id(model)), specs[0]) if specs is not None else ""
+    if hint:
+        raise MappingError(f"Expected the inputs of subclassed model '{model.name}'{hint}")
+    return specs
+
+
 @contextlib.contextmanager
 def call_shapes(model, shapes):
     """Within it the walker traces subclassed ``model``'s call() on ``shapes`` instead of the build shapes
@@ -611,20 +624,28 @@ class _Walk:
 
         return to_spec(shapes) if _is_shape(shapes) else keras.tree.map_shape_structure(to_spec, shapes)
 
+    def call_specs(self, model) -> tuple[list, dict] | None:
+        """The arguments subclassed ``model``'s call() is traced on, as KerasTensors at ``batch_size``: the shapes
+        given (``call_shapes``), else the build shapes Keras recorded; None where it recorded none."""
+        given = _CALL_SHAPES.get().get(id(model))
+        if given is not None:
+            return self.given_arguments(given, model.compute_dtype)
+        built = self.build_specs(model)
+        if built is None:
+            return None
+        structs, _ = built
+        if _takes_var_positional(model) and not _tensor_parameters(model) and len(structs) == 1 \
+                and isinstance(structs[0], (list, tuple)):
+            structs = list(structs[0])   # call(self, *xs): Keras records the tuple of their shapes as one
+        return structs, {}
+
     def trace_model(self, model):
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
         given = _CALL_SHAPES.get().get(id(model))
-        if given is not None:
-            structs, kwargs = self.given_arguments(given, model.compute_dtype)
-        else:
-            built = self.build_specs(model)
-            if built is None:
-                return None
-            structs, _ = built
-            kwargs = {}
-            if _takes_var_positional(model) and not _tensor_parameters(model) and len(structs) == 1 \
-                    and isinstance(structs[0], (list, tuple)):
-                structs = list(structs[0])   # call(self, *xs): Keras records the tuple of their shapes as one
+        specs = self.call_specs(model)
+        if specs is None:
+            return None
+        structs, kwargs = specs
         try:
             if "training" in inspect.signature(model.call).parameters:
                 kwargs["training"] = False  # the analysis is of inference

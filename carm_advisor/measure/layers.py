@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypedDict
 
 import keras
 
-from carm_advisor.errors import MeasurementError, PowerError
+from carm_advisor.errors import MappingError, MeasurementError, PowerError
 from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
 from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
@@ -524,18 +524,51 @@ def _measure_layers(model, batch_size: int, gpu: GPU | None, o: MeasureOptions, 
     return run
 
 
-def _model_inputs(model, batch_size: int):
+@dataclass(frozen=True)
+class ModelInputs:
+    """Synthetic arguments of one whole-model call, ``model(*args, **kwargs, training=False)``: one input (a
+    tensor, or a list of them) for a Functional or Sequential model; for a subclassed model, those its call() is
+    traced on by the mapping (the shapes analyze() was given, else the ones Keras recorded at its build)."""
+
+    args: tuple
+    kwargs: dict
+
+    def call(self, model, **extra):
+        return model(*self.args, **self.kwargs, **extra)
+
+    def single(self, model, purpose: str):
+        """The one input structure ``purpose`` (Keras' ``x``) takes; MeasurementError for a call() of several."""
+        if len(self.args) == 1 and not self.kwargs:
+            return self.args[0]
+        raise MeasurementError(
+            f"Expected model '{model.name}' to take one input for {purpose}, Received: a call() of "
+            f"{len(self.args) + len(self.kwargs)} tensor arguments"
+        )
+
+
+def _model_inputs(model, batch_size: int) -> ModelInputs:
     inputs = getattr(model, "inputs", None)
     try:
         inputs = list(inputs) if inputs else []
     except (AttributeError, TypeError):
         inputs = []
-    if not inputs:
-        raise MeasurementError(
-            f"Expected model '{model.name}' to have known inputs (a Functional or built Sequential model), "
-            "Received: none; whole-model measurement needs them"
-        )
     high = _model_int_high(model)
+    if not inputs:   # a subclassed model: what the mapping traces its call() on
+        from carm_advisor.mapping.walker import call_arguments
+
+        try:
+            specs = call_arguments(model, batch_size)
+        except MappingError as exc:
+            raise MeasurementError(f"{exc} (whole-model measurement calls it on them)") from None
+        if specs is None:
+            raise MeasurementError(
+                f"Expected model '{model.name}' to have known inputs (a Functional or Sequential model, or a "
+                "subclassed one called once), Received: none; whole-model measurement needs them"
+            )
+        seeds = iter(range(1000, 10**6))
+        args, kwargs = keras.tree.map_structure(
+            lambda s: synthetic_tensor(tuple(s.shape), str(s.dtype), int_high=high, seed=next(seeds)), specs)
+        return ModelInputs(tuple(args), dict(kwargs))
     tensors = []
     for i, tensor in enumerate(inputs):
         shape = tuple(tensor.shape)
@@ -547,18 +580,19 @@ def _model_inputs(model, batch_size: int):
                 f"Expected model inputs with known dimensions besides the batch, Received: {tuple(tensor.shape)}"
             )
         tensors.append(synthetic_tensor(shape, str(tensor.dtype), int_high=high, seed=1000 + i))
-    return tensors[0] if len(tensors) == 1 else tensors
+    return ModelInputs((tensors[0] if len(tensors) == 1 else tensors,), {})
 
 
-def _inference_fn(model, x, backend: str) -> tuple[Callable[[], Any], str]:
+def _inference_fn(model, x: ModelInputs, backend: str) -> tuple[Callable[[], Any], str]:
     if backend == "jax":
         import jax
 
         trainable = [v.value for v in model.trainable_variables]
         non_trainable = [v.value for v in model.non_trainable_variables]
-        compiled = jax.jit(lambda tv, ntv, inputs: model.stateless_call(tv, ntv, inputs, training=False)[0])
-        return (lambda: compiled(trainable, non_trainable, x)), "jit"
-    return (lambda: model(x, training=False)), "eager"
+        compiled = jax.jit(lambda tv, ntv, args, kwargs: model.stateless_call(tv, ntv, *args, training=False,
+                                                                              **kwargs)[0])
+        return (lambda: compiled(trainable, non_trainable, x.args, x.kwargs)), "jit"
+    return (lambda: x.call(model, training=False)), "eager"
 
 
 def _to_model_measurement(m: EnergyMeasurement, execution: str) -> ModelMeasurement:
@@ -632,7 +666,7 @@ def _measure_model_graph(model, batch_size: int, gpu: GPU | None, o: MeasureOpti
     if not uses_cuda_graphs(backend):
         return None
     x = _model_inputs(model, batch_size)
-    replay = _try_capture(lambda: model(x, training=False), capture, o.warmup, f"model '{model.name}'")
+    replay = _try_capture(lambda: x.call(model, training=False), capture, o.warmup, f"model '{model.name}'")
     if replay is None:
         return None
     with _expecting(f"model '{model.name}' to replay its CUDA graph on batch {batch_size}"):
@@ -641,7 +675,9 @@ def _measure_model_graph(model, batch_size: int, gpu: GPU | None, o: MeasureOpti
     return _to_model_measurement(m, "cuda_graph")
 
 
-def _measure_training_step(model, x, outputs, gpu, backend, window_s, repeats, warmup) -> ModelMeasurement:
+def _measure_training_step(model, inputs: ModelInputs, outputs, gpu, backend, window_s, repeats,
+                           warmup) -> ModelMeasurement:
+    x = inputs.single(model, "a training step (train_on_batch)")
     y = keras.tree.map_structure(
         lambda o: keras.random.normal(tuple(o.shape), dtype="float32", seed=7), outputs
     )

@@ -27,13 +27,16 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
 from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU
+
+if TYPE_CHECKING:
+    from carm_advisor.measure.layers import ModelInputs
 
 # Range names carry this prefix so that attribution ignores every other annotation in the trace.
 RANGE_PREFIX = "carm::"
@@ -175,9 +178,9 @@ def _events_to_ranges_and_launches(events) -> tuple[list[Range], list[Launch]]:
     return ranges, launches
 
 
-def profile_pass(model, x, calls: Sequence[LayerCall], *, iterations: int = 5, warmup: int = 2
+def profile_pass(model, x: ModelInputs, calls: Sequence[LayerCall], *, iterations: int = 5, warmup: int = 2
                  ) -> tuple[dict[str, tuple[float, float | None]], float, str]:
-    """Run `model(x)` eagerly under torch.profiler with one range per layer call.
+    """Run the model on `x` (measure.layers.ModelInputs) eagerly under torch.profiler, one range per layer call.
 
     Returns (name -> (time_s, spread)), the GPU s per call launched outside every layer range, and
     the source of the times ("kernels" on a CUDA GPU, "cpu-ranges" on a CPU).
@@ -190,12 +193,12 @@ def profile_pass(model, x, calls: Sequence[LayerCall], *, iterations: int = 5, w
     with torch.no_grad(), named_layer_ranges(calls, record_function) as ranges_ctl:
         for _ in range(max(int(warmup), 1)):  # cuDNN autotuning and allocations stay out of the trace
             ranges_ctl.reset()
-            model(x, training=False)
+            x.call(model, training=False)
         _backend.sync(backend="torch")
         with profile(activities=activities) as prof:
             for _ in range(iterations):
                 ranges_ctl.reset()
-                model(x, training=False)
+                x.call(model, training=False)
             _backend.sync(backend="torch")
     ranges, launches = _events_to_ranges_and_launches(prof.events())
     if not ranges:
