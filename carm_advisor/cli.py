@@ -42,6 +42,56 @@ def _shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _call_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
+    """`--call-shape [NAME=]D,D[:DTYPE]` -> (name or None, dims without the batch, dtype or None)."""
+    name, eq, rest = text.partition("=")
+    if not eq:
+        name, rest = None, text
+    elif not name.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=DIMS with NAME an argument of call(), received: {text!r}")
+    dims_text, colon, dtype = rest.partition(":")
+    try:
+        dims = tuple(int(t) for t in dims_text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a shape without the batch like 77 or 64,64,3 (then :int32 for "
+                                         f"integer ids), received: {text!r}") from None
+    if any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"expected positive dimensions, received: {text!r}")
+    if colon and not dtype.strip().isalnum():
+        raise argparse.ArgumentTypeError(f"expected a dtype after ':' (int32, float32, ...), received: {text!r}")
+    return (name.strip() if name else None), dims, (dtype.strip() if colon else None)
+
+
+def call_input_shapes(given: list[tuple[str | None, tuple[int, ...], str | None]] | None):
+    """The --call-shape flags as analyze()'s input_shapes: a list in order, or {name: shape} when named (all or
+    none); a dtype makes a keras.Input of it (integer ids stay integers). None where none were given."""
+    from carm_advisor.errors import MappingError
+
+    if not given:
+        return None
+    named = [n is not None for n, _, _ in given]
+    if any(named) and not all(named):
+        raise MappingError("--call-shape: name every argument (NAME=DIMS) or none of them, not some")
+
+    def shape(dims, dtype):
+        if dtype is None:
+            return (None, *dims)
+        import keras
+
+        try:
+            return keras.Input(dims, dtype=keras.backend.standardize_dtype(dtype))
+        except ValueError:
+            raise MappingError(f"--call-shape: expected a dtype after ':' (int32, float32, ...), received: "
+                               f"{dtype!r}") from None
+
+    if all(named):
+        names = [n for n, _, _ in given]
+        if len(set(names)) < len(names):
+            raise MappingError(f"--call-shape: an argument given twice: {', '.join(names)}")
+        return {n: shape(d, t) for n, d, t in given}
+    return [shape(d, t) for _, d, t in given]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from carm_advisor.model_loader import KERAS_POLICIES
 
@@ -49,12 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     a = sub.add_parser("analyze", help="map a model's layers onto the CARM and recommend changes")
-    a.add_argument("model", help="a keras.applications name in lower case (vgg16, resnet50, mobilenetv2, ...) or a .keras file")
+    a.add_argument("model", help="a keras.applications name in lower case (vgg16, resnet50, mobilenetv2, ...), a "
+                                 ".keras file, or package.module:builder (a function that returns a built model)")
     a.add_argument("--batch-size", type=_positive_int, default=1, help="samples per call (default 1)")
     a.add_argument("--precision", choices=KERAS_POLICIES, help="Keras dtype policy to build/analyse the model with")
     a.add_argument("--layout", choices=("channels_last", "channels_first"),
                    help="image data format to build an application model with (default: Keras' setting)")
     a.add_argument("--input-shape", type=_shape, help="input shape of an application model, e.g. 160,160,3")
+    a.add_argument("--call-shape", type=_call_shape, action="append", metavar="[NAME=]DIMS[:DTYPE]",
+                   help="a subclassed model whose call() takes several tensors: one flag per tensor argument, in "
+                        "order or by name, its shape without the batch (:int32 for integer ids), e.g. "
+                        "--call-shape image=224,224,3 --call-shape tokens=77:int32")
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
@@ -159,17 +214,28 @@ def _analyze(args) -> int:
     from carm_advisor.profiles.profile import load_profile
     from carm_advisor.report.console import make_console
 
+    from carm_advisor.errors import ModelLoadError
+    from carm_advisor.tune.builder import build, model_spec
+
     profile = load_profile(args.profile) if args.profile else None
+    input_shapes = call_input_shapes(args.call_shape)
     console = make_console()
     is_file = is_model_file(args.model)
+    spec = model_spec(args.model)
+    if spec.kind == "builder" and args.input_shape is not None:
+        raise ModelLoadError(f"--input-shape applies to keras.applications models; the builder {args.model} "
+                             "builds its own inputs")
     if args.layout and not is_file:   # a file's layout is its own: load_model refuses --layout for it
         import keras
 
         keras.config.set_image_data_format(args.layout)
     phase_s = time.perf_counter()
     with console.status(f"loading {args.model}"):
-        model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape,
-                                 layout=args.layout if is_file else None)
+        if spec.kind == "builder":   # built under the precision's policy and the layout asked for, as tune does
+            model, name = build(spec, args.precision, args.layout, seed=0), spec.name
+        else:
+            model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape,
+                                     layout=args.layout if is_file else None)
         # An application is built under the policy; a file is rebuilt at it, its layers pinned to another policy
         # keeping theirs; one whose policies cannot be replaced is analysed at it (analyze's precision, which also
         # leaves pinned layers at theirs).
@@ -191,6 +257,7 @@ def _analyze(args) -> int:
         name=name,
         calibration=not args.no_calibration,
         verify=args.verify,
+        input_shapes=input_shapes,
     )
     timings_s["analysis"] = time.perf_counter() - phase_s
     report.timings_s = timings_s

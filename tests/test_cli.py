@@ -341,3 +341,84 @@ def test_precision_on_a_file_whose_policies_cannot_be_replaced_says_its_layers_a
     d = json.loads((tmp_path / "r.json").read_text())
     assert [r["dtype"] for r in d["layers"]] == ["float32", "float32"] and d["model"]["precision"] == "float32"
     assert any("cannot be replaced by a rebuild" in w for w in d["warnings"])
+
+
+BUILDER_MODULE = '''
+import keras
+import numpy as np
+
+
+class ImageAndTokens(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.proj = keras.layers.Dense(5, name="proj")
+        self.embed = keras.layers.Embedding(50, 5, name="embed")
+        self.head = keras.layers.Dense(2, name="head")
+
+    def call(self, image, tokens):
+        return self.head(self.proj(keras.ops.mean(image, axis=(1, 2))) + keras.ops.sum(self.embed(tokens), axis=1))
+
+
+def build():
+    model = ImageAndTokens()
+    model(np.zeros((1, 4, 4, 3), "float32"), np.zeros((1, 7), "int32"))
+    return model
+'''
+
+
+@pytest.fixture
+def builder_here(tmp_path, monkeypatch):
+    """A 'module:function' builder in the current directory, which a console script does not put on sys.path."""
+    (tmp_path / "carm_cli_builder_mod.py").write_text(BUILDER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "carm_cli_builder_mod", raising=False)
+    yield "carm_cli_builder_mod:build"
+    sys.modules.pop("carm_cli_builder_mod", None)
+
+
+@pytest.mark.parametrize("shapes", [["4,4,3", "7:int16"], ["image=4,4,3", "tokens=7:int16"],
+                                    ["tokens=7:int16", "image=4,4,3"]])
+def test_analyze_takes_a_builder_and_the_call_shapes_of_a_subclassed_model(capsys, tmp_path, builder_here, shapes):
+    argv = ["analyze", builder_here, "--batch-size", "4", "--no-measure", "--json", str(tmp_path / "r.json")]
+    code, _, err = run_cli(capsys, *argv, *[a for s in shapes for a in ("--call-shape", s)])
+    assert code == 0, err
+    d = json.loads((tmp_path / "r.json").read_text())
+    rows = {r["name"]: r for r in d["layers"]}
+    assert {"proj", "embed", "head"} <= set(rows) and not d["warnings"]   # traced whole: no lower bound
+    assert rows["proj"]["flops"] == 4 * 5 * (2 * 3 + 1)    # batch 4 x 5 outputs x (3 multiply-adds + bias)
+    assert rows["head"]["flops"] == 4 * 2 * (2 * 5 + 1)
+    # int16 ids (4 x 7 x 2 B) read, and the 28 gathered rows of 5 float32 read and written (2 x 560 B)
+    assert rows["embed"]["bytes"] == 4 * 7 * 2 + 2 * (4 * 7 * 5 * 4)
+
+
+def test_a_builder_without_call_shapes_is_a_lower_bound_that_says_which_flag_to_pass(capsys, tmp_path, builder_here):
+    code, _, err = run_cli(capsys, "analyze", builder_here, "--no-measure", "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    warnings = json.loads((tmp_path / "r.json").read_text())["warnings"]
+    assert any("lower bound" in w and "--call-shape for each" in w and "(image, tokens)" in w for w in warnings)
+
+
+@pytest.mark.parametrize("shapes, fragment", [
+    (["image=4,4,3", "7"], "name every argument"),
+    (["image=4,4,3", "image=4,4,3"], "an argument given twice: image, image"),
+    (["4,4,3", "7:int99"], "expected a dtype after ':'"),
+    (["4,4,3", "7,x"], "expected a shape without the batch"),
+    (["4,0,3"], "positive dimensions"),
+    (["a b=4"], "NAME=DIMS"),
+    (["colour=4,4,3"], "among the tensor arguments of ImageAndTokens.call() (image, tokens), received: colour"),
+    (["4,4,3", "7", "1"], "at most 2 input shape(s)"),
+])
+def test_bad_call_shapes_are_one_line_errors(capsys, builder_here, shapes, fragment):
+    code, _, err = run_cli(capsys, "analyze", builder_here, "--no-measure",
+                           *[a for s in shapes for a in ("--call-shape", s)])
+    assert_one_line_error(code, err, fragment)
+
+
+def test_call_shapes_on_a_model_whose_inputs_are_known_and_input_shape_on_a_builder_are_refused(capsys, builder_here):
+    code, _, err = run_cli(capsys, "analyze", "mobilenetv3small", "--call-shape", "224,224,3")
+    assert_one_line_error(code, err, "input_shapes is for subclassed models")
+    code, _, err = run_cli(capsys, "analyze", builder_here, "--input-shape", "8,8,3")
+    assert_one_line_error(code, err, "--input-shape applies to keras.applications models; the builder")
+    code, _, err = run_cli(capsys, "analyze", "carm_cli_builder_mod:missing")
+    assert_one_line_error(code, err, "has no attribute 'missing'")

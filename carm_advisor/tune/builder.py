@@ -84,10 +84,26 @@ def model_spec(model_or_builder: Any) -> ModelSpec:
     )
 
 
+def _import_from_here(module_name: str):
+    """The module, also from the current directory: a console script (carm-advise) does not put it on sys.path,
+    as `python -m` does, and a builder beside the user is the common case (uvicorn and gunicorn do the same)."""
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name != module_name.split(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)   # after everything installed: a local file never shadows a package
+        return importlib.import_module(module_name)
+
+
 def _resolve_builder(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import_from_here(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
