@@ -190,7 +190,7 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
     predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
     compute_dtype, pinned_said = _compute_dtypes_at(model, precision)
     # The mapping's own warnings (map_model runs more than once below) go to the report, once each.
-    with _mapping_warnings() as mapping_said:
+    with mapping_warnings() as mapping_said:
         for_model = predictor.for_model(model, batch_size, compute_dtype)
         rows = for_model.rows()
         warnings: list[str] = list(pinned_said)
@@ -256,8 +256,8 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
 
 
 @contextlib.contextmanager
-def _mapping_warnings():
-    """The mapping's own warnings (a subclassed model whose call() could not be traced: its totals are a lower
+def mapping_warnings():
+    """(analyze() and tune()) The mapping's own warnings (a subclassed model whose call() could not be traced: its totals are a lower
     bound) collected for the report's warnings, once each, instead of going to stderr. Only how warnings are shown
     is swapped for the block: filters and the modules' once-only registries are left as they are, so any other
     warning is shown (or not) as it would have been."""
@@ -271,9 +271,9 @@ def _mapping_warnings():
         if text.startswith(MAPPING_WARNING_PREFIX):
             text = text[len("carm_advisor: "):]
             # One line per model: the what-if passes (another batch, another precision) map it again, and their
-            # messages differ only in the shapes of the failed trace.
-            key = text.split(" could not be traced")[0]
-            if not any(s.split(" could not be traced")[0] == key for s in said):
+            # messages differ only in the shapes of the failed trace; tune's builds of it differ in the number
+            # Keras appends to a repeated model name.
+            if not any(_traced_model(s) == _traced_model(text) for s in said):
                 said.append(text)
         else:
             shown(message, category, filename, lineno, file, line)
@@ -286,6 +286,13 @@ def _mapping_warnings():
 
 
 MAPPING_WARNING_PREFIX = "carm_advisor: the call() of subclassed"
+
+
+def _traced_model(text: str) -> str:
+    """'the call() of subclassed model 'x_2' could not be traced ...' -> "... model 'x'"."""
+    import re
+
+    return re.sub(r"_\d+'$", "'", text.split(" could not be traced")[0])
 
 
 def fixed_batch_warnings(model, batch_size: int) -> list[str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -85,6 +86,23 @@ def _current_backend() -> str:
     return keras.backend.backend()
 
 
+def _mapping_said_once(fn):
+    """tune() maps the model for every configuration: the mapping's own warning (a subclassed model whose call()
+    could not be traced, so every value is a lower bound) goes to the result's warnings once, not to stderr each
+    time (analysis.mapping_warnings)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from carm_advisor.analysis import mapping_warnings
+
+        with mapping_warnings() as said:
+            result = fn(*args, **kwargs)
+        result.warnings[:0] = said
+        return result
+
+    return wrapper
+
+
+@_mapping_said_once
 def tune(
     model_or_builder: Any,
     objective: str | Sequence[str] = "gflops_per_watt",
