@@ -85,3 +85,28 @@ def test_out_of_memory_errors_are_recognised(text, oom):
     from carm_advisor.measure.backend import is_out_of_memory
 
     assert is_out_of_memory(RuntimeError(text)) is oom
+
+
+@pytest.mark.parametrize("builder", ["tokens_and_features", "subclassed_mlp"])
+def test_the_worker_feeds_every_input_at_its_dtype_and_a_subclassed_model_its_build_shape(builder):
+    """The worker used to feed model.inputs[0] alone, as standard-normal floats: a two-input model failed every
+    trial, token ids came out negative, and a subclassed model (no model.inputs) could not be fed at all."""
+    import numpy as np
+
+    from carm_advisor.tune.worker import Worker
+
+    worker = Worker({"model": f"tiny_models:{builder}", "settings": {
+        "window_s": 0.02, "min_windows": 1, "max_windows": 1, "warmup_calls": 1, "idle_gap_s": 0,
+        "accuracy_samples": 3}})
+    host = worker.host_inputs("channels_last", 9)
+    if builder == "tokens_and_features":
+        tokens, features = host
+        assert tokens.dtype == np.int32 and tokens.shape == (9, 6) and 0 <= tokens.min() and tokens.max() < 30
+        assert len(np.unique(tokens)) > 2 and features.dtype == np.float32 and features.shape == (9, 3)
+        # the first rows do not depend on the batch size (the accuracy reference is computed on 3 of them)
+        assert np.array_equal(worker.host_inputs("channels_last", 3)[0], tokens[:3])
+    else:
+        assert host.shape == (9, 7) and host.dtype == np.float32
+    m = worker.measure(TrialConfig(worker.backend, "float32", 9, "channels_last", "eager" if worker.backend == "torch"
+                                   else {"tensorflow": "graph", "jax": "xla"}[worker.backend]).to_dict())
+    assert m["time_s"] > 0 and m["output_error"] < 1e-5   # float32 on the CPU: the reference's own arithmetic

@@ -92,17 +92,14 @@ class Worker:
         return model
 
     def host_inputs(self, layout: str, batch_size: int):
-        """Inputs in the model's own shape; the first rows are the same for every batch size (one seed)."""
-        import numpy as np
-
+        """Inputs in the model's own shapes and dtypes: every input of a Functional model (a list where it has
+        several), what a subclassed one was built on; integer ids inside its Embeddings' vocabulary. The first
+        rows are the same for every batch size (one seed per input)."""
         key = (layout, batch_size)
         if key not in self.inputs:
             model = self.reference(layout)
-            tensor = model.inputs[0]
-            shape = (batch_size,) + tuple(tensor.shape[1:])
-            rng = np.random.default_rng(self.settings.seed + 1)
             self.inputs = {k: v for k, v in self.inputs.items() if k[0] == layout}  # one layout's inputs at a time
-            self.inputs[key] = rng.standard_normal(shape).astype(str(tensor.dtype) if "float" in str(tensor.dtype) else "float32")
+            self.inputs[key] = _host_inputs(model, batch_size, self.settings.seed + 1)
         return self.inputs[key]
 
     def reference_outputs_for(self, layout: str):
@@ -113,9 +110,9 @@ class Worker:
 
         if layout not in self.reference_outputs:
             k = self.settings.accuracy_samples
-            x = self.host_inputs(layout, max(k, 1))[:k]
+            x = self.keras.tree.map_structure(lambda a: a[:k], self.host_inputs(layout, max(k, 1)))
             with float32_math(False), inference_context(self.backend):
-                y = self.reference(layout)(self.keras.ops.convert_to_tensor(x), training=False)
+                y = self.reference(layout)(_on_device(x), training=False)
             self.reference_outputs[layout] = np.asarray(self.keras.ops.convert_to_numpy(_first(y)), dtype="float64")
         return self.reference_outputs[layout]
 
@@ -137,7 +134,7 @@ class Worker:
             with _backend.float32_math(cfg.tf32, self.backend):
                 model = self.model_for(cfg.keras_policy, cfg.layout)
                 x_host = self.host_inputs(cfg.layout, cfg.batch_size)
-                x = keras.ops.convert_to_tensor(x_host)
+                x = _on_device(x_host)
                 jit = cfg.compiler in ("torch.compile", "xla")
                 if s.mode == "training":
                     weights = model.get_weights()
@@ -178,6 +175,46 @@ class Worker:
             "device": self.gpu.name() if self.gpu is not None else None,
             "extra": {"window_s": s.window_s, "first_call_s": first_call_s, "calls_per_window": m.calls_per_window},
         }
+
+
+def _host_inputs(model, batch_size: int, seed: int):
+    """numpy inputs of one batch for ``model`` (Worker.host_inputs)."""
+    import keras
+    import numpy as np
+
+    from carm_advisor.measure.layers import _model_int_high
+
+    inputs = list(getattr(model, "inputs", None) or [])
+    if inputs:
+        specs = inputs[0] if len(inputs) == 1 else inputs
+    else:   # a subclassed model: the arguments the mapping traces its call() on (predict_on_batch passes one)
+        from carm_advisor.mapping.walker import call_arguments
+
+        args = call_arguments(model, batch_size)
+        if args is None or len(args[0]) != 1 or args[1]:
+            raise ValueError(f"Expected model '{model.name}' to take one input (predict_on_batch's x), called "
+                             "once before tuning; received a call() of several tensor arguments or none recorded")
+        specs = args[0][0]
+    high = _model_int_high(model)
+    index = iter(range(10**6))
+
+    def array(spec):
+        shape = (batch_size,) + tuple(spec.shape[1:])
+        dtype = keras.backend.standardize_dtype(spec.dtype)
+        rng = np.random.default_rng(seed + next(index))
+        if dtype == "bool":
+            return rng.integers(0, 2, shape).astype(bool)
+        if "int" in dtype:
+            return rng.integers(0, max(high, 1), shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype if "float" in dtype else "float32")
+
+    return keras.tree.map_structure(array, specs)
+
+
+def _on_device(host):
+    import keras
+
+    return keras.tree.map_structure(keras.ops.convert_to_tensor, host)
 
 
 def _first(y):

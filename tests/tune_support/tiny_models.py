@@ -11,3 +11,28 @@ def tiny_cnn(config=None):
     x = keras.layers.Flatten()(x)
     outputs = keras.layers.Dense(5, activation="softmax", dtype="float32")(x)
     return keras.Model(inputs, outputs, name="tiny_cnn")
+
+
+def tokens_and_features(config=None):
+    """Two inputs, one of them integer token ids into a 30-word Embedding."""
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    features = keras.Input((3,), name="features")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(30, 4)(tokens))
+    x = keras.layers.Concatenate()([pooled, keras.layers.Dense(4)(features)])
+    return keras.Model([tokens, features], keras.layers.Dense(5, dtype="float32")(x), name="tokens_and_features")
+
+
+class SubclassedMLP(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(8, activation="relu")
+        self.out = keras.layers.Dense(5, dtype="float32")
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def subclassed_mlp(config=None):
+    model = SubclassedMLP(name="subclassed_mlp")
+    model(keras.ops.zeros((1, 7)))
+    return model
