@@ -456,6 +456,9 @@ def _add_tune_parser(sub) -> None:
     t = sub.add_parser("tune", help="search precision, batch size, layout, compilation, backend (and clocks) "
                                     "for the best objective: measured on a GPU, predicted elsewhere")
     t.add_argument("model", help="a keras.applications name (vgg16, ...), a .keras file, or package.module:builder")
+    t.add_argument("--call-shape", type=_call_shape, action="append", metavar="[NAME=]DIMS[:DTYPE]",
+                   help="with --predict, a subclassed model whose call() takes several tensors: one flag per "
+                        "tensor argument (as for analyze)")
     t.add_argument("--objective", action="append", choices=tuple(OBJECTIVES),
                    help="what to optimise (default gflops_per_watt); twice: a multi-objective study")
     t.add_argument("--pareto", action="store_true", help="multi-objective: energy efficiency and throughput")
@@ -551,7 +554,7 @@ def _tune(args) -> int:
         timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
         predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
         runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, gpus=args.gpus,
-        calibration=False if args.no_calibration else "auto",
+        calibration=False if args.no_calibration else "auto", input_shapes=call_input_shapes(args.call_shape),
         log=None if console.is_terminal or not args.gpus else (lambda line: print(line, flush=True)), **kwargs,
     )
     console.print(result)

@@ -693,7 +693,7 @@ class _Walk:
         names = ", ".join(("*" if p.kind == p.VAR_POSITIONAL else "") + p.name for p in _call_parameters(model)
                           if p.kind != p.VAR_KEYWORD and p.name != "mask")
         return (f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names}) "
-                "(carm-advise analyze: a --call-shape for each)")
+                "(carm-advise: a --call-shape for each)")
 
     def walk_subclassed(self, layer, prefix: str, skipped: list[str], unbuilt: list[str]) -> Iterator[LayerCall]:
         """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""

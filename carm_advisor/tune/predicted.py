@@ -143,9 +143,10 @@ class ConfigPredictor:
     """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
 
     def __init__(self, spec: ModelSpec, profile=None, model=None, calibration=None,
-                 policies_fixed: bool | None = None) -> None:
+                 policies_fixed: bool | None = None, input_shapes=None) -> None:
         """policies_fixed: whether the model's dtype policies cannot be replaced, where the caller has read its
-        traits already (tune(): builder.file_traits); None: read here when first needed."""
+        traits already (tune(): builder.file_traits); None: read here when first needed. input_shapes: a
+        subclassed model's call() argument shapes (map_model's), for every model built here."""
         from carm_advisor.profiles.profile import Profile, load_profile
 
         self.spec = spec
@@ -157,6 +158,7 @@ class ConfigPredictor:
             self._models[_layout_key(spec, None)] = model
         self._cache: dict[tuple, Prediction] = {}
         self._fixed: bool | None = policies_fixed
+        self.input_shapes = input_shapes
 
     def model(self, layout: str):
         """The model built in this layout: float32, or a model file as saved (its layers pinned to another policy
@@ -217,7 +219,8 @@ class ConfigPredictor:
             model = self.model(config.layout)
             # A model whose policies cannot be replaced runs at its own dtypes whatever the configuration.
             dtypes = None if self._policies_fixed() else {model_policy(model): config.compute_dtype}
-            self._cache[key] = map_model(model, batch_size=config.batch_size, compute_dtype=dtypes)
+            self._cache[key] = map_model(model, batch_size=config.batch_size, compute_dtype=dtypes,
+                                         input_shapes=self.input_shapes)
         return self._cache[key]
 
     def memory(self, config: TrialConfig, mode: str = "inference"):

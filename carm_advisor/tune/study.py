@@ -141,6 +141,7 @@ def tune(
     command: str | None = None,
     gpus: Sequence[int] | None = None,
     runner_factory: str | None = None,
+    input_shapes=None,
 ):
     """Search the configuration space for the best `objective` and return a TuneResult.
 
@@ -172,6 +173,9 @@ def tune(
     more, one worker process per GPU runs the study (tune/parallel.py). runner_factory: "module:function"
     giving a worker process its (predictor, runner) from the study's "run" attributes (tests; replaces
     `runner` there, since an object cannot cross into another process).
+    input_shapes: a subclassed model whose call() takes several tensors (analyze()'s input_shapes): a predicted
+    study maps it on them instead of a lower bound; a measured study refuses them (its workers run the model with
+    predict_on_batch on the one input it was built on).
     """
     from carm_advisor.errors import GPUUnavailableError
     from carm_advisor.tune.result import build_result
@@ -211,6 +215,9 @@ def tune(
     if source == "predicted" and mode == "training":
         raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
                          "training needs a GPU to measure")
+    if input_shapes is not None and source != "predicted":
+        raise ValueError("input_shapes is for predicted studies (predict=True / --predict): a measured study runs "
+                         "the model with predict_on_batch on the one input it was built on")
     if apply_clocks and source == "predicted":
         raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
     gpu = _clock_gpu(apply_clocks, clock_gpu)
@@ -236,7 +243,8 @@ def tune(
         calibration = source == "predicted"
     own_predictor = predictor is None
     predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration,
-                                             policies_fixed=None if traits is None else bool(traits.fixed_precision))
+                                             policies_fixed=None if traits is None else bool(traits.fixed_precision),
+                                             input_shapes=input_shapes)
     # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
     calibrated = source == "predicted" and any(
         getattr(predictor, "calibrates", lambda b, c: False)(b, c) for b in space.backends for c in space.compilers[b])
@@ -698,6 +706,8 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
     also: the cost model's version (mapping.registry.COST_MODEL_VERSION), the profile (its name and a hash of
     its content) and the calibration (a hash of its records, provenance and settings), since each predicted
     value is computed from them."""
+    import keras
+
     from carm_advisor.tune.builder import model_identity
 
     model_for = getattr(predictor, "model", None)
@@ -712,7 +722,30 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
         out["cost_model"] = COST_MODEL_VERSION
         out["profile"] = _profile_identity(getattr(predictor, "profile", None))
         out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
+        shapes = getattr(predictor, "input_shapes", None)
+        if shapes is not None:   # only where given: the fingerprints of studies stored before stay as they were
+            out["input_shapes"] = _shapes_identity(predictor.model(keras.config.image_data_format()), shapes)
     return out
+
+
+def _shapes_identity(model, shapes) -> str:
+    """The call shapes as the walker reads them: shapes and dtypes, not the batch (the configuration's replaces it)
+    nor the names of the keras.Input tensors given (new in every process). The same shapes given by position and
+    by name read apart."""
+    import json
+
+    from carm_advisor.mapping.walker import call_shapes, given_shapes_json
+
+    def unbatched(node):
+        if isinstance(node, dict):
+            return {k: (([None] + v[1:]) if k == "shape" and v else unbatched(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [unbatched(v) for v in node]
+        return node
+
+    with call_shapes(model, shapes):
+        doc = json.loads(given_shapes_json(model))
+    return json.dumps(unbatched({"args": doc["args"], "kwargs": doc["kwargs"]}), sort_keys=True)
 
 
 def _measured_gpu_name(gpus: Sequence[int] | None) -> str | None:
