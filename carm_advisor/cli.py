@@ -50,8 +50,8 @@ def _call_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
     elif not name.strip().isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=DIMS with NAME an argument of call(), received: {text!r}")
     dims_text, colon, dtype = rest.partition(":")
-    try:
-        dims = tuple(int(t) for t in dims_text.split(","))
+    try:   # no dimensions: one value per sample, shape (batch,) (a diffusion model's timestep)
+        dims = tuple(int(t) for t in dims_text.split(",")) if dims_text.strip() else ()
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a shape without the batch like 77 or 64,64,3 (then :int32 for "
                                          f"integer ids), received: {text!r}") from None
@@ -108,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--input-shape", type=_shape, help="input shape of an application model, e.g. 160,160,3")
     a.add_argument("--call-shape", type=_call_shape, action="append", metavar="[NAME=]DIMS[:DTYPE]",
                    help="a subclassed model whose call() takes several tensors: one flag per tensor argument, in "
-                        "order or by name, its shape without the batch (:int32 for integer ids), e.g. "
-                        "--call-shape image=224,224,3 --call-shape tokens=77:int32")
+                        "order or by name, its shape without the batch (:int32 for integer ids; no DIMS for one "
+                        "value per sample), e.g. --call-shape image=224,224,3 --call-shape tokens=77:int32")
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")

@@ -363,6 +363,23 @@ def build():
     model = ImageAndTokens()
     model(np.zeros((1, 4, 4, 3), "float32"), np.zeros((1, 7), "int32"))
     return model
+
+
+class WithTimestep(keras.Model):
+    """call(image, t): one timestep per sample, shape (batch,), as a diffusion model takes it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.head = keras.layers.Dense(2, name="head")
+
+    def call(self, image, t):
+        return self.head(keras.ops.mean(image, axis=(1, 2)) + keras.ops.expand_dims(t, -1))
+
+
+def with_timestep():
+    model = WithTimestep()
+    model(np.zeros((1, 4, 4, 3), "float32"), np.zeros((1,), "float32"))
+    return model
 '''
 
 
@@ -422,3 +439,15 @@ def test_call_shapes_on_a_model_whose_inputs_are_known_and_input_shape_on_a_buil
     assert_one_line_error(code, err, "--input-shape applies to keras.applications models; the builder")
     code, _, err = run_cli(capsys, "analyze", "carm_cli_builder_mod:missing")
     assert_one_line_error(code, err, "has no attribute 'missing'")
+
+
+@pytest.mark.parametrize("flag", ["t=", "t=:float32"])
+def test_a_call_shape_without_dimensions_is_one_value_per_sample(capsys, tmp_path, builder_here, flag):
+    """t of shape (batch,): expand_dims makes it (batch, 1), added to the (batch, 3) image mean; a shape (batch, 1)
+    would broadcast to (batch, batch, 3) instead."""
+    code, _, err = run_cli(capsys, "analyze", "carm_cli_builder_mod:with_timestep", "--batch-size", "4",
+                           "--no-measure", "--json", str(tmp_path / "r.json"), "--call-shape", "image=4,4,3",
+                           "--call-shape", flag)
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())["layers"]}
+    assert rows["head"]["flops"] == 4 * 2 * (2 * 3 + 1)

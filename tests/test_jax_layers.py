@@ -119,3 +119,42 @@ def test_a_back_to_back_program_that_fails_leaves_the_layer_jitted_not_eager():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-4:] == ["jit", "True", "1", "True"]
+
+
+SUBCLASSED = textwrap.dedent("""
+    import numpy as np
+    import keras
+    from carm_advisor.measure.layers import measure_model
+
+    class NoTraining(keras.Model):          # call() takes no training argument
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(3)
+        def call(self, x):
+            return self.d(x)
+
+    class DictInput(keras.Model):           # built on a dict: Keras keeps its shapes in a TrackedDict
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = keras.layers.Dense(3), keras.layers.Dense(3)
+        def call(self, inputs, training=None):
+            return self.a(inputs["x"]) + self.b(inputs["y"])
+
+    funct_in = {"x": keras.Input((4,), name="x"), "y": keras.Input((2,), name="y")}
+    functional = keras.Model(funct_in, keras.layers.Dense(3)(keras.layers.Concatenate()([funct_in["x"], funct_in["y"]])))
+    m1 = NoTraining(); m1(np.zeros((1, 4), "float32"))
+    m2 = DictInput(); m2({"x": np.zeros((1, 4), "float32"), "y": np.zeros((1, 2), "float32")})
+    for name, model in (("no_training", m1), ("dict_input", m2), ("functional_dict", functional)):
+        inference, _ = measure_model(model, batch_size=5, training_step=False, min_window_s=0.01, repeats=1, warmup=1)
+        print(name, inference.execution, inference.time_s > 0)
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_subclassed_and_dict_input_models_are_measured_whole_jitted():
+    """jax.jit takes no Keras TrackedDict, and stateless_call hands `training` to a call() that may take none."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", SUBCLASSED], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["no_training", "jit", "True", "dict_input", "jit", "True",
+                                   "functional_dict", "jit", "True"], proc.stdout

@@ -505,5 +505,49 @@ def test_analyze_measures_a_subclassed_model_of_several_tensors_whole_and_per_la
     assert model.seen == {"tokens": ((5, 9), "int32"), "extra": ((5, 3), "float32")}
     assert report.measurement.inference["time_s"] > 0
     assert report.measurement.inference["power_w"] == pytest.approx(FAKE_POWER_W, rel=0.02)
-    # every node of the traced call: the two layers and the keras.ops between them
-    assert {row.name for row in report.layers if row.measured and row.time_s > 0} == {"embed", "mean", "proj", "add"}
+    # the two layers; the keras.ops between them too where each call is timed alone (not torch's one profiled
+    # pass, whose ranges wrap layer calls: a subclassed call() makes new ops each time, and the report says so)
+    measured = {row.name for row in report.layers if row.measured and row.time_s > 0}
+    assert measured == ({"embed", "proj"} if backend.active_backend() == "torch" else {"embed", "mean", "proj", "add"})
+
+
+class OptionalArgument(SeenModel):
+    """call(x, scale=None): Keras records x's shape; the optional argument stays at its default."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(3, name="dense")
+
+    def call(self, x, scale=None):
+        self.seen_now(x=x)
+        return self.dense(x) if scale is None else self.dense(x) * scale
+
+
+class TokensAsFloats(keras.Model):
+    """Token ids into an Embedding of 1000 words; Keras records no dtype for the ids the model was built on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Embedding(1000, 4, name="embed")
+
+    def call(self, ids):
+        return self.embed(ids)
+
+
+def test_an_optional_call_argument_left_at_its_default_is_no_reason_to_refuse_the_whole_model():
+    model = OptionalArgument()
+    model(np.zeros((2, 5), "float32"))
+    inference, _ = measure_model(model, batch_size=3, training_step=False, min_window_s=0.02, repeats=1, warmup=1)
+    assert inference.time_s > 0 and model.seen == {"x": ((3, 5), "float32")}
+
+
+def test_ids_of_a_subclassed_model_built_on_floats_are_whole_numbers_its_embedding_can_take():
+    """Standard-normal floats cast to negative ids (a CUDA index error on torch); whole numbers in [0, 256) are
+    valid ids for a 1000-word vocabulary and exact in float16 and bfloat16."""
+    from carm_advisor.measure.layers import _model_inputs
+
+    model = TokensAsFloats()
+    model(np.zeros((2, 50), "float32"))
+    ids = keras.ops.convert_to_numpy(_model_inputs(model, 40).single(model, "x"))
+    assert ids.shape == (40, 50) and ids.min() >= 0 and ids.max() < 256 and np.array_equal(ids, np.round(ids))
+    assert len(np.unique(ids)) > 100

@@ -87,7 +87,7 @@ def test_out_of_memory_errors_are_recognised(text, oom):
     assert is_out_of_memory(RuntimeError(text)) is oom
 
 
-@pytest.mark.parametrize("builder", ["tokens_and_features", "subclassed_mlp"])
+@pytest.mark.parametrize("builder", ["tokens_and_features", "subclassed_mlp", "dict_inputs", "subclassed_tokens"])
 def test_the_worker_feeds_every_input_at_its_dtype_and_a_subclassed_model_its_build_shape(builder):
     """The worker used to feed model.inputs[0] alone, as standard-normal floats: a two-input model failed every
     trial, token ids came out negative, and a subclassed model (no model.inputs) could not be fed at all."""
@@ -105,6 +105,10 @@ def test_the_worker_feeds_every_input_at_its_dtype_and_a_subclassed_model_its_bu
         assert len(np.unique(tokens)) > 2 and features.dtype == np.float32 and features.shape == (9, 3)
         # the first rows do not depend on the batch size (the accuracy reference is computed on 3 of them)
         assert np.array_equal(worker.host_inputs("channels_last", 3)[0], tokens[:3])
+    elif builder == "dict_inputs":   # called with the dict it was built on
+        assert set(host) == {"image", "extra"} and host["image"].shape == (9, 4) and host["extra"].shape == (9, 2)
+    elif builder == "subclassed_tokens":   # whole numbers below 256 and the 300-word vocabulary
+        assert host.shape == (9, 6) and host.min() >= 0 and host.max() < 256 and np.array_equal(host, np.round(host))
     else:
         assert host.shape == (9, 7) and host.dtype == np.float32
     m = worker.measure(TrialConfig(worker.backend, "float32", 9, "channels_last", "eager" if worker.backend == "torch"

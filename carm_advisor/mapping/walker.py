@@ -268,10 +268,23 @@ def call_arguments(model, batch_size: int) -> tuple[list, dict] | None:
     Keras recorded, with no shapes given, is a MappingError saying to pass input_shapes."""
     walk = _Walk(batch_size)
     specs = walk.call_specs(model)
-    hint = walk.shapes_hint(model, _CALL_SHAPES.get().get(id(model)), specs[0]) if specs is not None else ""
-    if hint:
-        raise MappingError(f"Expected the inputs of subclassed model '{model.name}'{hint}")
-    return specs
+    required = [p for p in _tensor_parameters(model) if p.default is inspect.Parameter.empty]
+    if specs is not None and id(model) not in _CALL_SHAPES.get() and len(specs[0]) < len(required):
+        # Keras recorded fewer tensors than call() needs (its first argument's only): optional ones may stay out
+        raise MappingError(f"Expected the inputs of subclassed model '{model.name}'"
+                           + walk.shapes_hint(model, None, specs[0]))
+    return None if specs is None else _plain(specs)
+
+
+def _plain(node):
+    """Keras' tracked dicts and lists (build shapes come in them) as plain ones: jax.jit takes no other."""
+    if isinstance(node, dict):
+        return {k: _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, tuple):
+        return tuple(_plain(v) for v in node)
+    return node
 
 
 @contextlib.contextmanager

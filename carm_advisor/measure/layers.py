@@ -135,17 +135,21 @@ def _is_integer_dtype(dtype: str) -> bool:
     return "int" in dtype or dtype == "bool"
 
 
-def synthetic_tensor(shape: tuple[int, ...], dtype: str, *, int_high: int = 2, seed: int = 0):
+def synthetic_tensor(shape: tuple[int, ...], dtype: str, *, int_high: int = 2, seed: int = 0,
+                     whole_floats: bool = False):
     """A backend tensor on the backend's default device (the GPU when there is one).
 
     Floats are standard normal (no denormals, no zeros that could shortcut work); integers are drawn
-    from [0, int_high) so an Embedding gets valid indices.
+    from [0, int_high) so an Embedding gets valid indices. whole_floats: floats drawn as whole numbers in
+    [0, ids_high(int_high)), ids an Embedding can cast (ids_as_floats).
     """
     dtype = str(dtype)
     if dtype == "bool":
         return keras.ops.cast(keras.random.randint(shape, 0, 2, seed=seed), "bool")
-    if _is_integer_dtype(dtype):
-        return keras.random.randint(shape, 0, max(int(int_high), 1), dtype=dtype, seed=seed)
+    if _is_integer_dtype(dtype) or whole_floats:
+        high = max(int(int_high), 1) if not whole_floats else ids_high(int_high)
+        ids = keras.random.randint(shape, 0, high, dtype="int32", seed=seed)
+        return keras.ops.cast(ids, dtype)
     return keras.ops.cast(keras.random.normal(shape, dtype="float32", seed=seed), dtype)
 
 
@@ -156,6 +160,20 @@ def _int_high(layer: Any) -> int:
 def _model_int_high(model) -> int:
     dims = [int(l.input_dim) for l in getattr(model, "_flatten_layers", lambda **_: [])() if hasattr(l, "input_dim")]
     return min(dims) if dims else 2
+
+
+def ids_as_floats(model) -> bool:
+    """Whether a subclassed model's float call() arguments carry token ids: it holds an Embedding, and Keras records
+    no dtype for the arguments it was built on, so its ids may come as floats the Embedding casts to integers.
+    Standard-normal floats would cast to negative ids (a CUDA index error on torch); whole numbers below the
+    vocabulary (ids_high) are valid ids and ordinary data for any other argument."""
+    return not list(getattr(model, "inputs", None) or []) and any(
+        hasattr(l, "input_dim") for l in getattr(model, "_flatten_layers", lambda **_: [])())
+
+
+def ids_high(int_high: int) -> int:
+    """Whole numbers below this are exact in float16 and bfloat16 (256) and inside the vocabulary."""
+    return max(1, min(int(int_high), 256))
 
 
 # ---- how a layer is called -------------------------------------------------------------------
@@ -566,8 +584,10 @@ def _model_inputs(model, batch_size: int) -> ModelInputs:
                 "subclassed one called once), Received: none; whole-model measurement needs them"
             )
         seeds = iter(range(1000, 10**6))
+        whole = ids_as_floats(model)
         args, kwargs = keras.tree.map_structure(
-            lambda s: synthetic_tensor(tuple(s.shape), str(s.dtype), int_high=high, seed=next(seeds)), specs)
+            lambda s: synthetic_tensor(tuple(s.shape), str(s.dtype), int_high=high, seed=next(seeds),
+                                       whole_floats=whole), specs)
         return ModelInputs(tuple(args), dict(kwargs))
     tensors = []
     for i, tensor in enumerate(inputs):
@@ -580,7 +600,28 @@ def _model_inputs(model, batch_size: int) -> ModelInputs:
                 f"Expected model inputs with known dimensions besides the batch, Received: {tuple(tensor.shape)}"
             )
         tensors.append(synthetic_tensor(shape, str(tensor.dtype), int_high=high, seed=1000 + i))
-    return ModelInputs((tensors[0] if len(tensors) == 1 else tensors,), {})
+    return ModelInputs((functional_structure(model, tensors),), {})
+
+
+def functional_structure(model, flat: list):
+    """A Functional model's inputs, one per model.inputs, in the structure it was built on (a dict of named
+    inputs is called with that dict); one input alone, several as a list where it was built on a list."""
+    struct = getattr(model, "_inputs_struct", None)
+    if isinstance(struct, (dict, list, tuple)) and len(keras.tree.flatten(struct)) == len(flat):
+        return keras.tree.pack_sequence_as(struct, flat)
+    return flat[0] if len(flat) == 1 else flat
+
+
+def _training_argument(model) -> dict:
+    """{"training": False} where the model's call() takes it (a Functional model's does), else {}."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.call).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    takes = any(p.name == "training" or p.kind == p.VAR_KEYWORD for p in params)
+    return {"training": False} if takes else {}
 
 
 def _inference_fn(model, x: ModelInputs, backend: str) -> tuple[Callable[[], Any], str]:
@@ -589,7 +630,8 @@ def _inference_fn(model, x: ModelInputs, backend: str) -> tuple[Callable[[], Any
 
         trainable = [v.value for v in model.trainable_variables]
         non_trainable = [v.value for v in model.non_trainable_variables]
-        compiled = jax.jit(lambda tv, ntv, args, kwargs: model.stateless_call(tv, ntv, *args, training=False,
+        training = _training_argument(model)   # stateless_call hands it to call(), which may take none
+        compiled = jax.jit(lambda tv, ntv, args, kwargs: model.stateless_call(tv, ntv, *args, **training,
                                                                               **kwargs)[0])
         return (lambda: compiled(trainable, non_trainable, x.args, x.kwargs)), "jit"
     return (lambda: x.call(model, training=False)), "eager"

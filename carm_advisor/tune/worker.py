@@ -182,20 +182,26 @@ def _host_inputs(model, batch_size: int, seed: int):
     import keras
     import numpy as np
 
-    from carm_advisor.measure.layers import _model_int_high
+    from carm_advisor.errors import MappingError
+    from carm_advisor.measure.layers import _model_int_high, functional_structure, ids_as_floats, ids_high
 
     inputs = list(getattr(model, "inputs", None) or [])
     if inputs:
-        specs = inputs[0] if len(inputs) == 1 else inputs
+        specs = functional_structure(model, inputs)
     else:   # a subclassed model: the arguments the mapping traces its call() on (predict_on_batch passes one)
         from carm_advisor.mapping.walker import call_arguments
 
-        args = call_arguments(model, batch_size)
+        try:
+            args = call_arguments(model, batch_size)
+        except MappingError:
+            args = None
         if args is None or len(args[0]) != 1 or args[1]:
-            raise ValueError(f"Expected model '{model.name}' to take one input (predict_on_batch's x), called "
-                             "once before tuning; received a call() of several tensor arguments or none recorded")
+            raise ValueError(f"Expected model '{model.name}' to take one input (predict_on_batch's x) and to have "
+                             "been called once: a measured study cannot feed a call() of several tensors (a "
+                             "predicted one maps it on input_shapes / --call-shape)")
         specs = args[0][0]
     high = _model_int_high(model)
+    whole = ids_as_floats(model)
     index = iter(range(10**6))
 
     def array(spec):
@@ -206,6 +212,8 @@ def _host_inputs(model, batch_size: int, seed: int):
             return rng.integers(0, 2, shape).astype(bool)
         if "int" in dtype:
             return rng.integers(0, max(high, 1), shape).astype(dtype)
+        if whole:   # ids Keras recorded no dtype for (measure.layers.ids_as_floats)
+            return rng.integers(0, ids_high(high), shape).astype(dtype if "float" in dtype else "float32")
         return rng.standard_normal(shape).astype(dtype if "float" in dtype else "float32")
 
     return keras.tree.map_structure(array, specs)

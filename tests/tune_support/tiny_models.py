@@ -36,3 +36,27 @@ def subclassed_mlp(config=None):
     model = SubclassedMLP(name="subclassed_mlp")
     model(keras.ops.zeros((1, 7)))
     return model
+
+
+def dict_inputs(config=None):
+    """A Functional model built on a dict of named inputs: it is called with that dict."""
+    inputs = {"image": keras.Input((4,), name="image"), "extra": keras.Input((2,), name="extra")}
+    x = keras.layers.Concatenate()([inputs["image"], inputs["extra"]])
+    return keras.Model(inputs, keras.layers.Dense(5, dtype="float32")(x), name="dict_inputs")
+
+
+class SubclassedTokens(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Embedding(300, 4)
+        self.out = keras.layers.Dense(5, dtype="float32")
+
+    def call(self, ids):
+        return self.out(keras.ops.mean(self.embed(ids), axis=1))
+
+
+def subclassed_tokens(config=None):
+    """Built on float ids (Keras records no dtype): the worker must feed ids the Embedding can take."""
+    model = SubclassedTokens(name="subclassed_tokens")
+    model(keras.ops.zeros((1, 6)))
+    return model
