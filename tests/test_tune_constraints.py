@@ -112,7 +112,7 @@ def test_constraints_func_defaults_as_many_zeros_as_the_study_has_constraints(mo
 class BuiltHere(Table):
     """Stands in for ConfigPredictor (no Keras model built): resolves `calibration` as it does."""
 
-    def __init__(self, spec, profile=None, model=None, calibration=None, policies_fixed=None):
+    def __init__(self, spec, profile=None, model=None, calibration=None, policies_fixed=None, input_shapes=None):
         super().__init__(calibrated=False)
         self.calibration = resolve_calibration(calibration, None)
 
