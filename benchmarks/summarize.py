@@ -22,9 +22,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def matches(pattern: str) -> list[Path]:
     """The result files matching `pattern` (*.json), else their compressed copies (*.json.xz, or *.json.gz for older
     ones: validation results are kept compressed, the working tree that travels to the GPU machine being limited)."""
-    found = sorted(RESULTS.glob(pattern))
+    import glob
+
+    # relative to benchmarks/results; an absolute pattern (a result written elsewhere) as it is
+    base = "" if Path(pattern).is_absolute() else str(RESULTS) + "/"
+    found = sorted(Path(p) for p in glob.glob(base + pattern))
     for suffix in COMPRESSED_SUFFIXES:
-        found = found or sorted(RESULTS.glob(pattern + suffix))
+        found = found or sorted(Path(p) for p in glob.glob(base + pattern + suffix))
     return found
 
 
@@ -440,8 +444,11 @@ def compare_table(pattern: str) -> str:
     user gets with no calibration where every layer matched)."""
     rows = ["| file | layers | layer power | layer energy | layer time | models | model power | model energy/sample "
             "| model time | model time at the CARM bound of the scored layers |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for path in matches(pattern):
-        d = load(path.name)
+    paths = matches(pattern)
+    if not paths:
+        raise SystemExit(f"error: no result file matches {pattern} (relative to {RESULTS}, or absolute)")
+    for path in paths:
+        d = read_json(path)
         v = d.get("validation") or {}
         m = (v.get("models") or {}).get("headline") if isinstance(v.get("models"), dict) else None
         if m is None:   # an older result, before the whole-model headline

@@ -178,3 +178,18 @@ def test_summarize_compare_puts_the_carm_bound_time_beside_the_calibrated_one(tm
     assert len(lines) == 4
     assert lines[2].startswith("| x-power-model-0-old.json | no whole-model headline in this file |")
     assert lines[3] == "| x-power-model-a.json.gz | 200 | 6.4% | 6.4% | 11.0% | 3 | 5.0% | 10.0% | 3.0% | 50.0% |"
+
+
+def test_summarize_compare_reads_a_result_written_outside_the_results_folder_and_refuses_no_match(tmp_path):
+    """A validation written under /tmp (before it is committed) is compared by its absolute path; a pattern that
+    matches nothing is a one-line exit, not an empty table."""
+    mod = _load("summarize")
+    from carm_advisor.result_files import read_json
+
+    committed = mod.RESULTS / "nvidia-h200-power-model-2026-12-06-s18-in-use-after-separable-fix.json.xz"
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(read_json(committed)))
+    rows = mod.compare_table(str(copy)).splitlines()
+    assert rows[2].startswith("| copy.json | 6897 | 11.3% |")
+    with pytest.raises(SystemExit, match="no result file matches nothing"):
+        mod.compare_table("nothing*")
