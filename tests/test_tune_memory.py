@@ -149,14 +149,16 @@ def test_the_reported_command_never_picks_a_batch_that_cannot_fit(vgg16, tmp_pat
 
 
 def test_a_small_gpu_prunes_the_large_batch_and_keeps_the_one_that_fits(tmp_path):
-    """tiny_cnn: Conv2D(4, 3x3, same) on 8x8x3, Flatten, Dense(5). Weights: 3*3*3*4+4 = 112, 256*5+5 = 1285:
-    1397 float32 = 5588 bytes. Largest matmul layer: the conv, 8*8*3 + 8*8*4 = 448 elements a sample.
-    A GPU of 1,000,000 bytes: float32 b1024 needs 5588 + 448*4*1024 = 1,840,596 (cannot); mixed_bfloat16
-    b1024 needs 5588 + 448*2*1024 = 923,092 (may fit)."""
+    """tiny_cnn: Conv2D(4, 3x3, same) on 8x8x3, Flatten, Dense(5, dtype="float32"). Weights: 3*3*3*4+4 = 112,
+    256*5+5 = 1285: 1397 float32 = 5588 bytes. Largest matmul layer, inputs and outputs a sample: float32, the
+    conv, (8*8*3 + 8*8*4) * 4 = 1792 bytes; mixed_bfloat16, the Dense, which the builder pins to float32,
+    (256 + 5) * 4 = 1044 bytes (the conv's 448 elements at 2 bytes are 896). A GPU of 1,200,000 bytes: float32
+    b1024 needs 5588 + 1792*1024 = 1,840,596 (cannot); mixed_bfloat16 b1024 needs 5588 + 1044*1024 = 1,074,644
+    (may fit)."""
     from tiny_models import tiny_cnn
 
     base = load_profile()
-    small = dataclasses.replace(base, device={**base.device, "name": "Small GPU", "memory_bytes": 1_000_000})
+    small = dataclasses.replace(base, device={**base.device, "name": "Small GPU", "memory_bytes": 1_200_000})
     space = SearchSpace(backends=("torch",), precisions=("float32", "mixed_bfloat16"), batch_sizes=(32, 1024),
                         layouts=("channels_last",), compilers={"torch": ("eager",)})
     storage = str(tmp_path / "t.db")
@@ -169,9 +171,11 @@ def test_a_small_gpu_prunes_the_large_batch_and_keeps_the_one_that_fits(tmp_path
              calibration=False, carm_pruning=False, progress=False)
     by_key = {t.config.key: t for t in r.trials if t.config}
     assert by_key[f32.key].state == "PRUNED" and by_key[f32.key].pruned_reason == "out_of_memory"
-    assert by_key[f32.key].pruned_detail.startswith("predicted: needs at least 0.00184 GB, the GPU has 0.001 GB")
+    assert by_key[f32.key].pruned_detail.startswith("predicted: needs at least 0.00184 GB, the GPU has 0.0012 GB")
     assert by_key[b16.key].state == "COMPLETE"
     assert r.best.config.key != f32.key
+    m = ConfigPredictor(model_spec(tiny_cnn), small, calibration=False).memory(b16)
+    assert (m.total_bytes, m.largest_layer_dtype) == (1_074_644, "float32")
 
 
 def test_one_warning_names_calibrated_values_outside_the_calibrated_batch_sizes():

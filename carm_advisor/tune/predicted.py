@@ -139,6 +139,15 @@ def resolve_calibration(calibration, profile):
     return calibration
 
 
+# The policy a predicted study builds an application or a builder's model under, only to tell its layers apart:
+# those that follow the policy a trial builds under take the trial's compute dtype, those the builder pins to
+# another (Keras' mixed-precision guide: the output layer at dtype="float32") keep theirs, as a real build under
+# the trial's policy does. Under float32 a pinned float32 layer could not be told from the rest. Variables are
+# float32 under it as under float32 (the weights' bytes in memory are the same); 12 keras.applications models map
+# to the same costs under it as under float32 at every compute dtype (tests/test_tune_predicted_pinned.py).
+PROBE_POLICY = "mixed_float16"
+
+
 class ConfigPredictor:
     """CARM bounds of configurations of one model on one profile; cached per distinct prediction."""
 
@@ -161,15 +170,17 @@ class ConfigPredictor:
         self.input_shapes = input_shapes
 
     def model(self, layout: str):
-        """The model built in this layout: float32, or a model file as saved (its layers pinned to another policy
-        keep it); the precision enters as the compute dtype of the layers under its own policy (_costs)."""
+        """The model built in this layout: an application or a builder's under PROBE_POLICY, a model file as saved;
+        its layers pinned to another policy keep it. The precision enters as the compute dtype of the layers under
+        the model's own policy (_costs)."""
         key = _layout_key(self.spec, layout)
         if key not in self._models:
             import keras
 
             # Variables on the CPU: the tuner's own process must not take GPU memory from the trials.
             with keras.device("cpu"):
-                self._models[key] = build(self.spec, None if self.spec.kind == "file" else "float32", layout, seed=0)
+                policy = None if self.spec.kind == "file" else PROBE_POLICY
+                self._models[key] = build(self.spec, policy, layout, seed=0)
         return self._models[key]
 
     def _policies_fixed(self) -> bool:
