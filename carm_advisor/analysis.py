@@ -245,6 +245,10 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
         report.clocks = energy_optimal_clocks(rows, profile)
         report.recommendations = recommend(report, for_model)
     report.warnings[:0] = mapping_said
+    if verify and verify_runner is None and not _can_verify():
+        report.warnings.append("verify ignored: no NVIDIA GPU is usable here, so no recommendation was measured "
+                               "(timing the changes on this CPU would say nothing of a GPU)")
+        verify = False
     if verify:
         from carm_advisor.model_loader import application_names
         from carm_advisor.verify_recommendations import verify_recommendations
@@ -253,6 +257,18 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
         verify_recommendations(report, runner=verify_runner, model=model,
                                model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+def _can_verify() -> bool:
+    """Whether --verify's own runners can measure on a GPU here (or replay recorded trials: tests)."""
+    import os
+
+    if os.environ.get("CARM_ADVISOR_FAKE_TRIALS"):
+        return True
+    from carm_advisor.measure.backend import has_gpu
+    from carm_advisor.power.nvml import gpu_count
+
+    return gpu_count() > 0 and bool(has_gpu())
 
 
 @contextlib.contextmanager

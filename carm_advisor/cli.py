@@ -269,7 +269,8 @@ def _analyze(args) -> int:
 
     if report.measurement is None:   # these flags only change a measurement, and nothing was measured
         why = "--no-measure was given" if args.no_measure else "no NVIDIA GPU is usable here"
-        for flag, used in (("--counters", args.counters), ("--training-step", args.training_step)):
+        for flag, used in (("--counters", args.counters), ("--training-step", args.training_step),
+                           ("--measure-method layers", args.measure_method == "layers")):
             if used:
                 report.warnings.append(f"{flag} ignored: {why}, so every figure is a prediction")
     print_report(report, console, top=args.top)

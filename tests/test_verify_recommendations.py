@@ -213,3 +213,19 @@ def test_advice_the_gpu_measured_slower_and_costlier_sinks_below_the_rest_and_sa
     # one measured gain only (no energy reading): the same rule ranks and words it
     only_time = {"measured_speedup": 0.5, "measured_energy_ratio": None, "error": None}
     assert "not advised here" in verified_text(only_time)
+
+
+def test_verify_without_a_gpu_measures_nothing_and_says_so(tmp_path, monkeypatch, capsys):
+    """It timed each change on this CPU, for minutes, and printed the CPU's times as 'measured' gains."""
+    from carm_advisor.cli import main
+
+    monkeypatch.delenv("CARM_ADVISOR_FAKE_TRIALS", raising=False)
+    out = tmp_path / "r.json"
+    code = main(["analyze", "mobilenetv3small", "--input-shape", "96,96,3", "--batch-size", "2", "--verify",
+                 "--measure-method", "layers", "--json", str(out)])
+    assert code == 0
+    d = json.loads(out.read_text())
+    assert all(r.get("verified") is None for r in d["recommendations"])
+    assert any(w.startswith("verify ignored: no NVIDIA GPU is usable here") for w in d["warnings"])
+    assert any(w.startswith("--measure-method layers ignored: no NVIDIA GPU is usable here") for w in d["warnings"])
+    assert "measured:" not in capsys.readouterr().out
