@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from carm_advisor.report.units import named_list, plural, seconds, si
+from carm_advisor.report.units import count, named_list, plural, seconds, si
 
 __all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
            "renderables", "print_report"]
@@ -46,7 +46,7 @@ def header(report) -> Panel:
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])}{_sequential_mark(report, t)} ({t['time_source']}, per batch of {m.batch_size})   "
         f"energy {si(t['energy_j'], 'J')}{' per batch' if t['energy_j'] is not None else ''}   "
-        f"{si(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
+        f"{count(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
         _predictions_line(t),
     )
     if t.get("calibrated_source") and t.get("calibrated_time_s"):

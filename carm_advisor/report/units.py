@@ -18,6 +18,14 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}".rstrip()
 
 
+def count(value: float | None) -> str:
+    """A count of things (samples/J, samples/s): 0.612, 45.3, 1.2 k, 90.5 M; no milli- or micro- prefix, which
+    reads as a unit of its own ('612 m samples/J')."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if abs(value) < 1e3 else si(value)
+
+
 def seconds(value: float | None) -> str:
     """A duration in s, ms, us or ns, whichever keeps 1 to 3 digits before the point."""
     if value is None:
