@@ -317,3 +317,21 @@ def test_a_fully_costed_model_has_no_such_line(tmp_path):
     model = keras.Model(inputs, keras.layers.Dense(8, name="fc")(inputs), name="plain")
     result = tune(model, n_trials=2, predict=True, progress=False, storage=str(tmp_path / "s.db"), backends=("torch",))
     assert not [w for w in result.warnings if "no cost model" in w]
+
+
+def test_a_resumed_study_says_when_nothing_new_ran_and_refuses_another_space(tmp_path):
+    first, _ = run(tmp_path, ["float32", "mixed_bfloat16"], BOUNDS, MEASURED, n_trials=2)
+    assert not [w for w in first.warnings if "already holds" in w or "another search space" in w]
+    again, runner = run(tmp_path, ["float32", "mixed_bfloat16"], BOUNDS, MEASURED, n_trials=2)
+    assert any(w.startswith("the study already holds 2 finished trials and 2 were asked for in all: nothing new ran")
+               for w in again.warnings)
+    assert not any("another search space" in w for w in again.warnings)
+    from carm_advisor.tune.study import StudyMismatchError
+
+    # Optuna refuses new choices for a stored parameter: every new trial failed on "dynamic value space"
+    with pytest.raises(StudyMismatchError, match=r"made with another search space \(precisions: stored "
+                                                 r"\['float32', 'mixed_bfloat16'\], now \['float32', "
+                                                 r"'mixed_bfloat16', 'float32_no_tf32'\]\)"):
+        run(tmp_path, ["float32", "mixed_bfloat16", "float32_no_tf32"], BOUNDS, MEASURED, n_trials=3)
+    more, _ = run(tmp_path, ["float32", "mixed_bfloat16"], BOUNDS, MEASURED, n_trials=3)
+    assert not any("already holds" in w for w in more.warnings) and len(more.trials) == 3

@@ -282,6 +282,11 @@ def tune(
         quiet()
         raise
     _fail_stale(study)
+    try:
+        resumed_notes = _resume_notes(study, space, n_trials)
+    except BaseException:
+        quiet()
+        raise
     study.set_user_attr("space", space.to_dict())
     study.set_user_attr("objectives", [o.name for o in objectives])
     study.set_user_attr("source", source)
@@ -325,10 +330,10 @@ def tune(
             finally:
                 _fail_stale(study)
                 quiet()
-            return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+            return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
                                 wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
                                 prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
-                                budget_stopped=bool(device.get("stopped_at_deadline")))
+                                budget_stopped=bool(device.get("stopped_at_deadline"))), resumed_notes)
         if runner is None and runner_factory is not None:
             from carm_advisor.tune.parallel import runner_from_run
 
@@ -362,17 +367,44 @@ def tune(
             runner.close()
             _fail_stale(study)
             quiet()
-        return build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
+        return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
                             wall_s=time.perf_counter() - start_s,
                             device=predicted_device(predictor) if source == "predicted" else getattr(runner, "device", None) or {},
                             command=command or shlex.join(sys.argv), prune_margin=prune_margin,
                             max_slowdown=max_slowdown, max_output_error=max_output_error,
-                            budget_stopped=state.budget_stopped)
+                            budget_stopped=state.budget_stopped), resumed_notes)
     finally:
         files.remove_if_temporary()
 
 
 # ---- pieces -------------------------------------------------------------------------------------
+
+
+def _resume_notes(study, space: SearchSpace, n_trials: int) -> list[str]:
+    """What a resumed study should tell its user: n_trials is the study's total (no new trial where it already
+    holds that many). A search space other than the one it was stored with is a StudyMismatchError: Optuna
+    refuses new choices for a stored parameter (each new trial would fail), and the stored trials outside the
+    space asked for would be ranked beside it."""
+    finished = sum(t.state in FINISHED for t in study.get_trials(deepcopy=False))
+    notes = []
+    if finished and finished >= n_trials:
+        notes.append(f"the study already holds {finished} finished trials and {n_trials} were asked for in all: "
+                     "nothing new ran (--trials / n_trials counts the study's trials, earlier runs' included); "
+                     "ask for more to search further")
+    stored, now = study.user_attrs.get("space"), space.to_dict()
+    if finished and stored and stored != now:
+        changed = "; ".join(f"{k}: stored {stored.get(k)}, now {now.get(k)}"
+                            for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k))
+        raise StudyMismatchError(f"study {study.study_name!r} was made with another search space ({changed}); "
+                                 "Optuna cannot change a stored study's choices: give the same --backends, "
+                                 "--batch-sizes (and other options) to resume it, or a new --study name or "
+                                 "--storage for this space")
+    return notes
+
+
+def _with_notes(result, notes: list[str]):
+    result.warnings[:0] = notes
+    return result
 
 
 class _StudyState:
