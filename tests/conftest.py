@@ -14,3 +14,15 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=NO_GPU_REASON)
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _keras_globals_restored():
+    """The CLI sets Keras' image data format (--layout) for its process; in this one process every test starts
+    from the same format and dtype policy."""
+    import keras
+
+    fmt, policy = keras.config.image_data_format(), keras.config.dtype_policy()
+    yield
+    keras.config.set_image_data_format(fmt)
+    keras.config.set_dtype_policy(policy)

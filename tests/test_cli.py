@@ -98,6 +98,10 @@ def test_saved_keras_model_is_analysed(capsys, tmp_path):
     (["analyze", "vgg16", "--batch-size", "many"], "positive integer"),
     (["analyze", "vgg16", "--precision", "float13"], "invalid choice"),
     (["analyze", "vgg16", "--input-shape", "a,b"], "input shape"),
+    (["analyze", "vgg16", "--layout", "channels_first", "--input-shape", "224,224,3"],
+     "--input-shape is C,H,W (channels first) in the channels_first layout; 224,224,3 has 224 channels: did you mean "
+     "3,224,224?"),
+    (["analyze", "vgg16", "--input-shape", "3,160,160"], "has 160 channels: did you mean 160,160,3?"),
     (["analyze"], "model"),
     (["frobnicate"], "'frobnicate' is neither a subcommand"),   # a first word that is no subcommand is a model for tune
     (["analyse", "vgg16"], "invalid choice: 'analyse'"),             # ... unless it is a near miss of one
