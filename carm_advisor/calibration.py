@@ -475,6 +475,7 @@ class Calibration:
         self._index: dict[tuple, list[Sample]] | None = None
         self._copy_base: "Calibration | None" = None
         self._whole_fits: dict[tuple, WholeFit | None] = {}
+        self._floors: dict[tuple, float | None] = {}   # floor_s per (backend, class, executions): the samples do not change
 
     # ---- layers ------------------------------------------------------------------------------
     def _cells(self) -> dict[tuple, list[Sample]]:
@@ -547,6 +548,12 @@ class Calibration:
         shrinks with its bound (a jitted call's dispatch); else of any class of the backend. Only layers timed
         one dispatched call at a time (DISPATCHED_EXECUTIONS) have one for their time: profiled kernel times and
         CUDA-graph replays do not (a replay's floor, replay_floor_s, only says how busy the GPU is)."""
+        key = (backend, cls, tuple(executions))
+        if key not in self._floors:
+            self._floors[key] = self._floor_s(backend, cls, executions)
+        return self._floors[key]
+
+    def _floor_s(self, backend: str, cls: str | None, executions: Sequence[str]) -> float | None:
         matches = [lambda k: k[1] == cls, lambda k: _family(k[1]) == _family(cls)] if cls else []
         for match in (*matches, lambda k: True):
             times = [statistics.median(s.measured_time_s for s in timed) for k, v in self._cells().items()
