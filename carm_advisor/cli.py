@@ -290,10 +290,10 @@ def _analyze(args) -> int:
         console.print(f"report written to {args.json_path}")
     if args.plot_path:
         console.print(f"CARM chart written to {args.plot_path}")
-    console.print("took " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in timings_s.items())
-                  + f"; {time.perf_counter() - started_s:.1f} s since start-up of the CLI", style="dim")
     if args.plot_energy_path:
         console.print(f"energy-efficiency CARM chart written to {args.plot_energy_path}")
+    console.print("took " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in timings_s.items())
+                  + f"; {time.perf_counter() - started_s:.1f} s since start-up of the CLI", style="dim")
     return 0
 
 

@@ -347,7 +347,8 @@ def _tensor_core_alignment(report, rows, outputs: set[tuple[str, ...]] = frozens
         detail=f"{plural(len(misaligned), 'Tensor Core layer')} ({share:.0%} of the predicted time) "
         f"{'has' if len(misaligned) == 1 else 'have'} channel counts that leave Tensor Core tiles partly empty: {names}. "
         "Pad channels (or accept it for a 3-channel image input).",
-        expected_gain=f"at most {bound:.0%} of the model's time, the empty part of their tiles (not modelled)",
+        expected_gain=(f"at most {bound:.0%}" if bound >= 0.005 else "under 0.5%")
+        + " of the model's time, the empty part of their tiles (not modelled)",
         layers=[r.name for r, _, _ in misaligned], basis="Tensor Core tile shapes",
     )
 

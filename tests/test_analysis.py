@@ -544,3 +544,13 @@ def test_precision_advice_on_torch_agrees_with_the_report_at_that_precision(monk
     assert rec.speedup == pytest.approx(t_now / t_bf16) and rec.energy_ratio == pytest.approx(e_now / e_bf16)
     assert "whole model" in rec.expected_gain
     assert (rec.speedup > 1.2) == (hw == 64)
+
+
+def test_a_padding_gain_below_half_a_percent_is_not_printed_as_at_most_zero_percent():
+    inputs = keras.Input((64, 64, 64))
+    x = keras.layers.Conv2D(64, 3, padding="same", name="big")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(5, name="odd")(keras.layers.Dense(3, name="three")(x)))
+    report = advisor.analyze(model, batch_size=32, measure=False)
+    rec = next(r for r in report.recommendations if r.title.startswith("Pad channel counts"))
+    assert rec.expected_gain.startswith("under 0.5% of the model's time")
