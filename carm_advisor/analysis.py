@@ -259,16 +259,19 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
     return report
 
 
-def _can_verify() -> bool:
-    """Whether --verify's own runners can measure on a GPU here (or replay recorded trials: tests)."""
-    import os
-
-    if os.environ.get("CARM_ADVISOR_FAKE_TRIALS"):
-        return True
+def _gpu_usable() -> bool:
+    """An NVIDIA GPU that NVML and the Keras backend both see: where analyze() measures."""
     from carm_advisor.measure.backend import has_gpu
     from carm_advisor.power.nvml import gpu_count
 
     return gpu_count() > 0 and bool(has_gpu())
+
+
+def _can_verify() -> bool:
+    """Whether --verify's own runners can measure on a GPU here (or replay recorded trials: tests)."""
+    import os
+
+    return bool(os.environ.get("CARM_ADVISOR_FAKE_TRIALS")) or _gpu_usable()
 
 
 @contextlib.contextmanager
@@ -484,11 +487,10 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         return run
     if measure is False or measure is None:
         return None
-    from carm_advisor.measure.backend import has_gpu
     from carm_advisor.measure.layers import measure_run
-    from carm_advisor.power.nvml import gpu_count, open_gpu
+    from carm_advisor.power.nvml import open_gpu
 
-    if gpu_count() == 0 or not has_gpu():
+    if not _gpu_usable():
         if measure is True:
             from carm_advisor.errors import GPUUnavailableError
 

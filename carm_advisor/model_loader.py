@@ -105,7 +105,8 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
     if input_shape is not None and len(input_shape) == 3:   # an image shape in the other layout's order
         first = keras.config.image_data_format() == "channels_first"
         channels, spatial = (input_shape[0], input_shape[1:]) if first else (input_shape[-1], input_shape[:-1])
-        if channels > 4 and max(spatial) > 4 and min(input_shape[2:] if first else input_shape[:1]) <= 4:
+        far_end = input_shape[-1] if first else input_shape[0]   # where the other layout puts its channels
+        if channels > 4 and max(spatial) > 4 and far_end <= 4:
             order = "C,H,W (channels first)" if first else "H,W,C (channels last)"
             swapped = f"{input_shape[2]},{input_shape[0]},{input_shape[1]}" if first else \
                 f"{input_shape[1]},{input_shape[2]},{input_shape[0]}"

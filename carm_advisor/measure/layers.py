@@ -564,25 +564,37 @@ class ModelInputs:
         )
 
 
-def _model_inputs(model, batch_size: int) -> ModelInputs:
+def _functional_inputs(model) -> list:
     inputs = getattr(model, "inputs", None)
     try:
-        inputs = list(inputs) if inputs else []
+        return list(inputs) if inputs else []
     except (AttributeError, TypeError):
-        inputs = []
+        return []
+
+
+def subclassed_call_specs(model, batch_size: int) -> tuple[list, dict]:
+    """What a subclassed model (no model.inputs) is called on as a whole, as KerasTensors at ``batch_size``:
+    (positional, keyword) arguments, those the mapping traces its call() on (walker.call_arguments); else a
+    MeasurementError. Whole-model measurement and the tuner's worker both feed these."""
+    from carm_advisor.mapping.walker import call_arguments
+
+    try:
+        specs = call_arguments(model, batch_size)
+    except MappingError as exc:
+        raise MeasurementError(f"{exc} (whole-model measurement calls it on them)") from None
+    if specs is None:
+        raise MeasurementError(
+            f"Expected model '{model.name}' to have known inputs (a Functional or Sequential model, or a "
+            "subclassed one called once), Received: none; whole-model measurement needs them"
+        )
+    return specs
+
+
+def _model_inputs(model, batch_size: int) -> ModelInputs:
+    inputs = _functional_inputs(model)
     high = _model_int_high(model)
     if not inputs:   # a subclassed model: what the mapping traces its call() on
-        from carm_advisor.mapping.walker import call_arguments
-
-        try:
-            specs = call_arguments(model, batch_size)
-        except MappingError as exc:
-            raise MeasurementError(f"{exc} (whole-model measurement calls it on them)") from None
-        if specs is None:
-            raise MeasurementError(
-                f"Expected model '{model.name}' to have known inputs (a Functional or Sequential model, or a "
-                "subclassed one called once), Received: none; whole-model measurement needs them"
-            )
+        specs = subclassed_call_specs(model, batch_size)
         seeds = iter(range(1000, 10**6))
         whole = ids_as_floats(model)
         args, kwargs = keras.tree.map_structure(

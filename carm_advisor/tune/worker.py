@@ -182,18 +182,17 @@ def _host_inputs(model, batch_size: int, seed: int):
     import keras
     import numpy as np
 
-    from carm_advisor.errors import MappingError
-    from carm_advisor.measure.layers import _model_int_high, functional_structure, ids_as_floats, ids_high
+    from carm_advisor.errors import MeasurementError
+    from carm_advisor.measure.layers import (_functional_inputs, _model_int_high, functional_structure,
+                                             ids_as_floats, ids_high, subclassed_call_specs)
 
-    inputs = list(getattr(model, "inputs", None) or [])
+    inputs = _functional_inputs(model)
     if inputs:
         specs = functional_structure(model, inputs)
     else:   # a subclassed model: the arguments the mapping traces its call() on (predict_on_batch passes one)
-        from carm_advisor.mapping.walker import call_arguments
-
         try:
-            args = call_arguments(model, batch_size)
-        except MappingError:
+            args = subclassed_call_specs(model, batch_size)
+        except MeasurementError:
             args = None
         if args is None or len(args[0]) != 1 or args[1]:
             raise ValueError(f"Expected model '{model.name}' to take one input (predict_on_batch's x) and to have "
