@@ -104,7 +104,7 @@ def main() -> int:
     parser.add_argument("--exclude", type=benchmark_names, default=(), help="comma-separated benchmark names not to run")
     args = parser.parse_args()
 
-    from carm_advisor.profiles.build import measure_ceilings
+    from carm_advisor.measure.profile import measure_ceilings
     from carm_advisor.power.nvml import open_gpu
 
     gpu = open_gpu(0)

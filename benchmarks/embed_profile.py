@@ -9,7 +9,7 @@ the profile and changes nothing else; without it (and without --power-fit sweep)
 byte for byte.
 
 --drop leaves benchmarks found flawed after the run out of the roofs, power model and sweep, which are
-then selected again from the run's own recorded figures (carm_advisor.profiles.build.reselect_recorded);
+then selected again from the run's own recorded figures (carm_advisor.measure.profile.reselect_recorded);
 the reason is kept in the profile's provenance.
 
 --power-fit sweep replaces the per-benchmark power model by the least-squares fit over every recorded
@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     import argparse
     import fnmatch
 
-    from carm_advisor.profiles.build import reselect_recorded
+    from carm_advisor.measure.profile import reselect_recorded
     from carm_advisor.profiles.profile import profile_from_dict
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -180,9 +180,9 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
     """Analytic costs of a RunMeasurement's model (built on the CPU) placed by predict.Predictor, joined
     with its measured layers; with the calibrated times of the calibration given and of the same
     calibration without this model's samples."""
-    from carm_advisor.analysis import part_shares
+    from carm_advisor.advise.analyze import part_shares
     from carm_advisor.calibration import apply_calibration, rebuilt_model
-    from carm_advisor.model_loader import image_data_format
+    from carm_advisor.models.loader import image_data_format
     from carm_advisor.predict import Predictor
 
     model_name = doc.get("model_name") or "vgg16"

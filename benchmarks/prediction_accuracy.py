@@ -75,7 +75,7 @@ def rows_by_run(runs: list, build=None, profile=None) -> list[list]:
     import keras
 
     from carm_advisor.calibration import GPU_TIME_EXECUTIONS, rows_for_run
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
 
     built: dict[tuple, object] = {}
     out = []

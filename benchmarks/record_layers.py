@@ -148,7 +148,7 @@ def _passthrough(argv) -> list[str]:
 def child(args: argparse.Namespace) -> int:
     import keras
 
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
 
     backend = args.child
     out = Path(args.out)

@@ -110,7 +110,7 @@ def _median_abs(errors):
 
 def check(rows: list[dict], predictor) -> dict:
     """Predicted beside measured for each row; errors are predicted / measured - 1."""
-    from carm_advisor.tune.space import TrialConfig
+    from carm_advisor.trials.space import TrialConfig
 
     out = []
     for r in rows:
@@ -198,8 +198,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="vgg16")
     p.add_argument("--out", required=True, help="JSON to write")
     args = p.parse_args(argv)
-    from carm_advisor.tune.builder import model_spec
-    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.models.builder import model_spec
+    from carm_advisor.trials.predicted import ConfigPredictor
 
     rows = measured_rows(args.db)
     if not rows:

@@ -40,7 +40,7 @@ def main() -> int:
 
     import carm_advisor as advisor
     from carm_advisor.measure.layers import measure_run
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
     from carm_advisor.power.nvml import open_gpu
 
     keras.config.set_image_data_format(args.layout)

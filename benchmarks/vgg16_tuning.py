@@ -114,11 +114,11 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import optuna
 
-    from carm_advisor.tune.builder import model_spec
+    from carm_advisor.models.builder import model_spec
     from carm_advisor.tune.objectives import get_objective
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.runner import FakeRunner, WorkerSettings
-    from carm_advisor.tune.space import PRECISIONS, SearchSpace
+    from carm_advisor.trials.predicted import ConfigPredictor
+    from carm_advisor.trials.runner import FakeRunner, WorkerSettings
+    from carm_advisor.trials.space import PRECISIONS, SearchSpace
     from carm_advisor.tune.storage import open_storage
     from carm_advisor.tune.study import tune
 
@@ -216,7 +216,7 @@ def compare_1_vs_n(spec, args, common, objective, start_s: float) -> int:
 
 def worker_settings(args):
     """The measurement policy of the workers: the flags given, the worker's defaults for the rest."""
-    from carm_advisor.tune.runner import WorkerSettings
+    from carm_advisor.trials.runner import WorkerSettings
 
     chosen = {k: getattr(args, k) for k in ("min_windows", "max_windows", "spread_target", "idle_gap_s")
               if getattr(args, k, None) is not None}
@@ -366,11 +366,11 @@ def summarize(args, start_s: float) -> int:
 
     import optuna
 
-    from carm_advisor.tune.builder import model_spec
+    from carm_advisor.models.builder import model_spec
     from carm_advisor.tune.objectives import get_objective
-    from carm_advisor.tune.predicted import ConfigPredictor
+    from carm_advisor.trials.predicted import ConfigPredictor
     from carm_advisor.tune.result import build_result
-    from carm_advisor.tune.space import SearchSpace, TrialConfig
+    from carm_advisor.trials.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage, storage_url
     from carm_advisor.tune.study import PRUNE_MARGIN
 

@@ -86,7 +86,7 @@ def carm_bounds(model_name: str, precision: str, batch_size: int) -> dict:
     them: matmul-class, the rest, what fused runs save (chained_bound_s), and the rest's bytes."""
     from carm_advisor.calibration import MATMUL_CLASSES, bound_sums, bounded_rows, chained_bound_s
     from carm_advisor.carm.placement import DEFAULT_MATH_MODE
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
     from carm_advisor.predict import Predictor
     
     model, _ = load_model(model_name, precision=precision)
@@ -142,7 +142,7 @@ def child(args) -> int:
 
     from carm_advisor.measure.backend import nvtx_range, sync
     from carm_advisor.measure.layers import _inference_fn, _model_inputs
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
 
     model, _ = load_model(args.model, precision=args.precision)
     call, _ = _inference_fn(model, _model_inputs(model, args.batch_size), "jax")

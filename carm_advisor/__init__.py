@@ -13,7 +13,7 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _LAZY = {
-    "analyze": "carm_advisor.analysis",
+    "analyze": "carm_advisor.advise.analyze",
     "load_profile": "carm_advisor.profiles.profile",
     "Profile": "carm_advisor.profiles.profile",
     "Report": "carm_advisor.report.model",
@@ -32,7 +32,7 @@ _NEEDS_KERAS = {"analyze"}
 def __getattr__(name):
     if name in _LAZY:
         if name in _NEEDS_KERAS:   # our first Keras import: quiet, and a missing backend says what to install
-            import_module("carm_advisor.keras_import").import_keras()
+            import_module("carm_advisor.models.keras_import").import_keras()
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'carm_advisor' has no attribute {name!r}")
 
@@ -43,7 +43,7 @@ def __dir__():
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True):
     """Measure every CARM roof of GPU `device` with its power; returns (and caches) a measured Profile."""
-    from carm_advisor.profiles.build import measure_ceilings as _measure
+    from carm_advisor.measure.profile import measure_ceilings as _measure
 
     return _measure(device=device, quick=quick, progress=progress)
 

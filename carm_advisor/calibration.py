@@ -1325,9 +1325,9 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
     bounds of the model's rows as the tuner predicts them (tune/predicted.py, this profile). No layer was
     measured: the layer sums are 0 (the eager and cuda_graph fits skip such samples; jit and torch.compile
     use the bounds). `builders`: study model name -> what tune() was given (default: the name itself)."""
-    from carm_advisor.tune.builder import model_spec
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.space import TrialConfig
+    from carm_advisor.models.builder import model_spec
+    from carm_advisor.trials.predicted import ConfigPredictor
+    from carm_advisor.trials.space import TrialConfig
 
     predictors: dict[str, Any] = {}
     seen: set[tuple] = set()
@@ -1358,7 +1358,7 @@ def rebuilt_model(model_name: str, precision: str, layout: str):
     built first there); a model built after others (InceptionV3 after Xception) matched few of its measured layers."""
     import keras
 
-    from carm_advisor.model_loader import image_data_format, load_model
+    from carm_advisor.models.loader import image_data_format, load_model
 
     keras.backend.clear_session()
     with image_data_format(layout):
@@ -1368,7 +1368,7 @@ def rebuilt_model(model_name: str, precision: str, layout: str):
 def rows_for_run(run, profile=None, model=None) -> list:
     """Rebuild the run's model (by its recorded name, precision and layout) and merge the measurement
     into its CARM rows. `model` skips the rebuild."""
-    from carm_advisor.analysis import merge_measurements
+    from carm_advisor.advise.analyze import merge_measurements
     from carm_advisor.predict import Predictor, resolve_math_mode
     from carm_advisor.profiles.profile import load_profile
 

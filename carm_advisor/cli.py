@@ -93,7 +93,7 @@ def call_input_shapes(given: list[tuple[str | None, tuple[int, ...], str | None]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from carm_advisor.model_loader import KERAS_POLICIES
+    from carm_advisor.models.loader import KERAS_POLICIES
 
     parser = _Parser(prog="carm-advise", description="Cache-Aware Roofline advice for Keras models on NVIDIA Tensor Cores.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -189,14 +189,14 @@ def _fail(message: str) -> None:
 
 
 def _import_keras(lean: bool = False) -> None:
-    from carm_advisor.keras_import import import_keras
+    from carm_advisor.models.keras_import import import_keras
 
     import_keras(lean=lean)   # loads the backend once, quietly; a missing backend is a one-line error
 
 
 def _analyze(args) -> int:
     started_s = time.perf_counter()
-    from carm_advisor.report.files import Outputs
+    from carm_advisor.files import Outputs
 
     outputs = Outputs()   # paths checked first, not after Keras' import and the whole analysis
     outputs.plan(args.json_path, "JSON report", "--json")
@@ -209,13 +209,13 @@ def _analyze(args) -> int:
             check_plot_format(out)
     _import_keras(lean=True)   # without the optional packages Keras imports and the analysis never uses
     timings_s = {"keras_import": time.perf_counter() - started_s}
-    from carm_advisor.analysis import analyze
-    from carm_advisor.model_loader import file_at_precision, is_model_file, load_model
+    from carm_advisor.advise.analyze import analyze
+    from carm_advisor.models.loader import file_at_precision, is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
     from carm_advisor.report.console import make_console
 
     from carm_advisor.errors import ModelLoadError
-    from carm_advisor.tune.builder import build, model_spec
+    from carm_advisor.models.builder import build, model_spec
 
     profile = load_profile(args.profile) if args.profile else None
     input_shapes = call_input_shapes(args.call_shape)
@@ -299,7 +299,7 @@ def _analyze(args) -> int:
 
 def _ceilings(args) -> int:
     """carm-advise ceilings: measure (or --show) the roofs, print a table, optionally save JSON and a chart."""
-    from carm_advisor.report.files import Outputs
+    from carm_advisor.files import Outputs
 
     outputs = Outputs()   # before the minutes of measuring
     outputs.plan(args.json_path, "profile", "--json")
@@ -318,7 +318,7 @@ def _ceilings(args) -> int:
     if args.show:
         profile = load_profile(args.profile) if args.profile else _profile_for_show()
     else:
-        from carm_advisor.profiles.build import measure_ceilings
+        from carm_advisor.measure.profile import measure_ceilings
 
         profile = measure_ceilings(device=args.device, quick=args.quick, everything=args.everything,
                                    verify_counters=args.verify_counters, exclude=args.exclude, binding=args.binding,
@@ -345,7 +345,7 @@ def _profile_for_show():
     """This GPU's cached measured profile, else the recorded one."""
     from carm_advisor.errors import PowerError
     from carm_advisor.power.nvml import open_gpu
-    from carm_advisor.profiles.build import measured_profile_for
+    from carm_advisor.measure.profile import measured_profile_for
     from carm_advisor.profiles.profile import load_profile
 
     try:
@@ -412,7 +412,7 @@ def tune_shorthand(argv: list[str]) -> list[str]:
 def _check_shorthand_model(model: str) -> None:
     """`carm-advise WORD`: say that WORD is neither a subcommand nor a model, before a study is stored."""
     from carm_advisor.errors import ModelLoadError
-    from carm_advisor.model_loader import application_names, is_model_file
+    from carm_advisor.models.loader import application_names, is_model_file
 
     if is_model_file(model) or ":" in model:
         return
@@ -442,7 +442,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def _backend_list(text: str) -> tuple[str, ...]:
-    from carm_advisor.tune.space import BACKENDS
+    from carm_advisor.trials.space import BACKENDS
 
     names = benchmark_names(text)
     bad = [n for n in names if n not in BACKENDS]
@@ -521,7 +521,7 @@ def _worker(args) -> int:
 
 
 def _tune(args) -> int:
-    from carm_advisor.report.files import check_output_path, check_writable_dir
+    from carm_advisor.files import check_output_path, check_writable_dir
     from carm_advisor.tune.storage import storage_url
 
     if args.json_path:   # output paths and a bad storage are reported before Keras takes seconds to load
@@ -542,9 +542,9 @@ def _tune(args) -> int:
         kwargs["heartbeat_s"] = args.heartbeat_s
     if args.fake_measure_s is not None:
         from carm_advisor.profiles.profile import load_profile
-        from carm_advisor.tune.builder import model_spec
-        from carm_advisor.tune.predicted import ConfigPredictor
-        from carm_advisor.tune.runner import FakeRunner
+        from carm_advisor.models.builder import model_spec
+        from carm_advisor.trials.predicted import ConfigPredictor
+        from carm_advisor.trials.runner import FakeRunner
 
         runner = FakeRunner(ConfigPredictor(model_spec(args.model), load_profile(args.profile) if args.profile else None),
                             delay_s=args.fake_measure_s)

@@ -275,7 +275,7 @@ class ModelPredictor:
         the compute dtype of the layers under the model's own policy, as a rebuild under another policy runs:
         layers pinned to another policy (a float32 output layer) keep theirs."""
         if dtype is not None:
-            from carm_advisor.tune.builder import model_policy
+            from carm_advisor.models.builder import model_policy
 
             dtype = {model_policy(self.model): dtype}
         return self.predictor.rows(

@@ -7,7 +7,7 @@ from rich.console import Console
 
 import carm_advisor as advisor
 from carm_advisor.errors import MappingError
-from carm_advisor.model_loader import dtype_policy
+from carm_advisor.models.loader import dtype_policy
 from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 
 DESIGN_LAYER_KEYS = {"name", "type", "flops", "bytes", "ai", "bound", "attainable_flops_per_s", "time_s", "energy_j", "measured"}
@@ -239,7 +239,7 @@ def test_without_a_power_model_energy_is_unknown_not_zero():
 
 
 def test_torch_channels_last_layout_advice_counts_the_transpose_traffic(monkeypatch):
-    import carm_advisor.analysis as analysis
+    import carm_advisor.advise.analyze as analysis
 
     inputs = keras.Input(shape=(64, 64, 32))
     conv = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)
@@ -306,7 +306,7 @@ def _row(name, bound_s, notes=""):
 def test_a_separable_conv_measured_as_one_call_is_split_over_its_parts_by_bound_time():
     from types import SimpleNamespace
 
-    from carm_advisor.analysis import merge_measurements
+    from carm_advisor.advise.analyze import merge_measurements
     from carm_advisor.measure.records import LayerMeasurement
 
     rows = [_row("sep:depthwise", 1e-6, "depthwise half"), _row("sep:pointwise", 3e-6), _row("other", 2e-6)]
@@ -324,7 +324,7 @@ def test_a_separable_conv_measured_as_one_call_is_split_over_its_parts_by_bound_
 def test_a_separable_conv_model_gets_both_parts_measured():
     from types import SimpleNamespace
 
-    from carm_advisor.analysis import merge_measurements
+    from carm_advisor.advise.analyze import merge_measurements
     from carm_advisor.measure.records import LayerMeasurement
     from carm_advisor.predict import Predictor
 
@@ -502,8 +502,7 @@ def test_other_warnings_are_shown_once_per_process_as_before_not_once_per_analys
     import keras
 
     import carm_advisor as advisor
-    from carm_advisor import analysis
-
+    from carm_advisor.advise import analyze as analysis
     original = analysis.calibration_range_warnings
 
     def noisy(*args, **kwargs):
@@ -533,7 +532,7 @@ def test_precision_advice_on_torch_agrees_with_the_report_at_that_precision(monk
     layers' sum (1.3x for a model whose rerun at mixed_bfloat16 predicts the same time); it now takes the whole
     model as the report predicts it, so the advice and a rerun at the advised precision say the same thing:
     20 small convs are host-paced (no faster, less energy), 20 larger ones are not."""
-    import carm_advisor.analysis as analysis
+    import carm_advisor.advise.analyze as analysis
 
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     now = analysis.analyze(_conv_stack(hw, channels), batch_size=64, measure=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import keras
 
 import carm_advisor as advisor
-from carm_advisor.analysis import calibration_range_warnings
+from carm_advisor.advise.analyze import calibration_range_warnings
 from carm_advisor.calibration import Calibration, WholeSample
 from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 

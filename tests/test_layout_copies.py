@@ -89,7 +89,7 @@ def test_a_measured_layer_learns_its_efficiency_without_its_copies(monkeypatch, 
 
 @pytest.mark.parametrize("on", [True, False])
 def test_the_layout_advice_predicts_the_same_gain_whether_or_not_the_time_holds_the_copies(monkeypatch, on):
-    import carm_advisor.analysis as analysis
+    import carm_advisor.advise.analyze as analysis
     from test_analysis import round_profile
 
     # every torch layer at half its bound (three samples: MIN_SAMPLES)

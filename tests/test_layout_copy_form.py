@@ -72,7 +72,7 @@ def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip()
 def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monkeypatch):
     import keras
 
-    import carm_advisor.analysis as analysis
+    import carm_advisor.advise.analyze as analysis
     from carm_advisor import calibration
     from test_analysis import round_profile
 

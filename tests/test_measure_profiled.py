@@ -85,7 +85,7 @@ def test_identical_layer_calls_are_measured_once_and_mapped_back():
     ("profiled", False, "profile_run"), ("layers", False, "measure_run"), ("profiled", True, "measure_run"),
 ])
 def test_analyze_measures_torch_with_one_profiled_pass_unless_asked_or_it_fails(monkeypatch, method, failing, expected):
-    import carm_advisor.analysis as analysis
+    import carm_advisor.advise.analyze as analysis
     import carm_advisor.measure.backend as backend
     import carm_advisor.measure.layers as layers
     import carm_advisor.measure.profiled as profiled

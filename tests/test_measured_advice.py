@@ -2,7 +2,7 @@
 
 import pytest
 
-from carm_advisor.measured_advice import cap_by_measured_gap, dispatch_overhead, far_below_roof
+from carm_advisor.advise.measured import cap_by_measured_gap, dispatch_overhead, far_below_roof
 from carm_advisor.report.model import LayerRow, MeasurementInfo, ModelInfo, Recommendation, Report
 
 
@@ -68,7 +68,7 @@ def test_layers_far_below_roof_are_named_with_their_cause():
 
 from types import SimpleNamespace  # noqa: E402
 
-from carm_advisor.measured_advice import compilation_switch  # noqa: E402
+from carm_advisor.advise.measured import compilation_switch  # noqa: E402
 
 
 class CompiledFit:
@@ -147,7 +147,7 @@ def test_tensorflow_is_told_xla_unquantified_without_records_and_jax_is_already_
 
 
 def test_another_backends_calibrated_time_is_never_below_its_bound():
-    from carm_advisor.measured_advice import at_least_bound
+    from carm_advisor.advise.measured import at_least_bound
 
     # calibrated 2 ms, 1 J against a 3 ms bound: raised to 3 ms, energy x 1.5
     assert at_least_bound((0.002, 1.0, False), 0.003) == ((0.003, 1.5, False), True)
@@ -209,7 +209,7 @@ def _powered_report(measurement):
 
 
 def test_the_predicted_power_is_bound_energy_over_bound_time():
-    from carm_advisor.measured_advice import bound_power_w
+    from carm_advisor.advise.measured import bound_power_w
 
     report = _powered_report({})
     assert bound_power_w(report.layers) == pytest.approx(620.0)
@@ -255,7 +255,7 @@ def test_unmeasured_current_and_compiled_energies_share_the_predicted_power():
 
 
 def test_another_backends_calibrated_energy_is_its_time_at_its_own_predicted_power():
-    from carm_advisor.measured_advice import _whole
+    from carm_advisor.advise.measured import _whole
 
     # jax calibrated 20 ms at the rows' 620 W: 12.4 J (the former stretched energy: 5.6 + 100 x 0.020 = 7.6 J)
     report = _powered_report({})
@@ -265,7 +265,7 @@ def test_another_backends_calibrated_energy_is_its_time_at_its_own_predicted_pow
 def test_the_advice_asks_the_calibration_for_the_model_by_its_name():
     # a compiled model with records of its own is predicted from them (Calibration._bound_fit): the advice
     # must name the model, or every model gets the other models' fit
-    from carm_advisor.measured_advice import _whole
+    from carm_advisor.advise.measured import _whole
 
     seen = []
 
@@ -301,7 +301,7 @@ class EagerFit:
 def test_a_larger_batch_on_a_host_paced_eager_model_is_judged_on_the_whole_model():
     import dataclasses
 
-    from carm_advisor.recommend import _larger_batch
+    from carm_advisor.advise.recommend import _larger_batch
 
     report = _report({"inference": {"time_s": 0.058, "energy_j": 20.0, "execution": "eager"}})
     # at batch 256 every layer takes 4x as long: per sample the layers' sum gains nothing (the former basis)
@@ -326,9 +326,9 @@ def test_verify_compares_a_compile_advice_on_the_power_basis_the_advice_used():
     #   conv: 100 + 600 * (6/9) ** 0.5 = 589.90 W; bn: 100 + 400 * (4/5) ** 0.5 = 457.77 W
     #   time-weighted over 9 + 5 ms: (589.90 * 9 + 457.77 * 5) / 14 = 542.71 W
     #   eager: 100 + 442.71 * 0.5 = 321.35 W; compiled: 542.71 W
-    from carm_advisor.analysis import _whole_model_calibration
+    from carm_advisor.advise.analyze import _whole_model_calibration
     from carm_advisor.carm.power_model import DutyCurve, PowerModel
-    from carm_advisor.verify_recommendations import on_worker_baseline
+    from carm_advisor.advise.verify import on_worker_baseline
 
     class Fit:
         samples, provenance = [], {}

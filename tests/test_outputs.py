@@ -10,7 +10,7 @@ import pytest
 
 import carm_advisor as advisor
 from carm_advisor.errors import CarmError
-from carm_advisor.report.files import Outputs, write_text_atomic
+from carm_advisor.files import Outputs, write_text_atomic
 from test_cli import assert_one_line_error, run_cli
 
 

@@ -85,7 +85,7 @@ def test_the_ceilings_run_measures_the_launch_floor_and_keeps_it_in_the_profile(
     from test_measure_ceilings import FakeLibrary
 
     from carm_advisor.measure import ceilings as C
-    from carm_advisor.profiles import build as P
+    from carm_advisor.measure import profile as P
     from carm_advisor.power.fake import FakeGPU
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from carm_advisor.recommend import _depthwise, _fusion, _share, _tensor_core_alignment
+from carm_advisor.advise.recommend import _depthwise, _fusion, _share, _tensor_core_alignment
 from carm_advisor.report.model import LayerRow, ModelInfo, Report
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 import carm_advisor as advisor
 from carm_advisor.report.render import print_report
-from carm_advisor.report.units import named_list, plural, seconds, si
+from carm_advisor.units import named_list, plural, seconds, si
 
 
 def small_cnn():

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from carm_advisor.errors import CarmError
-from carm_advisor.report.files import Outputs, check_output_path, write_text_atomic
+from carm_advisor.files import Outputs, check_output_path, write_text_atomic
 
 
 @pytest.fixture

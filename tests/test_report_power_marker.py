@@ -11,7 +11,7 @@ from rich.console import Console
 
 import carm_advisor as advisor
 from carm_advisor.report.render import print_report
-from carm_advisor.tune.space import SearchSpace
+from carm_advisor.trials.space import SearchSpace
 from carm_advisor.tune.study import tune
 
 POWER_MARK = "\u2021"   # double dagger (the dagger marks recurrent layers' times)

@@ -45,7 +45,7 @@ def test_analyze_on_torch_imports_nothing_its_analysis_does_not_use():
 
 
 def test_hidden_modules_raise_on_import_only_while_hidden(tmp_path, monkeypatch):
-    from carm_advisor.keras_import import modules_hidden, unused_at_import
+    from carm_advisor.models.keras_import import modules_hidden, unused_at_import
 
     (tmp_path / "carm_hidden_probe").mkdir()
     (tmp_path / "carm_hidden_probe" / "__init__.py").write_text("")
@@ -126,7 +126,7 @@ def test_the_measured_profile_says_how_long_loading_the_kernels_took(tmp_path, m
     from test_measure_ceilings import FakeLibrary
 
     from carm_advisor.measure import ceilings as C
-    from carm_advisor.profiles import build as P
+    from carm_advisor.measure import profile as P
     from carm_advisor.power.fake import FakeGPU
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))

@@ -14,7 +14,7 @@ import pytest
 
 from carm_advisor.errors import NoPermissionError
 from carm_advisor.power import ENV_NO_CLOCK_CONTROL, FakeGPU
-from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.trials.space import SearchSpace, TrialConfig
 from carm_advisor.tune.study import _clock_gpu, _clock_lock, _default_clocks, tune
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))

@@ -13,8 +13,8 @@ from rich.console import Console
 
 import carm_advisor.tune.study as study_mod
 from carm_advisor.calibration import Calibration
-from carm_advisor.tune.predicted import resolve_calibration
-from carm_advisor.tune.space import TrialConfig
+from carm_advisor.trials.predicted import resolve_calibration
+from carm_advisor.trials.space import TrialConfig
 from carm_advisor.tune.study import tune
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))

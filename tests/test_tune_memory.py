@@ -17,10 +17,10 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 from carm_advisor.mapping import map_model  # noqa: E402
 from carm_advisor.mapping.memory import footprint_lower_bound  # noqa: E402
 from carm_advisor.profiles.profile import load_profile  # noqa: E402
-from carm_advisor.tune.builder import model_spec  # noqa: E402
-from carm_advisor.tune.predicted import ConfigPredictor  # noqa: E402
+from carm_advisor.models.builder import model_spec  # noqa: E402
+from carm_advisor.trials.predicted import ConfigPredictor  # noqa: E402
 from carm_advisor.tune.result import TrialRecord, batch_range_warnings  # noqa: E402
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 
 H200_BYTES = 150109880320   # carm_advisor/profiles/nvidia_h200.json device.memory_bytes: "150.1 GB"
@@ -84,7 +84,7 @@ def test_a_file_whose_bfloat16_policy_stays_is_counted_at_16_bits(tmp_path):
     layer is the conv, 8*8*3 + 8*8*4 = 448 elements a sample in and out (the dense: 256 + 5 = 261), at 2 bytes.
     At batch 1000 under the float32 configuration: 2794 + 448 * 2 * 1000 = 898,794 (at 4 bytes it would say
     2794 + 1,792,000 = 1,794,794). On a GPU of 1,000,000 bytes it may fit: not pruned."""
-    from carm_advisor.tune.builder import file_traits
+    from carm_advisor.models.builder import file_traits
 
     keras.mixed_precision.set_global_policy("bfloat16")
     try:

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 from tiny_models import tiny_cnn  # noqa: E402
 
-from carm_advisor.tune.builder import build, model_spec  # noqa: E402
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.models.builder import build, model_spec  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 
 BASELINE = TrialConfig("torch", "float32", 32, "channels_last", "eager")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from carm_advisor.model_loader import dtype_policy
+from carm_advisor.models.loader import dtype_policy
 from carm_advisor.profiles.profile import load_profile
-from carm_advisor.tune.builder import build, model_spec
-from carm_advisor.tune.predicted import ConfigPredictor
-from carm_advisor.tune.space import PRECISIONS, TrialConfig
+from carm_advisor.models.builder import build, model_spec
+from carm_advisor.trials.predicted import ConfigPredictor
+from carm_advisor.trials.space import PRECISIONS, TrialConfig
 from carm_advisor.tune.study import tune
 
 SUPPORT = Path(__file__).parent / "tune_support"
@@ -92,11 +92,11 @@ def test_a_quantized_file_keeps_its_precision_and_the_warning_names_what_was_dro
     model = keras.Model(inputs, keras.layers.Dense(4, name="fc")(keras.layers.Flatten()(x)), name="q")
     model.quantize("int8")   # Dense kernels to int8: a rebuild cannot give them another policy
     path = _save(model, tmp_path / "q.keras")
-    from carm_advisor.tune.builder import file_traits
+    from carm_advisor.models.builder import file_traits
 
     traits = file_traits(model_spec(path))
     assert traits.fixed_precision and "int8_from_float32" in traits.fixed_precision
-    from carm_advisor.tune.space import SearchSpace
+    from carm_advisor.trials.space import SearchSpace
     from carm_advisor.tune.study import _narrow_to_file
 
     space, _, notes = _narrow_to_file(SearchSpace(("torch",)), model_spec(path))
@@ -143,8 +143,8 @@ def test_the_real_worker_runs_a_model_file_at_mixed_precision(tmp_path, monkeypa
     from stubs import TablePredictor
     from tiny_models import tiny_cnn
 
-    from carm_advisor.tune.runner import WorkerRunner, WorkerSettings
-    from carm_advisor.tune.space import TrialConfig
+    from carm_advisor.trials.runner import WorkerRunner, WorkerSettings
+    from carm_advisor.trials.space import TrialConfig
 
     path = _save(tiny_cnn(), tmp_path / "tiny_cnn.keras")
     settings = WorkerSettings(window_s=0.05, min_windows=2, max_windows=3, warmup_calls=1, idle_gap_s=0,
@@ -186,7 +186,7 @@ def test_a_built_models_layout_is_found_in_a_nested_model(tmp_path):
                               keras.layers.GlobalAveragePooling2D(data_format="channels_first")], name="inner")
     inputs = keras.Input((3, 16, 16))
     model = keras.Model(inputs, keras.layers.Dense(2, name="fc")(inner(inputs)), name="outer")
-    from carm_advisor.tune.builder import file_traits
+    from carm_advisor.models.builder import file_traits
 
     assert file_traits(model_spec(model)).layout == "channels_first"
     assert _tune_built(model, tmp_path).space.layouts == ("channels_first",)
@@ -210,7 +210,7 @@ def test_a_tie_between_policies_goes_to_the_mixed_one_whatever_the_hash_seed():
                                                                   "config": {"name": "mixed_bfloat16"}}}},
         {"class_name": "Dense", "config": {"name": "out", "dtype": {"class_name": "DTypePolicy",
                                                                     "config": {"name": "float32"}}}}]}}
-    code = ("import json, sys; from carm_advisor.tune.builder import config_traits; "
+    code = ("import json, sys; from carm_advisor.models.builder import config_traits; "
             f"print(config_traits(json.loads({json.dumps(json.dumps(config))})).policy)")
     for seed in ("0", "1", "2", "3"):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -260,8 +260,7 @@ def test_a_file_whose_policies_cannot_be_replaced_is_costed_at_its_own_dtypes(tm
 def test_a_tune_of_a_file_reads_its_traits_once(tmp_path, monkeypatch):
     # tune() reads what the file fixes to narrow its space; its predictor takes that answer instead of reading the
     # file's config a second time. A file whose policies cannot be replaced is still costed at its own dtypes.
-    from carm_advisor.tune import builder
-
+    from carm_advisor.models import builder
     inputs = keras.Input(shape=(64,))
     path = _save(keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(inputs)), tmp_path / "f.keras")
     reads = []
@@ -276,7 +275,7 @@ def test_a_tune_of_a_file_reads_its_traits_once(tmp_path, monkeypatch):
 def test_a_sequentials_own_dtype_does_not_vote_for_its_policy():
     # Built under float32, a mixed_bfloat16 layer and its float32 output layer: the layers tie, and a tie goes to
     # the mixed policy. The Sequential's config also carries the global float32; counted, float32 would win 2-1.
-    from carm_advisor.tune.builder import config_traits, model_policy
+    from carm_advisor.models.builder import config_traits, model_policy
 
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, dtype="mixed_bfloat16", name="a"),
                               keras.layers.Dense(8, dtype="float32", name="b")])

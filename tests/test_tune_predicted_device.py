@@ -10,7 +10,7 @@ import keras
 from rich.console import Console
 
 from carm_advisor.profiles.profile import embedded_profile_doc
-from carm_advisor.tune.space import SearchSpace
+from carm_advisor.trials.space import SearchSpace
 from carm_advisor.tune.study import tune
 
 # Two configurations: float32 (the baseline) and mixed_float16.

@@ -9,10 +9,10 @@ import keras
 import pytest
 
 from carm_advisor.mapping import map_model
-from carm_advisor.model_loader import dtype_policy, load_model
-from carm_advisor.tune.builder import model_policy, model_spec
-from carm_advisor.tune.predicted import PROBE_POLICY, ConfigPredictor
-from carm_advisor.tune.space import TrialConfig
+from carm_advisor.models.loader import dtype_policy, load_model
+from carm_advisor.models.builder import model_policy, model_spec
+from carm_advisor.trials.predicted import PROBE_POLICY, ConfigPredictor
+from carm_advisor.trials.space import TrialConfig
 
 
 def pinned_output():

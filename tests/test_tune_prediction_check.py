@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from carm_advisor.tune.predicted import VALUE_CALIBRATED, Prediction
+from carm_advisor.trials.predicted import VALUE_CALIBRATED, Prediction
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tuning_prediction_check.py"
 

@@ -15,7 +15,7 @@ from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
 from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
 from carm_advisor.tune.result import TrialRecord  # noqa: E402
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import _carm_prune_reason, tune  # noqa: E402
 
 BASELINE = TrialConfig("torch", "float32", 32, "channels_last", "eager")
@@ -277,8 +277,8 @@ def test_unknown_layers_are_named_up_to_four():
     from types import SimpleNamespace
 
     from carm_advisor.errors import MappingError
-    from carm_advisor.tune.builder import ModelSpec
-    from carm_advisor.tune.predicted import Prediction
+    from carm_advisor.models.builder import ModelSpec
+    from carm_advisor.trials.predicted import Prediction
     from carm_advisor.tune.study import _check_costed
 
     rows = [SimpleNamespace(name=f"l{i}", type="Lambda", known=False) for i in range(6)]

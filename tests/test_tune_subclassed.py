@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.trials.space import SearchSpace, TrialConfig
 from carm_advisor.tune.study import tune
 
 
@@ -76,9 +76,9 @@ def test_a_study_resumes_only_on_the_same_input_shapes(tmp_path):
 
 def test_input_shapes_are_refused_for_a_measured_study_and_checked_before_the_storage(tmp_path):
     from carm_advisor.errors import MappingError
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.builder import model_spec
-    from carm_advisor.tune.runner import FakeRunner
+    from carm_advisor.trials.predicted import ConfigPredictor
+    from carm_advisor.models.builder import model_spec
+    from carm_advisor.trials.runner import FakeRunner
 
     runner = FakeRunner(ConfigPredictor(model_spec(two_tensors)))
     with pytest.raises(ValueError, match="^input_shapes is for predicted studies"):

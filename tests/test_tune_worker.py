@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from carm_advisor.tune.builder import model_spec
-from carm_advisor.tune.runner import TrialFailed, WorkerRunner, WorkerSettings
-from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.models.builder import model_spec
+from carm_advisor.trials.runner import TrialFailed, WorkerRunner, WorkerSettings
+from carm_advisor.trials.space import SearchSpace, TrialConfig
 from carm_advisor.tune.study import tune
 
 SUPPORT = Path(__file__).parent / "tune_support"
@@ -67,7 +67,7 @@ def test_the_real_worker_measures_a_tiny_model_on_the_cpu(tmp_path, monkeypatch)
 def test_accuracy_figures_by_hand():
     import numpy as np
 
-    from carm_advisor.tune.worker import _accuracy
+    from carm_advisor.trials.worker import _accuracy
 
     ref = np.array([[1.0, 2.0], [3.0, 5.0]])
     # max |y - ref| = 1 (last entry), max |ref| = 5: 0.2; arg-max of both rows agrees.
@@ -93,7 +93,7 @@ def test_the_worker_feeds_every_input_at_its_dtype_and_a_subclassed_model_its_bu
     trial, token ids came out negative, and a subclassed model (no model.inputs) could not be fed at all."""
     import numpy as np
 
-    from carm_advisor.tune.worker import Worker
+    from carm_advisor.trials.worker import Worker
 
     worker = Worker({"model": f"tiny_models:{builder}", "settings": {
         "window_s": 0.02, "min_windows": 1, "max_windows": 1, "warmup_calls": 1, "idle_gap_s": 0,

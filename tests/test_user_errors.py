@@ -94,7 +94,7 @@ def test_build_kernels_says_what_was_built_where_for_which_archs_and_how_long(ca
 
 @pytest.mark.parametrize("precision", ["int8", "float8", "float64", "fp8", 8])
 def test_the_python_api_accepts_the_precisions_the_cli_accepts_and_no_other(precision):
-    from carm_advisor.model_loader import KERAS_POLICIES
+    from carm_advisor.models.loader import KERAS_POLICIES
 
     inputs = keras.Input(shape=(16,))
     model = keras.Model(inputs, keras.layers.Dense(8)(inputs))
@@ -103,7 +103,7 @@ def test_the_python_api_accepts_the_precisions_the_cli_accepts_and_no_other(prec
 
 
 def test_every_precision_the_cli_accepts_the_python_api_accepts_too():
-    from carm_advisor.analysis import PRECISIONS
-    from carm_advisor.model_loader import KERAS_POLICIES
+    from carm_advisor.advise.analyze import PRECISIONS
+    from carm_advisor.models.loader import KERAS_POLICIES
 
     assert PRECISIONS == KERAS_POLICIES

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from carm_advisor.report.model import MeasurementInfo, ModelInfo, Recommendation, Report
-from carm_advisor.verify_recommendations import verified_text, verify_recommendations
+from carm_advisor.advise.verify import verified_text, verify_recommendations
 
 
 def _report():
@@ -147,7 +147,7 @@ def test_torch_compile_is_measured_against_the_tuners_eager_trial_not_model_x():
 
 
 def test_which_compilers_go_to_the_tuners_worker():
-    from carm_advisor.verify_recommendations import tuner_compiler
+    from carm_advisor.advise.verify import tuner_compiler
 
     assert tuner_compiler({"backend": "torch", "compile": "torch.compile"})
     assert tuner_compiler({"backend": "tensorflow", "compile": "xla"})
@@ -157,9 +157,9 @@ def test_which_compilers_go_to_the_tuners_worker():
 
 
 def test_the_default_runner_hands_compilers_to_the_tuners_worker_runner(monkeypatch):
-    import carm_advisor.tune.runner as tuner
-    from carm_advisor.tune.runner import Measurement, TrialFailed
-    from carm_advisor.verify_recommendations import TrialRunners
+    import carm_advisor.trials.runner as tuner
+    from carm_advisor.trials.runner import Measurement, TrialFailed
+    from carm_advisor.advise.verify import TrialRunners
 
     made = []
 

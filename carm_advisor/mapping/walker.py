@@ -52,7 +52,7 @@ import keras
 from keras.src.utils.naming import to_snake_case
 
 from carm_advisor.errors import MappingError
-from carm_advisor.report.units import named_list
+from carm_advisor.units import named_list
 
 Shape = tuple[int, ...]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from carm_advisor.errors import GPUUnavailableError, KernelBuildError, MeasurementError
-from carm_advisor.keras_import import configured_backend
+from carm_advisor.models.keras_import import configured_backend
 
 CARM_OK, CARM_ERR_NO_GPU, CARM_ERR_INVALID, CARM_ERR_UNSUPPORTED, CARM_ERR_CUDA = range(5)
 ABI_VERSION = 1

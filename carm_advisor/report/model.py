@@ -313,7 +313,7 @@ class Report:
 
     def to_json(self, path: str | Path) -> None:
         """Write the report as JSON; the file appears whole or not at all (an existing one stays on failure)."""
-        from carm_advisor.report.files import write_text_atomic
+        from carm_advisor.files import write_text_atomic
 
         write_text_atomic(path, self.to_json_text())
 
@@ -332,7 +332,7 @@ class Report:
 
         kind "carm": the performance CARM with the layer dots; "energy": GFLOP/s per W against AI.
         """
-        from carm_advisor.report.files import check_output_path, write_atomic
+        from carm_advisor.files import check_output_path, write_atomic
         from carm_advisor.report.plot import check_plot_format, plot_report
 
         if kind not in ("carm", "energy"):

@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from carm_advisor.report.units import count, named_list, plural, seconds, si
+from carm_advisor.units import count, named_list, plural, seconds, si
 
 __all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
            "renderables", "print_report"]
@@ -223,7 +223,7 @@ def recommendations_table(report) -> Table:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("recommendation", ratio=1, overflow="fold")
     for i, rec in enumerate(report.recommendations, 1):
-        from carm_advisor.verify_recommendations import verified_text
+        from carm_advisor.advise.verify import verified_text
 
         checked = verified_text(rec.verified)
         block = Text.assemble((rec.title, "bold"), "\n", ("expected gain: ", "dim"), rec.expected_gain, "\n", rec.detail)

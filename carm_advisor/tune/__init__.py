@@ -15,8 +15,8 @@ from importlib import import_module
 # Imported on first use: the CLI builds its parser from objectives.py without loading Optuna.
 _LAZY = {
     "tune": "carm_advisor.tune.study", "TuneResult": "carm_advisor.tune.result",
-    "SearchSpace": "carm_advisor.tune.space", "TrialConfig": "carm_advisor.tune.space",
-    "baseline_config": "carm_advisor.tune.space", "installed_backends": "carm_advisor.tune.space",
+    "SearchSpace": "carm_advisor.trials.space", "TrialConfig": "carm_advisor.trials.space",
+    "baseline_config": "carm_advisor.trials.space", "installed_backends": "carm_advisor.trials.space",
     "OBJECTIVES": "carm_advisor.tune.objectives", "Objective": "carm_advisor.tune.objectives",
     "get_objective": "carm_advisor.tune.objectives",
 }

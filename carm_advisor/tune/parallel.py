@@ -88,9 +88,9 @@ def this_gpu(source: str) -> dict[str, Any]:
 
 def runner_from_run(run: dict[str, Any], predictor=None):
     """(predictor, runner) for a worker of this study, from its "run" attributes."""
-    from carm_advisor.tune.builder import model_spec
-    from carm_advisor.tune.predicted import ConfigPredictor
-    from carm_advisor.tune.runner import FakeRunner, PredictedRunner, WorkerRunner, WorkerSettings
+    from carm_advisor.models.builder import model_spec
+    from carm_advisor.trials.predicted import ConfigPredictor
+    from carm_advisor.trials.runner import FakeRunner, PredictedRunner, WorkerRunner, WorkerSettings
 
     if run.get("runner_factory"):
         return load_factory(run["runner_factory"])(run)
@@ -113,8 +113,8 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     """Run trials of an existing study until it has its target (or, given `share`, that many); returns
     how many trials this worker ran. The whole run is read from the study itself."""
     from carm_advisor.tune.objectives import get_objective
-    from carm_advisor.tune.runner import TrialFailed
-    from carm_advisor.tune.space import SearchSpace, TrialConfig
+    from carm_advisor.trials.runner import TrialFailed
+    from carm_advisor.trials.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage
     from carm_advisor.tune.study import (STARTED, VALUE_POLICY_CALIBRATED, _fail_stale, _log_callback, _make_objective, _quiet_optuna,
                                          _sampler, _StudyState)
@@ -171,7 +171,7 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
 def _gpu_baseline(study, runner, baseline, objectives, gpu: dict[str, Any]):
     """This GPU's baseline figures (measured once per GPU, kept in the study) -> a function giving a trial's
     gain over them, oriented so that > 1 is better for every objective. None when the baseline fails here."""
-    from carm_advisor.tune.runner import TrialFailed, TrialOutOfMemory
+    from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory
 
     key = "gpu_baseline:" + (gpu.get("uuid") or f"{gpu['host']}/{gpu.get('visible')}")
     record = study.user_attrs.get(key)

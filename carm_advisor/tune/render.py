@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from carm_advisor.report.units import plural
+from carm_advisor.units import plural
 from carm_advisor.tune.objectives import OBJECTIVES
 
 
@@ -94,7 +94,7 @@ def render(result) -> Iterator:
         g = d["gain"].get(o.name)
         if g is None or g != g:
             continue
-        from carm_advisor.tune.space import TrialConfig
+        from carm_advisor.trials.space import TrialConfig
 
         summary.append(("\n" if summary.plain else "")
                        + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "

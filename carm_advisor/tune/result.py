@@ -12,10 +12,10 @@ from typing import Any
 
 import optuna
 
-from carm_advisor.report.units import named_list
+from carm_advisor.units import named_list
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
-from carm_advisor.tune.predicted import layer_changes, predict_at_sm_clock
-from carm_advisor.tune.space import SearchSpace, TrialConfig
+from carm_advisor.trials.predicted import layer_changes, predict_at_sm_clock
+from carm_advisor.trials.space import SearchSpace, TrialConfig
 
 SCHEMA = "carm-advisor/tune/1"
 # What the top-1 agreement figure is (and is not): said wherever it is shown.
@@ -170,7 +170,7 @@ class TuneResult:
         return out
 
     def to_json(self, path: str | Path) -> None:
-        from carm_advisor.report.files import write_text_atomic
+        from carm_advisor.files import write_text_atomic
 
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n")
 
@@ -192,7 +192,7 @@ def _json_default(obj):
 
 
 def value_of(o: Objective, t: TrialRecord) -> float:
-    from carm_advisor.tune.runner import Measurement
+    from carm_advisor.trials.runner import Measurement
 
     return o.value(Measurement.from_dict(t.measurement))
 
@@ -362,8 +362,8 @@ def keras_default_gains(best: TrialRecord | None, space: SearchSpace, predictor)
     uncompiled default: torch eager, jax XLA, tensorflow graph) on each backend of the search whose defaults
     have a calibrated value, gain as TuneResult.gain: best / defaults per objective (>1 better), None where
     the best's value is not calibrated too (a CARM bound against a calibrated value is no gain)."""
-    from carm_advisor.tune.predicted import VALUE_CALIBRATED, value_prediction
-    from carm_advisor.tune.space import baseline_config
+    from carm_advisor.trials.predicted import VALUE_CALIBRATED, value_prediction
+    from carm_advisor.trials.space import baseline_config
 
     calibrates = getattr(predictor, "calibrates", None)
     if calibrates is None:

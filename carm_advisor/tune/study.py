@@ -47,12 +47,12 @@ from typing import Any, Iterable, Sequence
 import optuna
 
 from carm_advisor.errors import CarmError
-from carm_advisor.tune.builder import ModelSpec, content_hash, model_spec
+from carm_advisor.models.builder import ModelSpec, content_hash, model_spec
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
-from carm_advisor.tune.predicted import ConfigPredictor, predicted_device, value_prediction
-from carm_advisor.tune.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
+from carm_advisor.trials.predicted import ConfigPredictor, predicted_device, value_prediction
+from carm_advisor.trials.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
                                       WorkerRunner, WorkerSettings)
-from carm_advisor.tune.space import SearchSpace, TrialConfig, baseline_config
+from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
 from carm_advisor.tune.storage import HEARTBEAT_S, in_memory, open_storage, storage_url
 
 PRUNE_MARGIN = 0.10   # the bound's energy comes from a fitted power model: keep 10% benefit of the doubt
@@ -92,7 +92,7 @@ def _mapping_said_once(fn):
     time (analysis.mapping_warnings)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from carm_advisor.analysis import mapping_warnings
+        from carm_advisor.advise.analyze import mapping_warnings
 
         with mapping_warnings() as said:
             result = fn(*args, **kwargs)
@@ -623,7 +623,7 @@ def _constraints(m: Measurement, state: _StudyState, complete: list) -> list[flo
     if state.max_slowdown is not None and base:
         slow_c = base / (m.batch_size / m.time_s) - state.max_slowdown
     if state.rank_calibrated_only:
-        from carm_advisor.tune.predicted import VALUE_CALIBRATED
+        from carm_advisor.trials.predicted import VALUE_CALIBRATED
 
         return [error_c, slow_c, 0.0 if (m.extra or {}).get("value_source") == VALUE_CALIBRATED else 1.0]
     return [error_c, slow_c]
@@ -683,7 +683,7 @@ def _check_model(spec: ModelSpec, predictor, baseline: TrialConfig, own_predicto
     if own_predictor and hasattr(predictor, "model"):
         predictor.model(baseline.layout)
     elif spec.kind == "application":
-        from carm_advisor.model_loader import application_names, load_model
+        from carm_advisor.models.loader import application_names, load_model
 
         if spec.spec.replace("-", "").replace("_", "") not in application_names():
             load_model(spec.spec)   # raises ModelLoadError with its one line (known names, a hint)
@@ -700,7 +700,7 @@ def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
         return
     rows = list(getattr(bound, "rows", None) or [])
 
-    from carm_advisor.report.units import named_list
+    from carm_advisor.units import named_list
 
     def named(rs) -> str:
         return named_list([f"{r.name} ({r.type})" for r in rs], 4)
@@ -740,7 +740,7 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
     value is computed from them."""
     import keras
 
-    from carm_advisor.tune.builder import model_identity
+    from carm_advisor.models.builder import model_identity
 
     model_for = getattr(predictor, "model", None)
     out: dict[str, Any] = {"source": source, "mode": mode, "objectives": [o.name for o in objectives],
@@ -862,7 +862,7 @@ def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, A
     note naming what was left out, why, and how to search it (none where nothing was)."""
     import keras
 
-    from carm_advisor.tune.builder import file_traits, narrowing_note
+    from carm_advisor.models.builder import file_traits, narrowing_note
 
     traits = file_traits(spec)
     layout = traits.layout or keras.config.image_data_format()   # none: no layer has a layout, it changes nothing

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import carm_advisor as advisor
-from carm_advisor.model_loader import load_model
+from carm_advisor.models.loader import load_model
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 

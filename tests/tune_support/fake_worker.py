@@ -1,4 +1,4 @@
-"""A stand-in for carm_advisor.tune.worker speaking its JSON-lines protocol, without Keras: it dies on
+"""A stand-in for carm_advisor.trials.worker speaking its JSON-lines protocol, without Keras: it dies on
 batch 64 (a crash) and hangs on mixed_float16 (a timeout); anything else gets a fixed measurement."""
 
 import json

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 
 TABLE = {"float32": (0.02, 4.0, 0.0), "float32_tf32": (0.015, 3.0, 0.0), "mixed_float16": (0.012, 2.2, 0.0),
          "mixed_bfloat16": (0.01, 2.0, 0.0)}

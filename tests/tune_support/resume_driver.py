@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
-from carm_advisor.tune.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 
 

@@ -3,8 +3,8 @@ by the code under test."""
 
 from __future__ import annotations
 
-from carm_advisor.tune.predicted import Prediction
-from carm_advisor.tune.runner import Measurement, TrialFailed, TrialOutOfMemory
+from carm_advisor.trials.predicted import Prediction
+from carm_advisor.trials.runner import Measurement, TrialFailed, TrialOutOfMemory
 
 
 class TablePredictor:
@@ -68,7 +68,7 @@ class BackendTablePredictor:
         return Prediction(t, e, 32e9, 32, rows=[])
 
     def value_prediction(self, config):
-        from carm_advisor.tune.predicted import VALUE_CALIBRATED
+        from carm_advisor.trials.predicted import VALUE_CALIBRATED
 
         if self.calibrates(config.backend, config.compiler):
             t, e = self.calibrated_table[config.backend]
@@ -84,7 +84,7 @@ class BackendTablePredictor:
 
 def three_backend_space():
     """torch eager, jax xla, tensorflow graph; float32, batch 32, channels_last: one configuration each."""
-    from carm_advisor.tune.space import SearchSpace
+    from carm_advisor.trials.space import SearchSpace
 
     return SearchSpace(backends=("torch", "jax", "tensorflow"), precisions=("float32",), batch_sizes=(32,),
                        layouts=("channels_last",), compilers={"torch": ("eager",), "jax": ("xla",), "tensorflow": ("graph",)})

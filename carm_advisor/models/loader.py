@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 from carm_advisor.errors import ModelLoadError
-from carm_advisor.report.units import named_list
+from carm_advisor.units import named_list
 
 KERAS_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16")
 
@@ -143,7 +143,7 @@ def file_at_precision(model, precision: str | None):
         return model, None
     import keras
 
-    from carm_advisor.tune.builder import config_traits, rebuild_under_policy
+    from carm_advisor.models.builder import config_traits, rebuild_under_policy
 
     try:
         traits = config_traits(keras.saving.serialize_keras_object(model))

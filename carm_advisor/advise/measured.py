@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from carm_advisor.calibration import MATMUL_CLASSES
 from carm_advisor.report.model import LayerRow, Recommendation
-from carm_advisor.report.units import named_list
+from carm_advisor.units import named_list
 
 # A layer this far below its roof (measured / attainable) with this share of the measured time is named.
 FAR_BELOW = 0.25
@@ -158,7 +158,7 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     backend = report.model.backend
     if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):
         return []
-    from carm_advisor.analysis import whole_model_execution
+    from carm_advisor.advise.analyze import whole_model_execution
     from carm_advisor.predict import Predictor, resolve_math_mode
 
     now_t = _whole(report, rows, calib, backend, whole_model_execution(backend))
@@ -196,7 +196,7 @@ def whole_model_now_and_changed(report, rows, changed_rows, predict) -> tuple | 
     now measured where measured, else calibrated; `changed_rows` (the same model changed, e.g. at another
     batch size) calibrated, its energy at the validated whole-model power. None without a calibration with a
     whole-model fit for the backend."""
-    from carm_advisor.analysis import whole_model_execution
+    from carm_advisor.advise.analyze import whole_model_execution
 
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
     backend = report.model.backend

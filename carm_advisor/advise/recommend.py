@@ -15,7 +15,7 @@ from carm_advisor import calibration as calibration_rules
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import LayerRow, Recommendation, Report
-from carm_advisor.report.units import named_list, plural, seconds
+from carm_advisor.units import named_list, plural, seconds
 
 if TYPE_CHECKING:
     from carm_advisor.predict import ModelPredictor
@@ -66,7 +66,7 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
         _depthwise(report, rows),
     ]
     recs = [r for r in recs if r is not None]
-    from carm_advisor.measured_advice import measured_recommendations
+    from carm_advisor.advise.measured import measured_recommendations
 
     recs = measured_recommendations(report, rows, recs, predict)
     return sorted(recs, key=lambda r: -advised_gain(r))
@@ -134,7 +134,7 @@ def _as_whole_model(report, rows, changed, predict, speedup, energy_ratio) -> tu
     """(speedup, energy ratio, source) of a change as the whole model runs, where a calibration can say (torch
     eager: a host that sets the pace of each call is not sped up by faster layers, and the layers' sum cannot see
     that; the report's own whole-model time says it), else the layers' sums given."""
-    from carm_advisor.measured_advice import whole_model_now_and_changed
+    from carm_advisor.advise.measured import whole_model_now_and_changed
 
     whole = whole_model_now_and_changed(report, rows, changed, predict)
     if whole is None:
@@ -156,7 +156,7 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     source = "CARM prediction"
     # The whole model as its user runs it, where a calibration can say (torch eager: a host that sets the
     # pace of each call is paid per call, so a larger batch divides it; the layers' sum cannot see that).
-    from carm_advisor.measured_advice import whole_model_now_and_changed
+    from carm_advisor.advise.measured import whole_model_now_and_changed
 
     whole = whole_model_now_and_changed(report, rows, alt, predict)
     if whole is not None:

@@ -55,7 +55,7 @@ class ModelSpec:
 
 def model_spec(model_or_builder: Any) -> ModelSpec:
     """Normalise what tune() was given: a name, a file, 'module:function', a function, or a built model."""
-    from carm_advisor.model_loader import is_model_file
+    from carm_advisor.models.loader import is_model_file
 
     if isinstance(model_or_builder, str):
         text = model_or_builder
@@ -118,7 +118,7 @@ def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channe
     """A built keras.Model for one configuration. `seed` fixes the random weights (same for every trial)."""
     import keras
 
-    from carm_advisor.model_loader import dtype_policy, image_data_format, load_model
+    from carm_advisor.models.loader import dtype_policy, image_data_format, load_model
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
@@ -267,7 +267,7 @@ def model_policy(model) -> str:
 def file_config(path: str) -> dict:
     """The serialised model of a model file: a .keras archive's config.json (read without its weights), else
     the loaded model's (a bad file raises load_model's one-line ModelLoadError)."""
-    from carm_advisor.model_loader import keras_file_config, load_model
+    from carm_advisor.models.loader import keras_file_config, load_model
 
     config = keras_file_config(path)
     if config is not None:
@@ -333,7 +333,7 @@ def rebuild_under_policy(model, policy: str | None):
     The model itself where the policy is its own, or where its policies cannot be replaced (FileTraits)."""
     import keras
 
-    from carm_advisor.model_loader import dtype_policy, image_data_format
+    from carm_advisor.models.loader import dtype_policy, image_data_format
 
     if policy is None:
         return model

@@ -11,8 +11,8 @@ from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
 from carm_advisor.report.render import recurrent_caution, recurrent_layers
-from carm_advisor.report.units import named_list
-from carm_advisor.tune.builder import layer_policies, model_policy
+from carm_advisor.units import named_list
+from carm_advisor.models.builder import layer_policies, model_policy
 
 if TYPE_CHECKING:
     from carm_advisor.measure.records import RunMeasurement
@@ -171,7 +171,7 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
              measure_options, calibration, verify, verify_runner) -> Report:
     import keras
 
-    from carm_advisor.recommend import recommend
+    from carm_advisor.advise.recommend import recommend
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size!r}")
@@ -250,8 +250,8 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
                                "(timing the changes on this CPU would say nothing of a GPU)")
         verify = False
     if verify:
-        from carm_advisor.model_loader import application_names
-        from carm_advisor.verify_recommendations import verify_recommendations
+        from carm_advisor.models.loader import application_names
+        from carm_advisor.advise.verify import verify_recommendations
 
         key = str(model_info.name).lower().replace("-", "").replace("_", "")
         verify_recommendations(report, runner=verify_runner, model=model,
@@ -466,7 +466,7 @@ def _default_profile(name: str | None, run) -> Profile:
     if name is not None:
         return load_profile(name)
     if run is not None:
-        from carm_advisor.profiles.build import measured_profile_for
+        from carm_advisor.measure.profile import measured_profile_for
 
         cached = measured_profile_for(run.device or {})
         if cached is not None:

@@ -36,8 +36,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from carm_advisor.tune.builder import ModelSpec, build
-from carm_advisor.tune.space import TrialConfig
+from carm_advisor.models.builder import ModelSpec, build
+from carm_advisor.trials.space import TrialConfig
 
 SOURCE_BOUND = "predicted (CARM bound)"
 SOURCE_CALIBRATED = "predicted (calibrated)"
@@ -187,7 +187,7 @@ class ConfigPredictor:
         """True where the model's dtype policies cannot be replaced (builder.file_traits: a file or built model
         with bfloat16 variables, quantized layers): it computes at its own dtypes whatever the configuration."""
         if self._fixed is None:
-            from carm_advisor.tune.builder import file_traits
+            from carm_advisor.models.builder import file_traits
 
             self._fixed = self.spec.kind in ("file", "model") and bool(file_traits(self.spec).fixed_precision)
         return self._fixed
@@ -225,7 +225,7 @@ class ConfigPredictor:
         key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype)
         if key not in self._cache:
             from carm_advisor.mapping import map_model
-            from carm_advisor.tune.builder import model_policy
+            from carm_advisor.models.builder import model_policy
 
             model = self.model(config.layout)
             # A model whose policies cannot be replaced runs at its own dtypes whatever the configuration.

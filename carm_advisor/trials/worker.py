@@ -1,6 +1,6 @@
 """The trial worker: a child process that runs under one Keras backend and measures configurations.
 
-    KERAS_BACKEND=jax python -m carm_advisor.tune.worker     (started by runner.WorkerRunner)
+    KERAS_BACKEND=jax python -m carm_advisor.trials.worker     (started by runner.WorkerRunner)
 
 Protocol, one JSON object per line: the parent sends {"op": "init", "model", "settings"} then
 {"op": "measure", "config"} messages; the worker answers each with {"ok": true, ...} or
@@ -34,8 +34,8 @@ class Worker:
         import keras
 
         from carm_advisor.measure import backend as _backend
-        from carm_advisor.tune.builder import model_spec
-        from carm_advisor.tune.runner import WorkerSettings
+        from carm_advisor.models.builder import model_spec
+        from carm_advisor.trials.runner import WorkerSettings
 
         self.keras = keras
         self.backend = _backend.active_backend()
@@ -68,7 +68,7 @@ class Worker:
     # --- models and inputs ------------------------------------------------------------------------
 
     def reference(self, layout: str):
-        from carm_advisor.tune.builder import build
+        from carm_advisor.models.builder import build
 
         if layout not in self.references:
             self.references[layout] = build(self.spec, "float32", layout, seed=self.settings.seed)
@@ -82,7 +82,7 @@ class Worker:
         if key in self.models:
             self.models.move_to_end(key)
             return self.models[key]
-        from carm_advisor.tune.builder import build
+        from carm_advisor.models.builder import build
 
         model = build(self.spec, policy, layout, seed=self.settings.seed)
         model.set_weights(ref.get_weights())  # the same weights as every other trial
@@ -123,7 +123,7 @@ class Worker:
 
         from carm_advisor.measure import backend as _backend
         from carm_advisor.power.energy import measure_energy
-        from carm_advisor.tune.space import TrialConfig
+        from carm_advisor.trials.space import TrialConfig
 
         cfg = TrialConfig.from_dict(cfg_dict)
         if cfg.backend != self.backend:

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from carm_advisor.errors import CarmError
-from carm_advisor.tune.predicted import ConfigPredictor, value_prediction
-from carm_advisor.tune.space import TrialConfig
+from carm_advisor.trials.predicted import ConfigPredictor, value_prediction
+from carm_advisor.trials.space import TrialConfig
 
 
 class TrialFailed(CarmError):
@@ -264,7 +264,7 @@ class WorkerRunner:
         self.settings = settings or WorkerSettings()
         self.trial_timeout_s = trial_timeout_s
         self.startup_timeout_s = startup_timeout_s
-        self.command = command or [sys.executable, "-m", "carm_advisor.tune.worker"]
+        self.command = command or [sys.executable, "-m", "carm_advisor.trials.worker"]
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="carm-tune-")
         self.workers: dict[str, _Worker] = {}
         self.restarts = 0

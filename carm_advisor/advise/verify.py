@@ -24,22 +24,22 @@ import os
 import tempfile
 from pathlib import Path
 
-from carm_advisor.measure.trial import Runner, fake_result, measure_config
-from carm_advisor.recommend import advised_gain
+from carm_advisor.trials.child import Runner, fake_result, measure_config
+from carm_advisor.advise.recommend import advised_gain
 
 VERIFY_TOLERANCE = 0.25
 
 
 def tuner_compiler(cfg: dict) -> bool:
     """Whether the config's compile is one of the tuner's compilers for its backend (torch.compile, xla, ...)."""
-    from carm_advisor.tune.space import COMPILERS
+    from carm_advisor.trials.space import COMPILERS
 
     return cfg.get("compile") in COMPILERS.get(cfg.get("backend"), ()) and cfg.get("backend") != "jax"
 
 
 def uncompiled_baseline(cfg: dict) -> dict:
     """The tuner's default compiler on the config's backend (torch eager, tensorflow graph)."""
-    from carm_advisor.tune.space import DEFAULT_COMPILER
+    from carm_advisor.trials.space import DEFAULT_COMPILER
 
     return {**cfg, "compile": DEFAULT_COMPILER[cfg["backend"]]}
 
@@ -70,8 +70,8 @@ class TrialRunners:
         fake = os.environ.get("CARM_ADVISOR_FAKE_TRIALS")
         if fake:
             return fake_result(cfg, fake)
-        from carm_advisor.tune.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
-        from carm_advisor.tune.space import TrialConfig
+        from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
+        from carm_advisor.trials.space import TrialConfig
 
         if self._worker is None:
             settings = WorkerSettings(window_s=0.5, min_windows=2, max_windows=4, idle_gap_s=0.5, accuracy_samples=0)
@@ -191,7 +191,7 @@ def _off(measured: float | None, predicted: float | None) -> float | None:
 def on_worker_baseline(report, rec, base: dict, b_cfg: dict) -> tuple[float | None, float | None, str]:
     """A compile advice's predicted (speedup, energy ratio) rescaled from its model(x) baseline to the tuner
     worker's measured uncompiled run, and that baseline in words; (None, None, why) where it cannot be."""
-    from carm_advisor.measured_advice import current_time
+    from carm_advisor.advise.measured import current_time
 
     worker = f"the tuner worker's uncompiled ({b_cfg['compile']}) predict_on_batch"
     now = current_time(report)

@@ -13,7 +13,7 @@ config keys: model (a keras.applications name or a .keras file), precision (Kera
 layout, batch_size, backend ("torch" | "jax" | "tensorflow"), compile: "none" (as the user calls
 model(x): eager on torch, jitted on jax), "cuda_graph" (torch: replayed from one CUDA graph) or "jit".
 
-The child: `python -m carm_advisor.measure.trial` reads the config as JSON on stdin and prints the
+The child: `python -m carm_advisor.trials.child` reads the config as JSON on stdin and prints the
 result as one JSON line (the last line of its stdout).
 """
 
@@ -51,7 +51,7 @@ def measure_config(config: dict, timeout_s: float = 300.0) -> dict:
     env = {**os.environ, "KERAS_BACKEND": cfg["backend"], "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
-        done = subprocess.run([sys.executable, "-m", "carm_advisor.measure.trial"], input=json.dumps(cfg),
+        done = subprocess.run([sys.executable, "-m", "carm_advisor.trials.child"], input=json.dumps(cfg),
                               capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return _failed(cfg, f"timed out after {timeout_s:.0f} s")
@@ -84,7 +84,7 @@ def run_here(cfg: dict) -> dict:
     import keras
 
     from carm_advisor.measure.layers import measure_model, measure_model_graph
-    from carm_advisor.model_loader import load_model
+    from carm_advisor.models.loader import load_model
     from carm_advisor.power.nvml import gpu_count, open_gpu
 
     keras.config.set_image_data_format(cfg["layout"])
