@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     elif args.power_sweep:
         ap.error("--power-sweep joins the sweep fit: it needs --power-fit sweep")
     if args.duty:
-        from carm_advisor.result_files import read_json
+        from carm_advisor.files import read_json
 
         doc["power_model"] = {**doc["power_model"],
                               **duty_of(read_json(args.duty), args.duty.name, args.power_fit == "sweep")}

@@ -54,7 +54,7 @@ def load_runs(paths: list[str]) -> list:
 def add_studies(calibration, studies: list[str], profile=None) -> None:
     """Add the measured tuning trials of `studies` to `calibration` as whole-model samples (in place), their bounds
     on `profile`'s roofs (the embedded H200 when None), as the records' layers are."""
-    from carm_advisor.calibration import whole_from_studies
+    from tuning_studies import whole_from_studies
 
     if not studies:
         return
@@ -125,7 +125,7 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
 
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    from carm_advisor.calibration import fit_runs
+    from carm_advisor.learn import fit_runs
 
     runs = load_runs(args.records)
     if not runs:

@@ -180,8 +180,9 @@ def _layer_rows_from_record(doc: dict, profile, calibration, execution: str | No
     """Analytic costs of a RunMeasurement's model (built on the CPU) placed by predict.Predictor, joined
     with its measured layers; with the calibrated times of the calibration given and of the same
     calibration without this model's samples."""
-    from carm_advisor.advise.analyze import part_shares
-    from carm_advisor.calibration import apply_calibration, rebuilt_model
+    from carm_advisor.learn import part_shares
+    from carm_advisor.learn import rebuilt_model
+    from carm_advisor.predict import apply_calibration
     from carm_advisor.models.loader import image_data_format
     from carm_advisor.predict import Predictor
 
@@ -1675,7 +1676,7 @@ def write_compact(path: Path, doc: dict) -> Path:
     text = (head + ',\n "layers": ' + json.dumps(layers, separators=(",", ":"))[:-1] + ',"rows":[\n' + body
             + "\n]}\n}\n")
     json.loads(text)   # well formed
-    from carm_advisor.result_files import write_text
+    from carm_advisor.files import write_text
 
     return write_text(path, text)   # .json.xz: compressed (how results are committed)
 
@@ -1987,7 +1988,7 @@ def rescore(argv: list[str]) -> int:
     """`--rescore IN OUT [NOTE]`: a written result (.json, .json.xz or .json.gz) with validation.session_tests
     (SESSION_TESTS) added from its own rows, written compactly to OUT (a "file_note" NOTE where given); nothing is
     refitted."""
-    from carm_advisor.result_files import read_json
+    from carm_advisor.files import read_json
 
     if len(argv) not in (2, 3):
         print("error: usage: power_model_validation.py --rescore IN OUT [NOTE]", file=sys.stderr)

@@ -74,7 +74,8 @@ def rows_by_run(runs: list, build=None, profile=None) -> list[list]:
 
     import keras
 
-    from carm_advisor.calibration import GPU_TIME_EXECUTIONS, rows_for_run
+    from carm_advisor.calibration import GPU_TIME_EXECUTIONS
+    from carm_advisor.learn import rows_for_run
     from carm_advisor.models.loader import load_model
 
     built: dict[tuple, object] = {}
@@ -124,7 +125,8 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
     (the held-out evaluation); the training models' own records are not evaluated."""
     import dataclasses
 
-    from carm_advisor.calibration import apply_calibration, layer_class, layers_valid
+    from carm_advisor.calibration import layer_class, layers_valid
+    from carm_advisor.predict import apply_calibration
 
     full = full if full is not None else full_calibration(runs, rows, studies, profile)
     if eager_host is not None:

@@ -14,7 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
-from carm_advisor.result_files import COMPRESSED_SUFFIXES, read_json
+from carm_advisor.files import COMPRESSED_SUFFIXES, read_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

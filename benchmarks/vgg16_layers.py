@@ -39,7 +39,7 @@ def main() -> int:
     import keras
 
     import carm_advisor as advisor
-    from carm_advisor.measure.layers import measure_run
+    from carm_advisor.measure.run import measure_run
     from carm_advisor.models.loader import load_model
     from carm_advisor.power.nvml import open_gpu
 

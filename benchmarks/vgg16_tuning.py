@@ -293,7 +293,7 @@ def unmeasured_bounds(space, grid_rows: dict[str, dict], predictor, objective, g
 
 
 def summary(result, objective, grid_rows: dict[str, dict], args, predictor=None) -> dict:
-    from carm_advisor.tune.result import TOP1_CAVEAT
+    from carm_advisor.tune.records import TOP1_CAVEAT
 
     def brief(t):
         if t is None:
@@ -372,7 +372,7 @@ def summarize(args, start_s: float) -> int:
     from carm_advisor.tune.result import build_result
     from carm_advisor.trials.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage, storage_url
-    from carm_advisor.tune.study import PRUNE_MARGIN
+    from carm_advisor.tune.objective import PRUNE_MARGIN
 
     for f in [args.storage, *args.grid_storage, *args.grid_json]:
         if not Path(f).is_file():

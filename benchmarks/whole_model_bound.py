@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from carm_advisor.calibration import rebuilt_model  # noqa: E402
+from carm_advisor.learn import rebuilt_model
 from carm_advisor.carm.dvfs import Work, predict_at_clock, reference_clock_mhz  # noqa: E402
 from carm_advisor.models.loader import image_data_format  # noqa: E402
 from carm_advisor.predict import Predictor  # noqa: E402
 from carm_advisor.profiles.profile import load_profile  # noqa: E402
-from carm_advisor.result_files import read_json  # noqa: E402
+from carm_advisor.files import read_json  # noqa: E402
 
 
 def record_of(row: dict, results: Path) -> dict:

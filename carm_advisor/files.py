@@ -7,11 +7,17 @@ been written, so an error or Ctrl-C before `commit()` leaves every existing file
 Paths are checked before any work (the folder exists and a file can be created in it), the file gets
 the mode a plain open() would give it (an existing file keeps its own; a new one 0o666 & ~umask, not
 mkstemp's 0600), and every error names the path the user gave, never the temporary file.
+
+Result files (JSON, plain or compressed by their suffix: .json.xz, xz -9e, lossless; .json.gz) are read and
+written by read_json and write_text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
+import lzma
 import os
 import stat
 import tempfile
@@ -184,3 +190,33 @@ class Outputs:
 
     def __exit__(self, *exc) -> None:
         self.discard()
+
+
+COMPRESSED_SUFFIXES = (".xz", ".gz")
+
+
+def read_json(path: Path | str) -> dict:
+    """The JSON document in `path`, decompressed by its suffix (.xz, .gz, else plain). Raises OSError for a missing,
+    unreadable or badly gzip-compressed file and ValueError for bad xz data or malformed JSON."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if path.suffix == ".xz":
+        try:
+            raw = lzma.decompress(raw)
+        except lzma.LZMAError as exc:
+            raise ValueError(f"not xz data: {exc}") from None
+    elif path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
+def write_text(path: Path | str, text: str) -> Path:
+    """Write `text` to `path`, xz-compressed (`xz -9e`'s preset) where the name ends in .xz, else plain; the folder
+    is made where missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode()
+    if path.suffix == ".xz":
+        data = lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)
+    path.write_bytes(data)
+    return path

@@ -10,15 +10,18 @@ and the calibrated figure side by side, never one in place of the other.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
-from carm_advisor import calibration as calibration_rules
+from carm_advisor.calibration import policy as calibration_policy
+from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
 from carm_advisor.carm.dvfs import predicted_time_energy
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
-from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
+from carm_advisor.carm.power_model import host_paced_fraction
+from carm_advisor.mapping import map_model
 from carm_advisor.mapping.registry import dtype_bytes_of, elems
+from carm_advisor.mapping.types import OP_MATMUL, LayerCost
 from carm_advisor.profiles.profile import Profile, load_profile
-from carm_advisor.report.model import LayerRow
+from carm_advisor.results import LayerRow
 
 
 class Calibration(Protocol):
@@ -81,8 +84,6 @@ class Predictor:
     def rows(self, model: Any, batch_size: int = 1, dtype: str | Mapping[str, str] | None = None) -> list[LayerRow]:
         """Map a built Keras model at `batch_size` (compute dtype `dtype`: map_model's compute_dtype, None: each
         layer's policy) and place it."""
-        from carm_advisor.mapping import map_model
-
         return self.rows_for_costs(map_model(model, batch_size=batch_size, strict=self.strict, compute_dtype=dtype))
 
     def for_model(self, model: Any, batch_size: int = 1,
@@ -111,7 +112,7 @@ class Predictor:
                 input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
                 output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )
-            copy_bytes = calibration_rules.layout_copy_bytes(self.backend, c.type, c.extra.get("data_format"),
+            copy_bytes = calibration_policy.layout_copy_bytes(self.backend, c.type, c.extra.get("data_format"),
                                                              row.input_bytes)
             if copy_bytes and level in carm.bandwidth_bytes_per_s:
                 row.layout_copy_s = copy_bytes / carm.bandwidth_bytes_per_s[level]
@@ -161,7 +162,7 @@ class Predictor:
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         if getattr(row, "layout_copy_s", 0.0):   # the backend's layout copies, as the calibration counts them
             row.layout_copy_calibrated_s = layout_copies_time_s(row, self.calibration, self.backend)
-            if calibration_rules.LAYOUT_COPIES:   # in the layer's calibrated time (calibration.LAYOUT_COPIES)
+            if calibration_policy.LAYOUT_COPIES:   # in the layer's calibrated time (calibration.policy.LAYOUT_COPIES)
                 row.calibrated_time_s += row.layout_copy_calibrated_s
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
@@ -210,9 +211,6 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction);
     compiled ones whose fit has a host term (calibration.JIT_HOST "max"): Calibration.compiled_gpu_share;
     else 1. Rows with no work or no calibrated time are left out."""
-    from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
-    from carm_advisor.carm.power_model import host_paced_fraction
-
     working = [r for r in rows if r.known and (r.flops or r.bytes) and getattr(r, "calibrated_time_s", None)]
     times = [(r, r.calibrated_time_s) for r in working]
     in_model_time_s = getattr(calibration, "in_model_time_s", None)   # a calibration without in-model times
@@ -295,3 +293,11 @@ def _channels(c: LayerCost) -> tuple[int, ...]:
         return (int(c.input_shapes[0][axis]), int(c.output_shapes[0][axis]))
     except (IndexError, TypeError):
         return ()
+
+
+def apply_calibration(rows: Iterable, calibration: "Calibration | None", backend: str, profile=None) -> None:
+    """Lay `calibration` over rows already predicted (and perhaps measured), as predict.Predictor does
+    when it predicts them: re-calibrating the same rows with another calibration (leave one model out)."""
+    predictor = Predictor(profile, {}, backend=backend, calibration=calibration)
+    for row in rows:
+        predictor.calibrate(row)

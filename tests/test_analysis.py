@@ -296,7 +296,7 @@ def test_channel_counts_off_the_tensor_core_multiple_are_flagged():
 
 
 def _row(name, bound_s, notes=""):
-    from carm_advisor.report.model import LayerRow
+    from carm_advisor.results import LayerRow
 
     return LayerRow(name=name, type="SeparableConv2D", dtype="float32", flops=1000, bytes=1000, ai=1.0,
                     ai_source="analytic", path="fp32", level="hbm", bound="memory:hbm", attainable_flops_per_s=1e11,
@@ -306,7 +306,7 @@ def _row(name, bound_s, notes=""):
 def test_a_separable_conv_measured_as_one_call_is_split_over_its_parts_by_bound_time():
     from types import SimpleNamespace
 
-    from carm_advisor.advise.analyze import merge_measurements
+    from carm_advisor.learn import merge_measurements
     from carm_advisor.measure.records import LayerMeasurement
 
     rows = [_row("sep:depthwise", 1e-6, "depthwise half"), _row("sep:pointwise", 3e-6), _row("other", 2e-6)]
@@ -324,7 +324,7 @@ def test_a_separable_conv_measured_as_one_call_is_split_over_its_parts_by_bound_
 def test_a_separable_conv_model_gets_both_parts_measured():
     from types import SimpleNamespace
 
-    from carm_advisor.advise.analyze import merge_measurements
+    from carm_advisor.learn import merge_measurements
     from carm_advisor.measure.records import LayerMeasurement
     from carm_advisor.predict import Predictor
 

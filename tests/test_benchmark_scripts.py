@@ -184,7 +184,7 @@ def test_summarize_compare_reads_a_result_written_outside_the_results_folder_and
     """A validation written under /tmp (before it is committed) is compared by its absolute path; a pattern that
     matches nothing is a one-line exit, not an empty table."""
     mod = _load("summarize")
-    from carm_advisor.result_files import read_json
+    from carm_advisor.files import read_json
 
     committed = mod.RESULTS / "nvidia-h200-power-model-2026-12-06-s18-in-use-after-separable-fix.json.xz"
     copy = tmp_path / "copy.json"

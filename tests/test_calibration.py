@@ -6,7 +6,8 @@ import dataclasses
 import math
 import pytest
 
-from carm_advisor.calibration import Calibration, Sample, WholeSample, apply_calibration, shipped_calibration, size_bucket
+from carm_advisor.calibration import Calibration, Sample, shipped_calibration, size_bucket, WholeSample
+from carm_advisor.predict import apply_calibration
 from carm_advisor.errors import ProfileError
 
 
@@ -245,7 +246,7 @@ def test_the_shipped_h200_calibration_has_torch_and_jax_conv_samples():
 
 def test_the_shipped_calibration_is_only_used_for_its_own_gpu_and_the_cache_extends_it(tmp_path, monkeypatch):
     from carm_advisor.calibration import load_calibration
-    from carm_advisor.profiles.cache import store_calibration
+    from carm_advisor.calibration import store_calibration
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
     device = {"uuid": "GPU-1", "driver": "1"}
@@ -406,46 +407,6 @@ def test_whole_model_samples_without_layer_sums_do_not_enter_the_eager_fit():
     assert Calibration([], study).whole_fit("torch", "eager") is None
     record = WholeSample("torch", "eager", 2.0, 1.0, 1.0, 100)
     assert Calibration([], study + [record]).whole_fit("torch", "eager").n == 1
-
-
-def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path):
-    import sys
-    from pathlib import Path
-
-    optuna = pytest.importorskip("optuna")
-    sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
-    from tiny_models import tiny_cnn
-
-    from carm_advisor.calibration import whole_from_studies
-
-    def study_file(name, trials):
-        path = tmp_path / name
-        study = optuna.create_study(study_name="s", storage=f"sqlite:///{path}")
-        study.set_user_attr("run", {"model": "tiny", "mode": "inference"})
-        for attrs in trials:
-            t = optuna.trial.create_trial(value=1.0, user_attrs=attrs)
-            study.add_trial(t)
-        return path
-
-    def trial(backend, compiler, batch, time_s, clock=None, **extra):
-        cfg = {"backend": backend, "precision": "mixed_bfloat16", "batch_size": batch, "layout": "channels_last",
-               "compiler": compiler, "sm_clock_mhz": clock}
-        key = f"{backend}/{batch}/{compiler}/{clock}"
-        return {"config": cfg, "config_key": key, "measurement": {"time_s": time_s, "source": "measured"}, **extra}
-
-    a = study_file("a.db", [trial("torch", "torch.compile", 32, 1e-3), trial("jax", "xla", 64, 2e-3),
-                            trial("torch", "eager", 32, 3e-3),
-                            trial("torch", "eager", 32, 9e-3),                       # same key again: skipped
-                            trial("jax", "xla", 32, 5e-3, repeat_of=1),             # a repeat: skipped
-                            trial("jax", "xla", 128, 4e-3, clock=1200)])            # a locked clock: skipped
-    b = study_file("b.db", [trial("jax", "xla", 64, 2e-3)])                         # the same trial copied: once
-    found = whole_from_studies([a, b], builders={"tiny": tiny_cnn})
-    got = sorted((w.backend, w.execution, w.batch_size, w.time_s) for w in found)
-    assert got == [("jax", "jit", 64, 2e-3), ("torch", "eager", 32, 3e-3), ("torch", "torch.compile", 32, 1e-3)]
-    assert all(w.model == "tiny" and w.matmul_bound_s > 0 and not w.has_layer_sums for w in found)
-    assert {w.source for w in found} == {"study a.db#0", "study a.db#1", "study a.db#2"}
-    with pytest.raises(ProfileError, match="Expected an Optuna SQLite study file"):
-        whole_from_studies([tmp_path / "missing.db"])
 
 
 def test_the_shipped_calibration_has_compiled_fits_with_the_fixed_cost_the_vgg16_studies_measured():
@@ -802,7 +763,7 @@ def test_a_sample_of_infinite_time_is_left_out_of_its_cell():
 def test_a_cache_written_before_the_layout_copies_field_leaves_its_torch_conv_and_pool_samples_out(tmp_path, monkeypatch):
     import json
 
-    from carm_advisor.profiles.cache import cached_calibration, calibration_path, store_calibration
+    from carm_advisor.calibration import cached_calibration, calibration_path, store_calibration
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
     device = {"uuid": "GPU-1", "driver": "1"}
@@ -875,7 +836,7 @@ def test_the_h100_calibrations_cited_test_figures_are_those_of_its_committed_res
     import statistics
     from pathlib import Path
 
-    from carm_advisor.result_files import read_json
+    from carm_advisor.files import read_json
 
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     text = shipped_calibration("NVIDIA H100 80GB HBM3").provenance["test"]
@@ -914,7 +875,7 @@ def test_the_shipped_h100_calibration_is_the_file_rule_hj_tested():
     import json
     from pathlib import Path
 
-    from carm_advisor.result_files import read_json
+    from carm_advisor.files import read_json
 
     root = Path(__file__).resolve().parents[1]
     tested = read_json(root / "benchmarks/results/nvidia-h100-80gb-hbm3-calibration-2026-12-07-s21h-jax.json.xz")

@@ -9,6 +9,7 @@ from pathlib import Path
 import keras
 import pytest
 
+from carm_advisor.errors import ProfileError
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -74,7 +75,8 @@ def test_record_layers_records_a_model_that_refuses_channels_first_in_channels_l
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_record_layers_whole_only_records_the_jitted_model_and_no_layer(tmp_path):
-    from carm_advisor.calibration import rows_for_run, whole_from_run
+    from carm_advisor.calibration import whole_from_run
+    from carm_advisor.learn import rows_for_run
 
     proc = subprocess.run(_record_layers_cmd(tmp_path, "mobilenet", "jax", "--whole-only", "mobilenet", "--budget-s", "120"),
                           capture_output=True, text=True, timeout=300)
@@ -90,7 +92,7 @@ def test_record_layers_whole_only_records_the_jitted_model_and_no_layer(tmp_path
 
 def _synthetic_run(model, name, efficiency):
     """Every layer measured at exactly `efficiency` of its CARM bound; the graph = the layers' sum."""
-    from carm_advisor.calibration import rows_for_run
+    from carm_advisor.learn import rows_for_run
 
     base = RunMeasurement(device={"name": "Fake GPU"}, backend="torch", backend_version="x", keras_version="x",
                           batch_size=4, precision="float32", layout="channels_last",
@@ -109,7 +111,7 @@ def no_layout_copies(monkeypatch):
     so neither the learning nor the prediction may count any (tests/test_layout_copies.py tests the copies)."""
     import carm_advisor.calibration as calibration
 
-    monkeypatch.setattr(calibration, "LAYOUT_COPIES", False)
+    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", False)
 
 
 def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path, no_layout_copies):
@@ -319,3 +321,43 @@ def test_eager_host_choice_scores_each_form_on_torch_eager_models_and_keeps_the_
     ratios["median_of_models_by_dtype"] = [0.80, 1.20, 1.10]
     out = mod.eager_host_choice([], [])
     assert out["in_use"] == "median_of_models_by_dtype" and out["lowest"] == "median_of_models_by_dtype"
+
+
+def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path):
+    import sys
+    from pathlib import Path
+
+    optuna = pytest.importorskip("optuna")
+    sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
+    from tiny_models import tiny_cnn
+
+    whole_from_studies = _load("tuning_studies").whole_from_studies
+
+    def study_file(name, trials):
+        path = tmp_path / name
+        study = optuna.create_study(study_name="s", storage=f"sqlite:///{path}")
+        study.set_user_attr("run", {"model": "tiny", "mode": "inference"})
+        for attrs in trials:
+            t = optuna.trial.create_trial(value=1.0, user_attrs=attrs)
+            study.add_trial(t)
+        return path
+
+    def trial(backend, compiler, batch, time_s, clock=None, **extra):
+        cfg = {"backend": backend, "precision": "mixed_bfloat16", "batch_size": batch, "layout": "channels_last",
+               "compiler": compiler, "sm_clock_mhz": clock}
+        key = f"{backend}/{batch}/{compiler}/{clock}"
+        return {"config": cfg, "config_key": key, "measurement": {"time_s": time_s, "source": "measured"}, **extra}
+
+    a = study_file("a.db", [trial("torch", "torch.compile", 32, 1e-3), trial("jax", "xla", 64, 2e-3),
+                            trial("torch", "eager", 32, 3e-3),
+                            trial("torch", "eager", 32, 9e-3),                       # same key again: skipped
+                            trial("jax", "xla", 32, 5e-3, repeat_of=1),             # a repeat: skipped
+                            trial("jax", "xla", 128, 4e-3, clock=1200)])            # a locked clock: skipped
+    b = study_file("b.db", [trial("jax", "xla", 64, 2e-3)])                         # the same trial copied: once
+    found = whole_from_studies([a, b], builders={"tiny": tiny_cnn})
+    got = sorted((w.backend, w.execution, w.batch_size, w.time_s) for w in found)
+    assert got == [("jax", "jit", 64, 2e-3), ("torch", "eager", 32, 3e-3), ("torch", "torch.compile", 32, 1e-3)]
+    assert all(w.model == "tiny" and w.matmul_bound_s > 0 and not w.has_layer_sums for w in found)
+    assert {w.source for w in found} == {"study a.db#0", "study a.db#1", "study a.db#2"}
+    with pytest.raises(ProfileError, match="Expected an Optuna SQLite study file"):
+        whole_from_studies([tmp_path / "missing.db"])

@@ -1,9 +1,10 @@
 """The package's layers, asserted from the code's own imports (top-level and inside functions).
 
-carm/ is pure math: it imports itself, errors, the standard library and numpy. pynvml lives in the NVML
-module alone; ctypes and TensorFlow's load_op_library in the kernel loader alone. mapping/ never
-reaches into measure/, and measure/ never into report/. The checker is proven able to fail on a
-synthetic package that breaks every rule.
+The package reads top-down: every unit (a folder of carm_advisor, or a module at its root) sits on one layer
+of LAYERS and imports only units of lower layers; no two files import each other through a chain (no cycle),
+and no module is longer than MAX_LINES. carm/ is pure math: it imports itself, errors, the standard library and
+numpy. pynvml lives in the NVML module alone; ctypes and TensorFlow's load_op_library in the kernel loader alone.
+Each checker is proven able to fail on a synthetic package that breaks its rule.
 """
 
 from __future__ import annotations
@@ -19,6 +20,29 @@ import carm_advisor
 PACKAGE_DIR = Path(carm_advisor.__file__).parent
 NVML_MODULE = "carm_advisor.power.nvml"
 KERNEL_LOADER = "carm_advisor.measure.kernels"
+MAX_LINES = 600
+
+# Lowest first. A unit imports only units on lower lines; units on one line do not import each other.
+LAYERS = (
+    ("errors",),                      # the root error
+    ("units", "files"),               # figures as text; atomic writes and result files
+    ("carm",),                        # pure math: roofs, placement, power and energy models, fits, DVFS
+    ("results",),                     # plain data: a report's rows and advice
+    ("profiles", "power"),            # a GPU's measured roofs; NVML, energy windows, clocks
+    ("mapping",),                     # Keras layer -> FLOPs and bytes
+    ("models",),                      # loading and building Keras models
+    ("measure",),                     # kernels, ceilings, layer and model runs, every framework call
+    ("calibration",),                 # what a backend reaches, learned from records
+    ("report",),                      # rich text, JSON, charts of a report
+    ("predict",),                     # the CARM bound and the calibrated prediction of a model's rows
+    ("learn",),                       # a measured run's rows and the samples it teaches
+    ("trials",),                      # one configuration: its space, predictions, runners, worker processes
+    ("advise",),                      # analyze, recommendations, --verify
+    ("tune",),                        # the Optuna study and its result
+    ("cli",),                         # carm-advise
+    ("carm_advisor",),                # the package's public face (lazy names)
+)
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
 def _within(name: str, *prefixes: str) -> bool:
@@ -75,22 +99,43 @@ RULES = {
         lambda module: module != KERNEL_LOADER,
         lambda name: name == "load_op_library" or name.endswith(".load_op_library"),
     ),
-    "mapping/ never imports measure/": (
-        lambda module: _within(module, "carm_advisor.mapping"),
-        lambda name: _within(name, "carm_advisor.measure"),
-    ),
-    MEASURE_REPORT: (
-        lambda module: _within(module, "carm_advisor.measure"),
-        lambda name: _within(name, "carm_advisor.report"),
-    ),
 }
 
 
-def layering_violations(package_dir: Path) -> dict[str, list[str]]:
+def _modules(package_dir: Path) -> dict[str, Path]:
+    return {_module_name(p, package_dir): p for p in sorted(package_dir.rglob("*.py"))}
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a package module: its folder under carm_advisor, or the root module's own name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _package_imports(package_dir: Path) -> dict[str, list[tuple[int, str]]]:
+    """module -> (line, package module it imports) for every import of a module of this package (a `from pkg
+    import name` counts as importing pkg.name where that is a module, else pkg)."""
+    modules = _modules(package_dir)
+    top = package_dir.name
+    out: dict[str, list[tuple[int, str]]] = {}
+    for module, path in modules.items():
+        found = []
+        for line, name in _uses(path, module):
+            if not _within(name, top):
+                continue
+            target = name if name in modules else name.rpartition(".")[0]
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.append((line, target))
+        out[module] = found
+    return out
+
+
+def rule_violations(package_dir: Path) -> dict[str, list[str]]:
     """For each rule, 'file:line uses name' for every import (or reference) in package_dir that breaks it."""
     violations: dict[str, list[str]] = {rule: [] for rule in RULES}
-    for path in sorted(package_dir.rglob("*.py")):
-        module = _module_name(path, package_dir)
+    for module, path in _modules(package_dir).items():
         for line, name in _uses(path, module):
             for rule, (governs, forbids) in RULES.items():
                 if governs(module) and forbids(name):
@@ -98,16 +143,91 @@ def layering_violations(package_dir: Path) -> dict[str, list[str]]:
     return violations
 
 
+def layer_violations(package_dir: Path, rank: dict[str, int] = RANK) -> list[str]:
+    """'module:line imports target (unit A, layer i -> unit B, layer j)' for every import that does not go to a
+    lower layer (a package __init__ importing its own folder's modules aside), and every unit with no layer."""
+    found = []
+    for module, imports in _package_imports(package_dir).items():
+        unit = _unit(module)
+        if unit not in rank:
+            found.append(f"{module}: unit {unit!r} has no layer")
+            continue
+        for line, target in imports:
+            other = _unit(target)
+            if other == unit:
+                continue
+            if other not in rank:
+                found.append(f"{module}:{line} imports {target}: unit {other!r} has no layer")
+            elif rank[other] >= rank[unit]:
+                found.append(f"{module}:{line} imports {target} ({unit}, layer {rank[unit]} -> {other}, "
+                             f"layer {rank[other]})")
+    return found
+
+
+def import_cycles(package_dir: Path) -> list[list[str]]:
+    """Every cycle of imports between the package's modules (its strongly connected components of two or more
+    modules, and modules that import themselves through a package __init__), each sorted."""
+    graph = {m: sorted({t for _, t in imports}) for m, imports in _package_imports(package_dir).items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:   # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, []):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def long_modules(package_dir: Path, max_lines: int = MAX_LINES) -> list[str]:
+    return [f"{path.relative_to(package_dir.parent)}: {n} lines" for path in sorted(package_dir.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > max_lines]
+
+
 @pytest.fixture(scope="module")
-def package_violations():
-    return layering_violations(PACKAGE_DIR)
-
-
+def package_rule_violations():
+    return rule_violations(PACKAGE_DIR)
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_the_package_keeps_the_layering_rule(rule, package_violations):
-    assert package_violations[rule] == []
+def test_the_package_keeps_the_import_rule(rule, package_rule_violations):
+    assert package_rule_violations[rule] == []
+
+
+def test_every_import_of_the_package_goes_to_a_lower_layer():
+    assert layer_violations(PACKAGE_DIR) == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert import_cycles(PACKAGE_DIR) == []
+
+
+def test_no_module_of_the_package_is_over_600_lines():
+    assert long_modules(PACKAGE_DIR) == []
 
 
 def _write(root: Path, relative: str, text: str) -> None:
@@ -119,7 +239,7 @@ def _write(root: Path, relative: str, text: str) -> None:
     path.write_text(text)
 
 
-def test_the_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_path):
+def test_the_rule_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_path):
     pkg = tmp_path / "carm_advisor"
     _write(tmp_path, "carm_advisor/errors.py", "class CarmError(Exception): ...\n")
     # allowed: itself, errors, stdlib, numpy; a relative import of a sibling in carm/
@@ -130,10 +250,8 @@ def test_the_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_path):
     _write(tmp_path, "carm_advisor/power/energy.py", "def read():\n    from pynvml import nvmlInit\n")
     _write(tmp_path, "carm_advisor/measure/kernels.py", "import ctypes\nimport tensorflow as tf\ntf.load_op_library('x')\n")
     _write(tmp_path, "carm_advisor/measure/tf_op.py", "import ctypes.util\ndef load(tf):\n    return tf.load_op_library('y')\n")
-    _write(tmp_path, "carm_advisor/measure/run.py", "from carm_advisor.report import render\n")
-    _write(tmp_path, "carm_advisor/mapping/costs.py", "from ..measure.run import x\n")
 
-    found = layering_violations(pkg)
+    found = rule_violations(pkg)
     assert found == {
         "carm/ imports only itself, errors, the standard library and numpy": [
             "carm_advisor/carm/roof.py:2 uses keras",
@@ -142,6 +260,43 @@ def test_the_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_path):
         f"pynvml only in {NVML_MODULE}": ["carm_advisor/power/energy.py:2 uses pynvml.nvmlInit"],
         f"ctypes only in {KERNEL_LOADER}": ["carm_advisor/measure/tf_op.py:1 uses ctypes.util"],
         f"load_op_library only in {KERNEL_LOADER}": ["carm_advisor/measure/tf_op.py:3 uses load_op_library"],
-        "mapping/ never imports measure/": ["carm_advisor/mapping/costs.py:1 uses carm_advisor.measure.run.x"],
-        MEASURE_REPORT: ["carm_advisor/measure/run.py:1 uses carm_advisor.report.render"],
     }
+
+
+def test_the_layer_checker_reports_upward_sideways_and_unplaced_imports(tmp_path):
+    pkg = tmp_path / "carm_advisor"
+    _write(tmp_path, "carm_advisor/errors.py", "")
+    # allowed: down a layer, inside a folder, a package __init__ importing its own modules
+    _write(tmp_path, "carm_advisor/mapping/walker.py", "from carm_advisor.errors import CarmError\nfrom . import registry\n")
+    _write(tmp_path, "carm_advisor/mapping/registry.py", "")
+    _write(tmp_path, "carm_advisor/mapping/__init__.py", "from carm_advisor.mapping.walker import x\n")
+    # broken: mapping -> report (up), inside a function too; profiles -> power (the same layer); an unplaced unit
+    _write(tmp_path, "carm_advisor/mapping/costs.py", "def f():\n    from carm_advisor.report import render\n")
+    _write(tmp_path, "carm_advisor/report/render.py", "")
+    _write(tmp_path, "carm_advisor/profiles/cache.py", "import carm_advisor.power.nvml\n")
+    _write(tmp_path, "carm_advisor/power/nvml.py", "")
+    _write(tmp_path, "carm_advisor/extra.py", "")
+
+    assert layer_violations(pkg) == [
+        "carm_advisor.extra: unit 'extra' has no layer",
+        "carm_advisor.mapping.costs:2 imports carm_advisor.report.render (mapping, layer 5 -> report, layer 9)",
+        "carm_advisor.profiles.cache:1 imports carm_advisor.power.nvml (profiles, layer 4 -> power, layer 4)",
+    ]
+
+
+def test_the_cycle_checker_finds_a_cycle_across_folders_and_inside_one(tmp_path):
+    pkg = tmp_path / "carm_advisor"
+    _write(tmp_path, "carm_advisor/a/x.py", "from carm_advisor.b import y\n")
+    _write(tmp_path, "carm_advisor/b/y.py", "def f():\n    import carm_advisor.a.x\n")
+    _write(tmp_path, "carm_advisor/a/p.py", "from carm_advisor.a.q import z\n")
+    _write(tmp_path, "carm_advisor/a/q.py", "from carm_advisor.a import p\n")
+    _write(tmp_path, "carm_advisor/a/free.py", "from carm_advisor.a import p\n")
+
+    assert import_cycles(pkg) == [["carm_advisor.a.p", "carm_advisor.a.q"], ["carm_advisor.a.x", "carm_advisor.b.y"]]
+
+
+def test_the_size_checker_names_a_long_module(tmp_path):
+    pkg = tmp_path / "carm_advisor"
+    _write(tmp_path, "carm_advisor/short.py", "x = 1\n" * 3)
+    _write(tmp_path, "carm_advisor/long.py", "x = 1\n" * 4)
+    assert long_modules(pkg, max_lines=3) == ["carm_advisor/long.py: 4 lines"]

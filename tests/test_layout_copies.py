@@ -10,7 +10,7 @@ import pytest
 
 import carm_advisor.calibration as calibration
 from carm_advisor.calibration import layout_copy_passes, samples_from_rows
-from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+from carm_advisor.mapping.types import OP_ELEMENTWISE, OP_MATMUL, LayerCost
 from carm_advisor.predict import Predictor
 
 from test_predict import FixedEfficiency, profile
@@ -67,7 +67,7 @@ def test_no_copy_on_channels_first_or_on_another_backend():
 
 @pytest.mark.parametrize("on", [True, False])
 def test_the_calibrated_time_holds_the_copies_only_when_they_are_on(monkeypatch, on):
-    monkeypatch.setattr(calibration, "LAYOUT_COPIES", on)
+    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
     (row,) = Predictor(profile(), MODE, backend="torch", calibration=FixedEfficiency(0.5)).rows_for_costs([conv()])
     bound = 100_100_000 / 1e11                                # 1.001 ms on the HBM slope
     assert row.predicted_time_s == pytest.approx(bound)
@@ -76,7 +76,7 @@ def test_the_calibrated_time_holds_the_copies_only_when_they_are_on(monkeypatch,
 
 @pytest.mark.parametrize("on", [True, False])
 def test_a_measured_layer_learns_its_efficiency_without_its_copies(monkeypatch, on):
-    monkeypatch.setattr(calibration, "LAYOUT_COPIES", on)
+    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
     (row,) = Predictor(profile(), MODE, backend="torch").rows_for_costs([conv()])
     row.measured, row.time_s = True, 6.002e-3                  # 4 ms of copies + 2.002 ms of work
     (sample,) = samples_from_rows([row], "torch", "m")
@@ -96,7 +96,7 @@ def test_the_layout_advice_predicts_the_same_gain_whether_or_not_the_time_holds_
     # the copies at their bound (layout_copy_form "roof"; the data-movement form: tests/test_layout_copy_form.py)
     half = calibration.Calibration(samples=[calibration.Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3,
                                    layout_copy_form="roof")
-    monkeypatch.setattr(calibration, "LAYOUT_COPIES", on)
+    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     inputs = keras.Input(shape=(64, 64, 32))
     x = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)

@@ -79,7 +79,7 @@ def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monke
     # convolutions at half their bound; pure data movement at a quarter (floor 0.4 ms)
     cal = Calibration(samples=[Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3
                       + [Sample("torch", "data-movement", "float32", 1e-4, 4e-4)] * 3, layout_copy_form="data_movement")
-    monkeypatch.setattr(calibration, "LAYOUT_COPIES", True)
+    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", True)
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     inputs = keras.Input(shape=(64, 64, 32))
     x = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)

@@ -260,7 +260,7 @@ def test_untraceable_subclassed_call_falls_back_with_a_lower_bound_warning():
 
 def test_the_fallback_keeps_a_user_layer_with_a_registered_cost_whole_as_the_graph_walk_does(monkeypatch):
     from carm_advisor.mapping import registry
-    from carm_advisor.mapping.costs import OP_MATMUL
+    from carm_advisor.mapping.types import OP_MATMUL
 
     class Block(keras.layers.Layer):   # made of sublayers, but costed as one by its registered model
         def __init__(self, **kw):

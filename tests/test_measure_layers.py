@@ -16,7 +16,8 @@ import pytest
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.walker import iter_layer_calls
 from carm_advisor.measure import backend
-from carm_advisor.measure.layers import PRESETS, layer_runner, measure_layers, measure_model, measure_run
+from carm_advisor.measure.layers import layer_runner, measure_layers, measure_model, PRESETS
+from carm_advisor.measure.run import measure_run
 from carm_advisor.measure.records import RunMeasurement
 from carm_advisor.power.fake import FakeGPU
 

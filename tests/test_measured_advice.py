@@ -3,7 +3,8 @@
 import pytest
 
 from carm_advisor.advise.measured import cap_by_measured_gap, dispatch_overhead, far_below_roof
-from carm_advisor.report.model import LayerRow, MeasurementInfo, ModelInfo, Recommendation, Report
+from carm_advisor.report.model import Report
+from carm_advisor.results import LayerRow, MeasurementInfo, ModelInfo, Recommendation
 
 
 def _row(name, type_, bound_s, measured_s, flops, attainable, bound="compute:tc_bf16", channels=(), tc=False):

@@ -50,7 +50,7 @@ def test_a_model_file_refuses_a_layout_before_it_is_even_read(tmp_path):
 def test_a_file_whose_policies_cannot_be_replaced_is_analysed_at_the_asked_compute_dtype():
     import keras
 
-    from carm_advisor.models.loader import file_at_precision
+    from carm_advisor.models.builder import file_at_precision
 
     inputs = keras.Input((8,))
     model = keras.Model(inputs, keras.layers.Dense(4, dtype="bfloat16")(keras.layers.Dense(8, dtype="bfloat16")(inputs)))
@@ -62,7 +62,7 @@ def test_a_file_whose_policies_cannot_be_replaced_is_analysed_at_the_asked_compu
 def test_a_float32_file_is_rebuilt_at_the_asked_policy():
     import keras
 
-    from carm_advisor.models.loader import file_at_precision
+    from carm_advisor.models.builder import file_at_precision
 
     inputs = keras.Input((8,))
     model = keras.Model(inputs, keras.layers.Dense(4, name="d")(inputs))

@@ -29,7 +29,8 @@ def no_work(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the CLI started work before refusing an output path")
 
-    monkeypatch.setattr("carm_advisor.cli._import_keras", refuse)
+    for subcommand in ("analyze", "tune"):
+        monkeypatch.setattr(f"carm_advisor.cli.{subcommand}.import_keras_quietly", refuse)
 
 
 def test_a_failing_chart_leaves_the_existing_json_as_it_was(capsys, tmp_path, small_model_file):

@@ -1,7 +1,7 @@
 import pytest
 
 from carm_advisor.carm.placement import DEFAULT_MATH_MODE
-from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+from carm_advisor.mapping.types import OP_ELEMENTWISE, OP_MATMUL, LayerCost
 from carm_advisor.predict import compute_path, memory_level
 
 

@@ -7,7 +7,7 @@ import keras
 import pytest
 
 import carm_advisor
-from carm_advisor.mapping.costs import OP_ELEMENTWISE, OP_MATMUL, LayerCost
+from carm_advisor.mapping.types import OP_ELEMENTWISE, OP_MATMUL, LayerCost
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import SCHEMA, profile_from_dict
 
@@ -231,7 +231,8 @@ def test_a_row_carries_the_elements_its_layer_writes():
 # ---- the whole model's calibrated energy (Report.totals) ------------------------------------------------------
 
 def _calibrated_report(layer_energies_j, whole_time_s, whole_power_w):
-    from carm_advisor.report.model import DeviceInfo, LayerRow, ModelInfo, Report
+    from carm_advisor.report.model import Report
+    from carm_advisor.results import DeviceInfo, LayerRow, ModelInfo
 
     rows = [LayerRow(name=f"l{i}", type="Dense", dtype="float32", flops=1000, bytes=1000, ai=1.0,
                      ai_source="analytic", path="fp32", level="hbm", bound="memory:hbm", attainable_flops_per_s=1e11,

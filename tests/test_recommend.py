@@ -3,7 +3,8 @@
 import pytest
 
 from carm_advisor.advise.recommend import _depthwise, _fusion, _share, _tensor_core_alignment
-from carm_advisor.report.model import LayerRow, ModelInfo, Report
+from carm_advisor.report.model import Report
+from carm_advisor.results import LayerRow, ModelInfo
 
 
 def _row(name, type_, bound_s, calibrated_s, channels=(), tc=False):

@@ -160,7 +160,7 @@ def test_unknown_layers_are_named_in_the_header_panel():
 def _with_calibration(report, measured: bool):
     import dataclasses
 
-    from carm_advisor.report.model import MeasurementInfo
+    from carm_advisor.results import MeasurementInfo
 
     calibration = {"execution": "eager", "whole_time_s": 12e-3, "graph_time_s": 8e-3,
                    "whole_source": "eager: max(GPU as cuda_graph (9 records), host 60 us per call)"}

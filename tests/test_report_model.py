@@ -1,6 +1,6 @@
 """The typed report parts serialise to the JSON keys scripts rely on (DESIGN.md, "Report JSON")."""
 
-from carm_advisor.report.model import DeviceInfo, MeasurementInfo, ModelInfo
+from carm_advisor.results import DeviceInfo, MeasurementInfo, ModelInfo
 
 
 def test_device_info_lists_its_fields_then_the_runs_extras_without_overriding_them():

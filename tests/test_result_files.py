@@ -1,11 +1,11 @@
-"""carm_advisor.result_files: result JSON plain, xz- or gzip-compressed; the stdlib's codecs are the reference."""
+"""carm_advisor.files: result JSON plain, xz- or gzip-compressed; the stdlib's codecs are the reference."""
 import gzip
 import json
 import lzma
 
 import pytest
 
-from carm_advisor.result_files import read_json, write_text
+from carm_advisor.files import read_json, write_text
 
 DOC = {"validation": {"n": 3, "power_median_abs_err": 0.112}, "layers": {"rows": [{"name": "block1_conv1"}]}}
 

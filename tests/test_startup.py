@@ -65,7 +65,7 @@ def test_hidden_modules_raise_on_import_only_while_hidden(tmp_path, monkeypatch)
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="needs Keras' jax backend")
 def test_a_lean_import_that_hid_what_the_backend_needs_imports_keras_whole_not_a_false_missing_package():
     # the backend as we read it (torch: jax hidden) is not the one Keras loads (jax): not "pip install jax"
-    code = ("from carm_advisor import keras_import\n"
+    code = ("from carm_advisor.models import keras_import\n"
             "keras_import.configured_backend = lambda: 'torch'\n"
             "keras = keras_import.import_keras(lean=True)\n"
             "print(keras.backend.backend(), float(keras.ops.add(1, 2)))")

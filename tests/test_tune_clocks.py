@@ -15,7 +15,8 @@ import pytest
 from carm_advisor.errors import NoPermissionError
 from carm_advisor.power import ENV_NO_CLOCK_CONTROL, FakeGPU
 from carm_advisor.trials.space import SearchSpace, TrialConfig
-from carm_advisor.tune.study import _clock_gpu, _clock_lock, _default_clocks, tune
+from carm_advisor.tune.clocks import clock_gpu, clock_lock, default_clocks
+from carm_advisor.tune.study import tune
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
@@ -61,7 +62,7 @@ def test_each_trial_runs_at_its_locked_clock_and_the_gpu_is_restored_after_every
 def test_clock_lock_restores_when_the_trial_raises():
     gpu = FakeGPU()
     with pytest.raises(RuntimeError):
-        with _clock_lock(gpu, 1410.0):
+        with clock_lock(gpu, 1410.0):
             assert gpu.locked_sm_clocks_mhz == (1410.0, 1410.0)
             raise RuntimeError("worker died")
     assert gpu.locked_sm_clocks_mhz is None
@@ -69,17 +70,17 @@ def test_clock_lock_restores_when_the_trial_raises():
 
 def test_refused_without_permission_and_with_the_kill_switch(monkeypatch):
     with pytest.raises(NoPermissionError, match="needs root"):
-        _clock_gpu(True, FakeGPU(permission=False))
+        clock_gpu(True, FakeGPU(permission=False))
     monkeypatch.setenv(ENV_NO_CLOCK_CONTROL, "1")
     gpu = FakeGPU()
     with pytest.raises(NoPermissionError, match=ENV_NO_CLOCK_CONTROL):
-        _clock_gpu(True, gpu)
+        clock_gpu(True, gpu)
     assert gpu.attempts == []                                    # nothing was even tried
 
 
 def test_default_clocks_are_supported_steps_from_the_top_down():
     # The fake's H200 steps run 345-1980 MHz: the top, then steps nearest 90/80/70/55% of it.
-    clocks = _default_clocks(FakeGPU())
+    clocks = default_clocks(FakeGPU())
     assert clocks[0] == 1980.0 and len(clocks) == 5
     assert all(c in FakeGPU().supported_sm_clocks_mhz() for c in clocks)
 
@@ -87,7 +88,7 @@ def test_default_clocks_are_supported_steps_from_the_top_down():
 CHILD = r"""
 import sys, time
 from carm_advisor.power import FakeGPU
-from carm_advisor.tune.study import _clock_lock
+from carm_advisor.tune.clocks import clock_lock
 
 class Logged(FakeGPU):
     def reset_sm_clocks(self):
@@ -95,7 +96,7 @@ class Logged(FakeGPU):
         with open(sys.argv[1], "a") as f:
             f.write("reset\n")
 
-with _clock_lock(Logged(), 1410.0):
+with clock_lock(Logged(), 1410.0):
     print("locked", flush=True)
     time.sleep(60)
 """

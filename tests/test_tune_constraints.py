@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import carm_advisor.tune.objective as objective_mod
 import carm_advisor.tune.study as study_mod
 from carm_advisor.calibration import Calibration
 from carm_advisor.trials.predicted import resolve_calibration
@@ -82,7 +83,7 @@ def test_calibrated_study_counts_only_the_bound_valued_trials(tmp_path):
 def test_without_set_constraint_the_sampler_gets_the_uncalibrated_constraint(tmp_path, monkeypatch):
     from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
-    monkeypatch.setattr(study_mod, "_HAS_SET_CONSTRAINT", False)
+    monkeypatch.setattr(objective_mod, "HAS_SET_CONSTRAINT", False)
     # no --max-slowdown / --max-output-error: only the calibration makes the study constrained
     r = _tune(tmp_path, Table(), n_trials=6)
     seen = {t.user_attrs["config_key"].split("/")[0]: list(t.system_attrs.get(_CONSTRAINTS_KEY) or [])
@@ -94,17 +95,17 @@ def test_without_set_constraint_the_sampler_gets_the_uncalibrated_constraint(tmp
 
 
 def test_constraints_func_defaults_as_many_zeros_as_the_study_has_constraints(monkeypatch):
-    monkeypatch.setattr(study_mod, "_HAS_SET_CONSTRAINT", False)
+    monkeypatch.setattr(objective_mod, "HAS_SET_CONSTRAINT", False)
 
     class Pruned:   # a trial that set no constraints of its own
         user_attrs: dict = {}
 
-    assert study_mod._constraints_func(False, False) is None
-    assert study_mod._constraints_func(False, True)(Pruned()) == [0.0, 0.0, 0.0]
-    assert study_mod._constraints_func(True, True)(Pruned()) == [0.0, 0.0, 0.0]
-    assert study_mod._constraints_func(True, False)(Pruned()) == [0.0, 0.0]
-    monkeypatch.setattr(study_mod, "_HAS_SET_CONSTRAINT", True)
-    assert study_mod._constraints_func(True, True) is None   # Optuna 5: trial.set_constraint instead
+    assert objective_mod.constraints_func_for(False, False) is None
+    assert objective_mod.constraints_func_for(False, True)(Pruned()) == [0.0, 0.0, 0.0]
+    assert objective_mod.constraints_func_for(True, True)(Pruned()) == [0.0, 0.0, 0.0]
+    assert objective_mod.constraints_func_for(True, False)(Pruned()) == [0.0, 0.0]
+    monkeypatch.setattr(objective_mod, "HAS_SET_CONSTRAINT", True)
+    assert objective_mod.constraints_func_for(True, True) is None   # Optuna 5: trial.set_constraint instead
 
 
 # ---- 3. the calibration a worker loads is the study's own, not the shipped one ---------------------------

@@ -19,7 +19,8 @@ from carm_advisor.mapping.memory import footprint_lower_bound  # noqa: E402
 from carm_advisor.profiles.profile import load_profile  # noqa: E402
 from carm_advisor.models.builder import model_spec  # noqa: E402
 from carm_advisor.trials.predicted import ConfigPredictor  # noqa: E402
-from carm_advisor.tune.result import TrialRecord, batch_range_warnings  # noqa: E402
+from carm_advisor.tune.records import TrialRecord
+from carm_advisor.tune.result import batch_range_warnings
 from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 

@@ -120,22 +120,22 @@ def test_an_in_memory_study_leaves_no_model_copy_behind(tmp_path, temp_dir, monk
 
 
 def test_the_copys_folder_for_each_kind_of_storage(tmp_path, monkeypatch):
-    from carm_advisor.tune.study import _StudyFiles
+    from carm_advisor.tune.study_files import StudyFiles
 
     monkeypatch.chdir(tmp_path)
     name = "vgg16-gflops_per_watt-inference-measured"
-    assert _StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", name)._path == str(tmp_path / "a.db.files" / name)
-    assert _StudyFiles(f"journal:{tmp_path / 'a.log'}", name)._path == str(tmp_path / "a.log.files" / name)
+    assert StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", name)._path == str(tmp_path / "a.db.files" / name)
+    assert StudyFiles(f"journal:{tmp_path / 'a.log'}", name)._path == str(tmp_path / "a.log.files" / name)
     # A database server: the working directory (where the default storage goes), one folder per database.
-    pg = _StudyFiles("postgresql://me:secret@db.example:5432/tune", name)._path
+    pg = StudyFiles("postgresql://me:secret@db.example:5432/tune", name)._path
     assert Path(pg).parent.parent == tmp_path and Path(pg).name == name
     assert Path(pg).parent.name.startswith("carm-tune-tune-") and "secret" not in pg
-    assert pg == _StudyFiles("postgresql://me:other@db.example:5432/tune", name)._path   # same database, same place
-    assert pg != _StudyFiles("postgresql://me:secret@db.example:5432/other", name)._path
+    assert pg == StudyFiles("postgresql://me:other@db.example:5432/tune", name)._path   # same database, same place
+    assert pg != StudyFiles("postgresql://me:secret@db.example:5432/other", name)._path
     # A study name that is no file name gets one, distinct from a name that differs only there.
-    odd = _StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", "a/b")._path
+    odd = StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", "a/b")._path
     assert Path(odd).parent == tmp_path / "a.db.files" and Path(odd).name.startswith("a_b-")
-    assert odd != _StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", "a_b")._path
+    assert odd != StudyFiles(f"sqlite:///{tmp_path / 'a.db'}", "a_b")._path
     assert not list(tmp_path.iterdir())   # nothing is made before a file is saved
 
 

@@ -105,7 +105,7 @@ def test_a_trial_whose_process_died_before_its_first_heartbeat_is_failed_on_resu
     # trial and its first heartbeat left it RUNNING for good (seen in CI). The recorded process finds it.
     import socket
 
-    from carm_advisor.tune.study import _fail_stale
+    from carm_advisor.tune.objective import fail_stale
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -114,12 +114,12 @@ def test_a_trial_whose_process_died_before_its_first_heartbeat_is_failed_on_resu
     orphan.set_user_attr("process", {"host": socket.gethostname(), "pid": dead.pid})
     live.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
     elsewhere.set_user_attr("process", {"host": "another-machine", "pid": dead.pid})
-    _fail_stale(study)   # `unmarked` (killed before writing anything) is younger than the grace period: kept
+    fail_stale(study)   # `unmarked` (killed before writing anything) is younger than the grace period: kept
     running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
     states = {t.number: t.state for t in study.get_trials()}
     assert states == {orphan.number: failed, live.number: running, elsewhere.number: running, unmarked.number: running}
     time.sleep(3.2)      # past the grace period (3 x the 1 s heartbeat): no process recorded means it died first
     live.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
-    _fail_stale(study)
+    fail_stale(study)
     states = {t.number: t.state for t in study.get_trials()}
     assert states[unmarked.number] == failed and states[live.number] == running and states[elsewhere.number] == running

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
 from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
-from carm_advisor.tune.result import TrialRecord  # noqa: E402
+from carm_advisor.tune.records import TrialRecord
 from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
-from carm_advisor.tune.study import _carm_prune_reason, tune  # noqa: E402
+from carm_advisor.tune.objective import carm_prune_reason
+from carm_advisor.tune.study import tune
 
 BASELINE = TrialConfig("torch", "float32", 32, "channels_last", "eager")
 
@@ -65,11 +66,11 @@ def test_a_configuration_whose_bound_cannot_beat_the_best_measured_is_pruned_unm
 
 def test_prune_rule_by_hand():
     gfw = OBJECTIVES["gflops_per_watt"]
-    assert _carm_prune_reason([gfw], [9.0], [[10.0]], 0.10) is not None    # 9.9 cannot beat 10
-    assert _carm_prune_reason([gfw], [9.2], [[10.0]], 0.10) is None        # 10.12 might
+    assert carm_prune_reason([gfw], [9.0], [[10.0]], 0.10) is not None    # 9.9 cannot beat 10
+    assert carm_prune_reason([gfw], [9.2], [[10.0]], 0.10) is None        # 10.12 might
     lat = OBJECTIVES["latency"]
-    assert _carm_prune_reason([lat], [0.12], [[0.10]], 0.10) is not None   # 0.109 s is still slower than 0.10 s
-    assert _carm_prune_reason([gfw], [1.0], [], 0.10) is None              # nothing measured yet: run it
+    assert carm_prune_reason([lat], [0.12], [[0.10]], 0.10) is not None   # 0.109 s is still slower than 0.10 s
+    assert carm_prune_reason([gfw], [1.0], [], 0.10) is None              # nothing measured yet: run it
 
 
 def test_a_configuration_measured_before_is_not_measured_again(tmp_path):
@@ -326,7 +327,7 @@ def test_a_resumed_study_says_when_nothing_new_ran_and_refuses_another_space(tmp
     assert any(w.startswith("the study already holds 2 finished trials and 2 were asked for in all: nothing new ran")
                for w in again.warnings)
     assert not any("another search space" in w for w in again.warnings)
-    from carm_advisor.tune.study import StudyMismatchError
+    from carm_advisor.tune.fingerprint import StudyMismatchError
 
     # Optuna refuses new choices for a stored parameter: every new trial failed on "dynamic value space"
     with pytest.raises(StudyMismatchError, match=r"made with another search space \(precisions: stored "

@@ -68,7 +68,7 @@ def test_a_predicted_study_maps_the_call_on_the_input_shapes_given(tmp_path):
 def test_a_study_resumes_only_on_the_same_input_shapes(tmp_path):
     _tune(tmp_path, input_shapes={"a": (None, 16), "b": (None, 4)})
     _tune(tmp_path, input_shapes={"a": (5, 16), "b": (7, 4)})   # the same shapes: the batch is the configuration's
-    from carm_advisor.tune.study import StudyMismatchError
+    from carm_advisor.tune.fingerprint import StudyMismatchError
 
     with pytest.raises(StudyMismatchError, match="made with a different input_shapes"):
         _tune(tmp_path, input_shapes={"a": (None, 16), "b": keras.Input((4,), dtype="float16")})

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from carm_advisor.report.model import MeasurementInfo, ModelInfo, Recommendation, Report
-from carm_advisor.advise.verify import verified_text, verify_recommendations
+from carm_advisor.report.model import Report
+from carm_advisor.results import MeasurementInfo, ModelInfo, Recommendation
+from carm_advisor.advise.verify import verify_recommendations
+from carm_advisor.report.render import verified_text
 
 
 def _report():

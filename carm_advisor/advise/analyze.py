@@ -3,94 +3,37 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import warnings as pywarnings
+from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from carm_advisor.carm.roofline import CARM
+from carm_advisor.advise.recommend import recommend
+from carm_advisor.calibration import Calibration, load_calibration
+from carm_advisor.calibration.policy import whole_model_execution
+from carm_advisor.carm.dvfs import Work, clock_advice
 from carm_advisor.errors import MeasurementError
-from carm_advisor.predict import Predictor, resolve_math_mode
-from carm_advisor.profiles.profile import Profile, load_profile
-from carm_advisor.report.model import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo, Report
-from carm_advisor.report.render import recurrent_caution, recurrent_layers
-from carm_advisor.units import named_list
+from carm_advisor.learn import learn_from, merge_measurements
+from carm_advisor.mapping import map_model
+from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
+from carm_advisor.mapping.walker import call_shapes, fixed_batch_sizes
+from carm_advisor.measure.backend import active_backend, has_gpu
+from carm_advisor.measure.run import measure_run
 from carm_advisor.models.builder import layer_policies, model_policy
+from carm_advisor.power.nvml import gpu_count, open_gpu
+from carm_advisor.predict import Predictor, resolve_math_mode, whole_batch_range, whole_model_power_w
+from carm_advisor.profiles.profile import Profile, load_profile
+from carm_advisor.report.model import Report
+from carm_advisor.report.render import recurrent_caution, recurrent_layers
+from carm_advisor.results import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo
+from carm_advisor.units import named_list
 
 if TYPE_CHECKING:
-    from carm_advisor.measure.records import RunMeasurement
+    pass
 
 # A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
 # the profile or the mapping is wrong and the report says so.
-ABOVE_ROOF_TOLERANCE = 1.02
-
-
-def part_shares(rows: list, measured_names) -> dict[int, tuple[float, str]]:
-    """id(row) -> (share, measured name) for each row that is a part of a layer measured as one call.
-
-    A layer the cost model splits into parts ("name:depthwise", "name:pointwise": SeparableConv) is
-    measured as one call "name": each part gets the measured time and energy in proportion to its
-    CARM bound time (`predicted_time_s`; equal shares where no part has a bound). `rows`: objects with
-    `.name` and `.predicted_time_s` (LayerRow, or a Predictor's rows)."""
-    parts: dict[str, list] = {}
-    for row in rows:
-        base, sep, _ = row.name.rpartition(":")
-        if sep and base and row.name not in measured_names and base in measured_names:
-            parts.setdefault(base, []).append(row)
-    share: dict[int, tuple[float, str]] = {}
-    for base, group in parts.items():
-        bounds = [r.predicted_time_s or 0.0 for r in group]
-        total = sum(bounds)
-        for r, b in zip(group, bounds):
-            share[id(r)] = (b / total if total > 0 else 1.0 / len(group), base)
-    return share
-
-
-def merge_measurements(rows: list[LayerRow], run: RunMeasurement, profile: Profile) -> list[str]:
-    """Attach a run's measured time/energy (and counter intensity) to predicted rows; return warnings.
-
-    rows: a Predictor's rows for the same model and batch size. A measured layer is rebound
-    to the roof it sits under nearest; `predicted_bound` keeps the CARM's bound.
-    """
-    warnings: list[str] = []
-    by_name = {m.name: m for m in run.layers}
-    carm = profile.carm()
-    share = part_shares(rows, by_name)
-    for row in rows:
-        frac, base = share.get(id(row), (1.0, row.name))
-        m = by_name.get(base)
-        if m is None or m.time_s is None:
-            continue
-        row.measured = True
-        row.time_s = m.time_s * frac
-        row.energy_j = m.energy_j * frac if m.energy_j is not None else None
-        row.power_w, row.sm_clock_mhz, row.time_spread = m.power_w, m.sm_clock_mhz, m.time_spread
-        if base != row.name:
-            note = (f"measured as one call '{base}' ({m.time_s * 1e6:.1f} us); this part's share {frac:.3f} "
-                    f"is its CARM bound time over the parts' sum")
-            row.notes = f"{row.notes}; {note}" if row.notes else note
-        counters = getattr(m, "counters", None) or {}
-        flops = row.flops
-        if counters.get("flops"):
-            flops = counters["flops"]
-        if counters.get("ai"):
-            row.ai, row.ai_source = counters["ai"], "counters"
-        if not row.known or not flops or not row.ai:
-            continue
-        achieved = flops / m.time_s
-        # The roofs that can bound this layer: its own compute path and every memory slope.
-        own = CARM({row.path: carm.peak_flops_per_s[row.path]}, carm.bandwidth_bytes_per_s)
-        roof = own.nearest_roof_above(row.ai, achieved / ABOVE_ROOF_TOLERANCE)
-        if roof is None:
-            row.bound = "above-roof"
-            warnings.append(
-                f"layer '{row.name}' measured {achieved / 1e12:.1f} TFLOP/s at AI {row.ai:.1f}, above every roof "
-                f"of the profile: the profile or the layer's cost model is wrong"
-            )
-        else:
-            row.bound = roof[0]
-            row.attainable_flops_per_s = roof[1]
-    missing = [r.name for r in rows if r.known and (r.flops or r.bytes) and not r.measured]
-    if missing and run.layers:
-        warnings.append(f"{len(missing)} layer(s) have no measurement: {named_list(missing, 5)}")
-    return warnings
 
 
 def ceilings_summary(profile: Profile) -> dict[str, Any]:
@@ -160,8 +103,6 @@ def analyze(
     keeps its dtype (integer ids); the mapping and the per-layer measurement then trace call() on them instead of
     falling back to a lower bound.
     """
-    from carm_advisor.mapping.walker import call_shapes
-
     with call_shapes(model, input_shapes):
         return _analyze(model, batch_size, profile, precision, measure, from_measurements, counters, strict, name,
                         progress, measure_options, calibration, verify, verify_runner)
@@ -170,8 +111,6 @@ def analyze(
 def _analyze(model, batch_size, profile, precision, measure, from_measurements, counters, strict, name, progress,
              measure_options, calibration, verify, verify_runner) -> Report:
     import keras
-
-    from carm_advisor.advise.recommend import recommend
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, received: {batch_size!r}")
@@ -241,7 +180,7 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
         )
         report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model)
         if run is not None and measured_now and run.layers:
-            _learn_from(run, rows, model_info.name)
+            learn_from(run, rows, model_info.name)
         report.clocks = energy_optimal_clocks(rows, profile)
         report.recommendations = recommend(report, for_model)
     report.warnings[:0] = mapping_said
@@ -250,8 +189,8 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
                                "(timing the changes on this CPU would say nothing of a GPU)")
         verify = False
     if verify:
-        from carm_advisor.models.loader import application_names
         from carm_advisor.advise.verify import verify_recommendations
+        from carm_advisor.models.loader import application_names
 
         key = str(model_info.name).lower().replace("-", "").replace("_", "")
         verify_recommendations(report, runner=verify_runner, model=model,
@@ -261,16 +200,11 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
 
 def _gpu_usable() -> bool:
     """An NVIDIA GPU that NVML and the Keras backend both see: where analyze() measures."""
-    from carm_advisor.measure.backend import has_gpu
-    from carm_advisor.power.nvml import gpu_count
-
     return gpu_count() > 0 and bool(has_gpu())
 
 
 def _can_verify() -> bool:
     """Whether --verify's own runners can measure on a GPU here (or replay recorded trials: tests)."""
-    import os
-
     return bool(os.environ.get("CARM_ADVISOR_FAKE_TRIALS")) or _gpu_usable()
 
 
@@ -280,8 +214,6 @@ def mapping_warnings():
     bound) collected for the report's warnings, once each, instead of going to stderr. Only how warnings are shown
     is swapped for the block: filters and the modules' once-only registries are left as they are, so any other
     warning is shown (or not) as it would have been."""
-    import warnings as pywarnings
-
     said: list[str] = []
     shown = pywarnings.showwarning
 
@@ -309,16 +241,12 @@ MAPPING_WARNING_PREFIX = "carm_advisor: the call() of subclassed"
 
 def _traced_model(text: str) -> str:
     """'the call() of subclassed model 'x_2' could not be traced ...' -> "... model 'x'"."""
-    import re
-
     return re.sub(r"_\d+'$", "'", text.split(" could not be traced")[0])
 
 
 def fixed_batch_warnings(model, batch_size: int) -> list[str]:
     """A warning where the model's inputs fix a batch size other than the one analysed: every figure is at
     `batch_size` (the mapping replaces the fixed batch in the layers' shapes), not at the model's own."""
-    from carm_advisor.mapping.walker import fixed_batch_sizes
-
     fixed = [b for b in fixed_batch_sizes(model) if b != batch_size]
     if not fixed:
         return []
@@ -331,9 +259,6 @@ def memory_warnings(model, batch_size: int, compute_dtype: str | Mapping[str, st
     """A warning where one call at this batch size cannot fit in the profile's GPU memory: its LOWER BOUND
     (mapping/memory.py: weights at their storage dtype + the largest matmul layer's input + output at the batch
     and compute dtype) exceeds the profile's memory_bytes. None where it may fit."""
-    from carm_advisor.mapping import map_model
-    from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
-
     try:
         costs = map_model(model, batch_size=batch_size, compute_dtype=compute_dtype)
     except Exception:   # the rows were mapped already; a mapping problem is reported there
@@ -351,8 +276,6 @@ def calibration_range_warnings(calib, backend: str, batch_size: int) -> list[str
     without such records (no calibration, a backend it has none of, records that noted no batch size)."""
     if calib is None:
         return []
-    from carm_advisor.predict import whole_batch_range
-
     execution = whole_model_execution(backend)
     rng = whole_batch_range(calib, backend, execution)
     if rng is None or rng[0] <= batch_size <= rng[1]:
@@ -364,8 +287,6 @@ def calibration_range_warnings(calib, backend: str, batch_size: int) -> list[str
 
 def _calibration_of(calibration, run, profile):
     """True: the shipped calibration (on its GPU's profile) with this GPU's cache; False/None: the bound alone."""
-    from carm_advisor.calibration import Calibration, load_calibration
-
     if calibration is True:
         return load_calibration(getattr(run, "device", None) if run is not None else None, profile.name)
     if calibration is None or calibration is False:
@@ -375,11 +296,6 @@ def _calibration_of(calibration, run, profile):
     return Calibration.load(calibration)
 
 
-def whole_model_execution(backend: str) -> str:
-    """How a user's `model(x)` runs: eagerly on torch (Python dispatch per layer), jitted on jax."""
-    return {"torch": "eager", "jax": "jit", "tensorflow": "eager"}.get(backend, "eager")
-
-
 def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_name: str | None = None,
                              power_model=None) -> dict[str, Any]:
     """The whole model as its user runs it (whole_model_execution), calibrated: its time, where the time comes
@@ -387,8 +303,6 @@ def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_na
     figure the advice (measured_advice) and its verification (verify_recommendations) both use."""
     if calib is None:
         return {"source": "none: figures are CARM bounds"}
-    from carm_advisor.predict import whole_model_power_w
-
     execution = whole_model_execution(backend)
     out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution, model_name),
            "whole_source": calib.whole_describe(backend, execution, rows, model_name) if hasattr(calib, "whole_describe") else "",
@@ -399,27 +313,9 @@ def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_na
     return out
 
 
-def _learn_from(run, rows: list[LayerRow], model_name: str) -> None:
-    """A measured analysis extends this GPU's cached calibration (never fails the analysis)."""
-    from carm_advisor.calibration import Calibration, layer_execution, samples_from_rows, whole_from_run
-    from carm_advisor.profiles.cache import store_calibration
-
-    try:
-        store_calibration(run.device or {}, Calibration(
-            samples_from_rows(rows, run.backend, model_name, layer_execution(run)), whole_from_run(run, rows, model_name),
-            {"records": [f"{model_name}/{run.backend}/{run.precision}/b{run.batch_size} ({run.date})"]},
-        ))
-    except OSError as exc:
-        import warnings
-
-        warnings.warn(f"carm_advisor: could not extend the calibration cache: {exc}", RuntimeWarning, stacklevel=3)
-
-
 def energy_optimal_clocks(rows: list[LayerRow], profile: Profile) -> dict | None:
     """Predicted energy-optimal SM clock per layer and for the whole model, where the profile's power
     model has a voltage curve (a sweep fit); None otherwise."""
-    from carm_advisor.carm.dvfs import Work, clock_advice
-
     pm = profile.power_model
     if pm is None or pm.voltage is None:
         return None
@@ -438,8 +334,6 @@ def _as_dict(obj) -> dict | None:
         return None
     if isinstance(obj, dict):
         return obj
-    from dataclasses import asdict, is_dataclass
-
     return asdict(obj) if is_dataclass(obj) else dict(vars(obj))
 
 
@@ -487,9 +381,6 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         return run
     if measure is False or measure is None:
         return None
-    from carm_advisor.measure.layers import measure_run
-    from carm_advisor.power.nvml import open_gpu
-
     if not _gpu_usable():
         if measure is True:
             from carm_advisor.errors import GPUUnavailableError
@@ -498,8 +389,6 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         return None
     gpu = options.pop("gpu", None) or open_gpu(0)
     method = options.pop("method", "profiled")
-    from carm_advisor.measure.backend import active_backend
-
     if method == "profiled" and not counters and not options.get("training_step"):
         # torch: one profiled pass; jax: each distinct layer jitted once (one XLA program hides layers)
         from carm_advisor.measure import profiled

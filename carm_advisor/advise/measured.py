@@ -26,8 +26,9 @@ unmeasured current configuration uses it too.
 
 from __future__ import annotations
 
-from carm_advisor.calibration import MATMUL_CLASSES
-from carm_advisor.report.model import LayerRow, Recommendation
+from carm_advisor.calibration import MATMUL_CLASSES, whole_model_execution
+from carm_advisor.predict import Predictor, resolve_math_mode
+from carm_advisor.results import LayerRow, Recommendation
 from carm_advisor.units import named_list
 
 # A layer this far below its roof (measured / attainable) with this share of the measured time is named.
@@ -158,9 +159,6 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
     backend = report.model.backend
     if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):
         return []
-    from carm_advisor.advise.analyze import whole_model_execution
-    from carm_advisor.predict import Predictor, resolve_math_mode
-
     now_t = _whole(report, rows, calib, backend, whole_model_execution(backend))
     if now_t is None:
         return []
@@ -196,8 +194,6 @@ def whole_model_now_and_changed(report, rows, changed_rows, predict) -> tuple | 
     now measured where measured, else calibrated; `changed_rows` (the same model changed, e.g. at another
     batch size) calibrated, its energy at the validated whole-model power. None without a calibration with a
     whole-model fit for the backend."""
-    from carm_advisor.advise.analyze import whole_model_execution
-
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
     backend = report.model.backend
     if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from carm_advisor import calibration as calibration_rules
+from carm_advisor.calibration import policy as calibration_policy
+from carm_advisor.advise.measured import measured_recommendations, whole_model_now_and_changed
 from carm_advisor.carm.placement import is_convolution
 from carm_advisor.mapping.registry import dtype_bytes_of
-from carm_advisor.report.model import LayerRow, Recommendation, Report
+from carm_advisor.report.model import Report
+from carm_advisor.results import LayerRow, Recommendation
 from carm_advisor.units import named_list, plural, seconds
 
 if TYPE_CHECKING:
@@ -66,8 +68,6 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
         _depthwise(report, rows),
     ]
     recs = [r for r in recs if r is not None]
-    from carm_advisor.advise.measured import measured_recommendations
-
     recs = measured_recommendations(report, rows, recs, predict)
     return sorted(recs, key=lambda r: -advised_gain(r))
 
@@ -134,8 +134,6 @@ def _as_whole_model(report, rows, changed, predict, speedup, energy_ratio) -> tu
     """(speedup, energy ratio, source) of a change as the whole model runs, where a calibration can say (torch
     eager: a host that sets the pace of each call is not sped up by faster layers, and the layers' sum cannot see
     that; the report's own whole-model time says it), else the layers' sums given."""
-    from carm_advisor.advise.measured import whole_model_now_and_changed
-
     whole = whole_model_now_and_changed(report, rows, changed, predict)
     if whole is None:
         return speedup, energy_ratio, "CARM prediction"
@@ -156,8 +154,6 @@ def _larger_batch(report, rows, predict) -> Recommendation | None:
     source = "CARM prediction"
     # The whole model as its user runs it, where a calibration can say (torch eager: a host that sets the
     # pace of each call is paid per call, so a larger batch divides it; the layers' sum cannot see that).
-    from carm_advisor.advise.measured import whole_model_now_and_changed
-
     whole = whole_model_now_and_changed(report, rows, alt, predict)
     if whole is not None:
         (t_now, energy_now, measured), (t_new, energy_new) = whole
@@ -250,8 +246,8 @@ def _layout(report, rows, predict) -> Recommendation | None:
             return r.layout_copy_calibrated_s if r.layout_copy_calibrated_s is not None else r.layout_copy_s
 
         extra_s = sum(copies_s(r) for r in copied)
-        traffic = sum(calibration_rules.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
-        counted = calibration_rules.LAYOUT_COPIES
+        traffic = sum(calibration_policy.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
+        counted = calibration_policy.LAYOUT_COPIES
         with_copies = _time(rows) + sum(copies_s(r) for r in copied if not (counted and r.calibrated_time_s))
         calibrated_copies = any(copies_s(r) != r.layout_copy_s for r in copied)
         speedup = with_copies / (with_copies - extra_s)

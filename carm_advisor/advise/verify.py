@@ -24,23 +24,22 @@ import os
 import tempfile
 from pathlib import Path
 
-from carm_advisor.trials.child import Runner, fake_result, measure_config
+from carm_advisor.advise.measured import current_time
 from carm_advisor.advise.recommend import advised_gain
+from carm_advisor.trials.child import Runner, fake_result, measure_config
+from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
+from carm_advisor.trials.space import COMPILERS, DEFAULT_COMPILER, TrialConfig
 
 VERIFY_TOLERANCE = 0.25
 
 
 def tuner_compiler(cfg: dict) -> bool:
     """Whether the config's compile is one of the tuner's compilers for its backend (torch.compile, xla, ...)."""
-    from carm_advisor.trials.space import COMPILERS
-
     return cfg.get("compile") in COMPILERS.get(cfg.get("backend"), ()) and cfg.get("backend") != "jax"
 
 
 def uncompiled_baseline(cfg: dict) -> dict:
     """The tuner's default compiler on the config's backend (torch eager, tensorflow graph)."""
-    from carm_advisor.trials.space import DEFAULT_COMPILER
-
     return {**cfg, "compile": DEFAULT_COMPILER[cfg["backend"]]}
 
 
@@ -70,9 +69,6 @@ class TrialRunners:
         fake = os.environ.get("CARM_ADVISOR_FAKE_TRIALS")
         if fake:
             return fake_result(cfg, fake)
-        from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
-        from carm_advisor.trials.space import TrialConfig
-
         if self._worker is None:
             settings = WorkerSettings(window_s=0.5, min_windows=2, max_windows=4, idle_gap_s=0.5, accuracy_samples=0)
             self._worker = WorkerRunner(cfg["model"], _NoFlops(), settings=settings, trial_timeout_s=self.timeout_s)
@@ -122,16 +118,9 @@ def verify_recommendations(report, runner: Runner | None = None, model_spec: str
     return out
 
 
-def measured_gain(verified: dict | None) -> float | None:
-    """The larger of the gains --verify measured (time, energy), None where it measured none."""
-    v = verified or {}
-    gains = [g for g in (v.get("measured_speedup"), v.get("measured_energy_ratio")) if g]
-    return max(gains) if gains and not v.get("error") else None
-
-
 def _gain_key(rec) -> float:
     """The larger of a recommendation's gains (time, energy): measured where --verify measured it, else advised."""
-    measured = measured_gain(rec.verified)
+    measured = rec.measured_gain
     return measured if measured is not None else advised_gain(rec)
 
 
@@ -191,8 +180,6 @@ def _off(measured: float | None, predicted: float | None) -> float | None:
 def on_worker_baseline(report, rec, base: dict, b_cfg: dict) -> tuple[float | None, float | None, str]:
     """A compile advice's predicted (speedup, energy ratio) rescaled from its model(x) baseline to the tuner
     worker's measured uncompiled run, and that baseline in words; (None, None, why) where it cannot be."""
-    from carm_advisor.advise.measured import current_time
-
     worker = f"the tuner worker's uncompiled ({b_cfg['compile']}) predict_on_batch"
     now = current_time(report)
     if now is None:
@@ -206,31 +193,6 @@ def on_worker_baseline(report, rec, base: dict, b_cfg: dict) -> tuple[float | No
     return (base["time_s"] / t_c, energy,
             f"{worker}, measured {base['time_s'] * 1e3:.2f} ms; predicted compiled {t_c * 1e3:.2f} ms = model(x) "
             f"{t_now * 1e3:.2f} ms ({source}) / the advised {rec.speedup:.2f}x")
-
-
-def verified_text(verified: dict | None) -> str:
-    """One line for the report table: the measured gain, or why there is none."""
-    if not verified:
-        return ""
-    if verified.get("error"):
-        return f"verify failed: {verified['error']}"
-    parts = [f"{verified['measured_speedup']:.2f}x faster" if verified.get("measured_speedup") else None,
-             f"{verified['measured_energy_ratio']:.2f}x less energy" if verified.get("measured_energy_ratio") else None]
-    if verified.get("compile_s"):
-        parts.append(f"compiled in {verified['compile_s']:.1f} s on the first call (paid once)")
-    text = "measured: " + ", ".join(p for p in parts if p)
-    if verified.get("compared_against"):
-        predicted = verified.get("predicted_speedup")
-        text += (f"; predicted {predicted:.2f}x" if predicted else "; prediction") + \
-            f" against {verified['compared_against']}"
-    flagged_on = verified.get("flagged_on") or (["time"] if verified.get("flagged") else [])
-    offs = [f"{verified['off_by']:.0%} in time" if "time" in flagged_on else None,
-            f"{verified['energy_off_by']:.0%} in energy" if "energy" in flagged_on else None]
-    text += " - OFF by " + " and ".join(o for o in offs if o) if flagged_on else ""
-    gain = measured_gain(verified)
-    if gain is not None and gain < 1:
-        text += "; no gain measured on this GPU (slower, costlier where measured): not advised here, ranked by the measurement"
-    return text
 
 
 def _saved(model, folder: Path) -> str:

@@ -30,7 +30,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from carm_advisor.carm.power_model import VoltageCurve
+from carm_advisor.carm.dvfs import Work, predict_at_clock
+from carm_advisor.carm.power_model import DUTY_VARIABLES, OUTPUT_SIZE_VARIABLES, DutyCurve, PowerModel, VoltageCurve
 from carm_advisor.errors import ProfileError
 
 # A power reading averaged over less than this is dominated by NVML's ~100 ms update steps.
@@ -236,8 +237,6 @@ def _data_factors(e_by: dict[tuple, float], paths: list[str]) -> tuple[dict[str,
     A path measured only on zeros gets the median factor of the paths measured both ways, so its
     random-data energy is e_zero / factor; a path measured only on random data has no zero factor
     (PowerModel.data_multiplier then answers 1)."""
-    import statistics
-
     both = [e_by[(p, "zero")] / e_by[(p, "random")] for p in paths
             if e_by.get((p, "random")) and (p, "zero") in e_by]
     median_zero = statistics.median(both) if both else 1.0
@@ -354,9 +353,6 @@ def fit_voltage_to_capped_clocks(records: Iterable[PowerRecord], idle_w: float |
     The clocks seen under the cap determine the curve's slope above the lowest of them, not the knee."""
     import numpy as np
 
-    from carm_advisor.carm.dvfs import Work, predict_at_clock
-    from carm_advisor.carm.power_model import PowerModel
-
     rows = list(records)
     if not observations:
         raise ProfileError("fitting a voltage curve to clocks needs at least one capped observation")
@@ -421,8 +417,6 @@ def fit_duty_curve(observations: Iterable[DutyObservation], constant_w: float,
     (PowerModel.duty_busy "uncapped"): busy_w is the uncapped busy power, the duty power is capped at the limit, then
     scaled above the constant by each observation's gpu_share."""
     import numpy as np
-
-    from carm_advisor.carm.power_model import DUTY_VARIABLES, OUTPUT_SIZE_VARIABLES, DutyCurve
 
     if variable not in DUTY_VARIABLES:
         raise ProfileError(f"duty curve variable must be one of {DUTY_VARIABLES}, received: {variable!r}")

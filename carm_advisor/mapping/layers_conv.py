@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from carm_advisor.mapping.costs import OP_MATMUL
 from carm_advisor.mapping.registry import activation_flops, elems, make_cost, register_cost
-from carm_advisor.mapping.walker import LayerCall
+from carm_advisor.mapping.types import OP_MATMUL, LayerCall
 
 
 def _channel_axis(layer) -> int:

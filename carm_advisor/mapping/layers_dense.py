@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from carm_advisor.mapping.costs import OP_DATA, OP_MATMUL, LayerCost
 from carm_advisor.mapping.registry import (
-    activation_flops, dtype_bytes_of, elems, lookup, make_cost, register_cost, unknown_cost,
+    activation_flops,
+    dtype_bytes_of,
+    elems,
+    lookup,
+    make_cost,
+    register_cost,
+    unknown_cost,
 )
-from carm_advisor.mapping.walker import LayerCall
+from carm_advisor.mapping.types import OP_DATA, OP_MATMUL, LayerCall, LayerCost
 
 
 def _bias_act(layer, out_elems: int) -> int:

@@ -23,12 +23,18 @@ import dataclasses
 
 import numpy as np
 
-from carm_advisor.mapping.costs import OP_DATA, OP_ELEMENTWISE, OP_REDUCTION
 from carm_advisor.mapping.registry import (
-    ACTIVATION_FLOPS, activation_flops, activation_name, dtype_bytes_of, elems, make_cost, no_work_cost,
-    register_cost, typed_cost,
+    ACTIVATION_FLOPS,
+    activation_flops,
+    activation_name,
+    dtype_bytes_of,
+    elems,
+    make_cost,
+    no_work_cost,
+    register_cost,
+    typed_cost,
 )
-from carm_advisor.mapping.walker import LayerCall
+from carm_advisor.mapping.types import OP_DATA, OP_ELEMENTWISE, OP_REDUCTION, LayerCall
 
 
 def _per_output(call: LayerCall, dtype_bytes: int, flops_per_elem: int, op_class=OP_ELEMENTWISE, notes=""):

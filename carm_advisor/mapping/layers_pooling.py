@@ -14,9 +14,8 @@
 
 from __future__ import annotations
 
-from carm_advisor.mapping.costs import OP_DATA, OP_REDUCTION
 from carm_advisor.mapping.registry import dtype_bytes_of, elems, make_cost, no_work_cost, register_cost, typed_cost
-from carm_advisor.mapping.walker import LayerCall
+from carm_advisor.mapping.types import OP_DATA, OP_REDUCTION, LayerCall
 
 INTERPOLATION_FLOPS = {"nearest": 0, "bilinear": 7}
 _OTHER_INTERPOLATION_FLOPS = 31

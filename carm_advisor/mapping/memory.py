@@ -39,8 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from carm_advisor.mapping.costs import OP_MATMUL, LayerCost
 from carm_advisor.mapping.registry import dtype_bytes_of
+from carm_advisor.mapping.types import OP_MATMUL, LayerCost
 
 GB = 1e9   # the unit the messages use (decimal gigabytes, as GPU vendors state memory)
 

@@ -1,4 +1,4 @@
-"""Cost-model registry and ``map_model``: Keras layer class -> analytic cost of one call.
+"""Cost-model registry: Keras layer class -> analytic cost of one call.
 
 Conventions (every figure is for one call of a layer on a whole batch)
 -----------------------------------------------------------------------
@@ -49,13 +49,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 import numpy as np
 
-from carm_advisor.errors import MappingError, UnknownLayerError
-from carm_advisor.mapping.costs import OP_NONE, LayerCost
-from carm_advisor.mapping.walker import LayerCall, call_shapes, iter_layer_calls
+from carm_advisor.errors import MappingError
+from carm_advisor.mapping.types import OP_NONE, LayerCall, LayerCost
 
 CostFn = Callable[[LayerCall, int], "LayerCost | list[LayerCost]"]
 
@@ -111,7 +110,6 @@ def _key(cls) -> str:
 
 def lookup(op) -> CostFn | None:
     """The cost function for a layer or operation, found along its class MRO; None if unknown."""
-    _load_families()
     import keras
 
     for cls in type(op).__mro__:
@@ -124,7 +122,6 @@ def lookup(op) -> CostFn | None:
 
 
 def registered_names() -> list[str]:
-    _load_families()
     return sorted(_REGISTRY)
 
 
@@ -275,7 +272,7 @@ def policy_name_of(layer) -> str | None:
     return name or None
 
 
-def _policy_compute_dtype(name: str) -> str | None:
+def policy_compute_dtype(name: str) -> str | None:
     """The compute dtype of the Keras dtype policy named `name`; None where Keras knows no such policy."""
     import keras
 
@@ -283,61 +280,3 @@ def _policy_compute_dtype(name: str) -> str | None:
         return str(keras.dtype_policies.get(name).compute_dtype)
     except Exception:  # noqa: BLE001 - an unknown name: no operation moves with it
         return None
-
-
-def map_model(model, batch_size: int = 1, strict: bool = False,
-              compute_dtype: str | Mapping[str, str] | None = None, input_shapes=None) -> list[LayerCost]:
-    """Analytic cost of every layer call of ``model``, in graph order, for a batch of ``batch_size``.
-
-    ``compute_dtype``: a dtype overrides every layer's ``dtype_policy.compute_dtype``; a mapping of dtype
-    policy names to dtypes overrides it for the layers under those policies only (the others, such as a mixed
-    model's float32 output layer, keep their own); None: each layer's own. A layer without a cost model is
-    returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
-    :class:`UnknownLayerError` instead. ``input_shapes``: a subclassed model's call() argument shapes, where Keras
-    recorded fewer (``walker.call_shapes``: one batch-first shape per tensor argument, or {name: shape}).
-    """
-    with call_shapes(model, input_shapes):
-        return _map_model(model, batch_size, strict, compute_dtype)
-
-
-def _map_model(model, batch_size: int, strict: bool, compute_dtype) -> list[LayerCost]:
-    by_policy = dict(compute_dtype) if isinstance(compute_dtype, Mapping) else None
-    for dtype in by_policy.values() if by_policy is not None else [compute_dtype] if compute_dtype else []:
-        dtype_bytes_of(dtype)  # validate early
-    # An operation with no policy (a keras.ops node: a residual add) computes at its inputs' dtype: it moves with
-    # the policy whose compute dtype its traced inputs have (they come from layers under that policy).
-    by_traced = {_policy_compute_dtype(name): dtype for name, dtype in (by_policy or {}).items()}
-    costs: list[LayerCost] = []
-    for call in iter_layer_calls(model, batch_size):
-        if by_policy is not None:
-            name = policy_name_of(call.layer)
-            own = layer_compute_dtype(call)
-            dtype = (by_policy.get(name) if name is not None else by_traced.get(own)) or own
-        else:
-            dtype = compute_dtype or layer_compute_dtype(call)
-        mapped = cost_of_call(call, dtype)
-        if mapped is None or any(not c.known for c in mapped):
-            if strict:
-                raise UnknownLayerError(
-                    f"layer '{call.path}' ({type(call.layer).__name__}) has no cost model; expected one of "
-                    f"the registered classes (carm_advisor.mapping.registered_names()) or a subclass; "
-                    f"register one with @register_cost(\"{type(call.layer).__name__}\")"
-                )
-            costs.extend(mapped or [unknown_cost(call, dtype)])
-        else:
-            costs.extend(mapped)
-    return costs
-
-
-_loaded = False
-
-
-def _load_families() -> None:
-    """Import the layer-family modules once; their decorators fill the registry."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from carm_advisor.mapping import (  # noqa: F401
-        layers_conv, layers_dense, layers_elementwise, layers_pooling,
-    )

@@ -42,42 +42,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import json
 import numbers
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import keras
 from keras.src.utils.naming import to_snake_case
 
 from carm_advisor.errors import MappingError
+from carm_advisor.mapping.registry import lookup
+from carm_advisor.mapping.types import LayerCall
 from carm_advisor.units import named_list
-
-Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class LayerCall:
-    """One call of one layer (or ``keras.ops`` operation) with concrete, batch-filled shapes."""
-
-    path: str                             # "layer", "outer/inner", "shared#1"
-    layer: Any                            # keras.layers.Layer, or keras.Operation for keras.ops nodes
-    input_shapes: tuple[Shape, ...]       # one per input tensor, flattened in call order
-    output_shapes: tuple[Shape, ...]
-    input_dtypes: tuple[str, ...]
-    # The call argument each input tensor was passed as ("query", "value", "key", "attention_mask");
-    # () where unknown (a cost function must then go by position).
-    input_names: tuple[str, ...] = ()
-    # For each input, the index of the first input that is the same tensor: mha(x, x) gives (0, 0).
-    # A tensor passed twice is one tensor in memory, read from DRAM once. () where unknown.
-    input_same_as: tuple[int, ...] = ()
-
-    def distinct_inputs(self) -> list[int]:
-        """Indices of the inputs that are distinct tensors (the first of each repeated one)."""
-        if len(self.input_same_as) != len(self.input_shapes):
-            return list(range(len(self.input_shapes)))
-        return [i for i, j in enumerate(self.input_same_as) if i == j]
 
 
 def _functional_class():
@@ -229,8 +207,6 @@ def given_shapes_json(model) -> str | None:
     given = _CALL_SHAPES.get().get(id(model))
     if given is None:
         return None
-    import json
-
     return json.dumps({"args": [_tagged(a) for a in given.args],
                        "kwargs": {k: _tagged(v) for k, v in given.kwargs.items()}, "text": given.text})
 
@@ -241,8 +217,6 @@ def call_shapes_json(model, text: str | None):
     if text is None:
         yield
         return
-    import json
-
     doc = json.loads(text)
     given = _GivenShapes(tuple(_untagged(a) for a in doc["args"]),
                          {k: _untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
@@ -383,8 +357,6 @@ def _nodes_in_order(graph) -> list:
 
 
 def _lookup_cost(op):
-    from carm_advisor.mapping.registry import lookup  # the registry imports this module
-
     return lookup(op)
 
 

@@ -8,6 +8,7 @@ functions: the GPU machine has no TensorFlow, CPU machines may have no torch or 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import warnings
 from typing import Any, Callable, Iterator
@@ -336,8 +337,6 @@ def float32_math(tf32: bool | None, backend: str | None = None) -> Iterator[None
 def reset_compiled(backend: str | None = None) -> None:
     """Forget compiled functions between configurations (torch.compile stops recompiling after 8 shapes
     and falls back to eager; jax keeps every executable), and hand cached device memory back."""
-    import gc
-
     backend = _resolve(backend)
     gc.collect()
     if backend == "torch":

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from carm_advisor.errors import GPUUnavailableError, KernelBuildError, MeasurementError
+from carm_advisor.errors import GPUUnavailableError, MeasurementError
 from carm_advisor.models.keras_import import configured_backend
 
 CARM_OK, CARM_ERR_NO_GPU, CARM_ERR_INVALID, CARM_ERR_UNSUPPORTED, CARM_ERR_CUDA = range(5)
@@ -173,15 +173,3 @@ def default_binding() -> str:
         # Not imported yet: read Keras' own setting rather than import it (and TensorFlow, seconds) here.
         backend = keras.backend.backend() if keras is not None else configured_backend()
     return "tensorflow" if backend == "tensorflow" else "ctypes"
-
-
-def open_binding(name: str | None = None, arch: str | None = None) -> Binding:
-    """Build (or reuse the cached build for `arch`) and load binding `name` (None: default_binding())."""
-    from carm_advisor.measure.kernels import KernelLibrary, TensorFlowOps
-
-    name = name or default_binding()
-    if name == "ctypes":
-        return KernelLibrary.load(arch=arch)
-    if name == "tensorflow":
-        return TensorFlowOps.load(arch=arch)
-    raise KernelBuildError(f"unknown binding: expected one of {', '.join(BINDINGS)}, received {name!r}")

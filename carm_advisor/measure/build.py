@@ -9,6 +9,7 @@ those changes. nvcc comes from PATH, ``$CUDA_HOME/bin``, or the CUDA pip wheels 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -111,8 +112,6 @@ def _gencode(arch: str) -> list[str]:
 
 
 def _tf_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("tensorflow") is not None
 
 

@@ -39,6 +39,9 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from carm_advisor.errors import MeasurementError
+from carm_advisor.mapping.walker import build_on_given_shapes, call_shapes_json, given_shapes_json, iter_layer_calls
+from carm_advisor.measure.backend import active_backend, inference_context, nvtx_range, sync
+from carm_advisor.measure.layers import layer_runner
 
 RANGE_PREFIX = "carm:"
 
@@ -270,9 +273,6 @@ def measure_counters(
     """Counters for one call of every layer (or of `only`), keyed by walker path; None without ncu."""
     import keras
 
-    from carm_advisor.mapping.walker import given_shapes_json, iter_layer_calls
-    from carm_advisor.measure.backend import active_backend
-
     ncu = ncu or ncu_path()
     if ncu is None:
         return None
@@ -339,10 +339,6 @@ def _child(argv: Sequence[str] | None = None) -> int:
         keras.config.set_dtype_policy(args.dtype_policy)
     if args.layout:
         keras.config.set_image_data_format(args.layout)
-
-    from carm_advisor.mapping.walker import build_on_given_shapes, call_shapes_json, iter_layer_calls
-    from carm_advisor.measure.backend import active_backend, inference_context, nvtx_range, sync
-    from carm_advisor.measure.layers import layer_runner
 
     backend = active_backend()
     model = keras.saving.load_model(args.model, compile=False)

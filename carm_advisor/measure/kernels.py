@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 from carm_advisor.errors import KernelBuildError
-from carm_advisor.measure.build import LIB_NAME
 from carm_advisor.measure.binding import (  # noqa: F401  (the records are re-exported: callers import them here)
     ABI_VERSION,
+    BINDINGS,
     CARM_ERR_CUDA,
     CARM_ERR_INVALID,
     CARM_ERR_NO_GPU,
@@ -25,8 +25,10 @@ from carm_advisor.measure.binding import (  # noqa: F401  (the records are re-ex
     Binding,
     DeviceInfo,
     RunResult,
+    default_binding,
     raise_for_status,
 )
+from carm_advisor.measure.build import LIB_NAME
 
 
 class _Info(ctypes.Structure):
@@ -239,3 +241,13 @@ class TensorFlowOps(Binding):
 
     def release(self) -> None:
         self._call("carm_release", self._ops.carm_release)
+
+
+def open_binding(name: str | None = None, arch: str | None = None) -> Binding:
+    """Build (or reuse the cached build for `arch`) and load binding `name` (None: default_binding())."""
+    name = name or default_binding()
+    if name == "ctypes":
+        return KernelLibrary.load(arch=arch)
+    if name == "tensorflow":
+        return TensorFlowOps.load(arch=arch)
+    raise KernelBuildError(f"unknown binding: expected one of {', '.join(BINDINGS)}, received {name!r}")

@@ -13,6 +13,7 @@ import statistics
 import time
 
 from carm_advisor.errors import MeasurementError
+from carm_advisor.power.energy import relative_spread
 
 REPEATS = 200
 # Near-empty with 1 inner iteration; CUDA-core FMA rows run on every architecture we support.
@@ -33,8 +34,6 @@ def floor_benchmark(lib, arch: int | None = None):
 def measure_launch_floor(lib, device: int = 0, repeats: int = REPEATS, arch: int | None = None,
                          clock=time.perf_counter) -> dict:
     """{"value_s": median host seconds of one launch + sync, "provenance": {...}}, the profile's launch_floor."""
-    from carm_advisor.power.energy import relative_spread
-
     bench = floor_benchmark(lib, arch)
     lib.run(bench.name, device=device, iterations=1, launches=1, warmup=1)   # first-call costs are not the floor
     host_s, gpu_s = [], []

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import inspect
 import shlex
 import sys
 import time
@@ -46,14 +47,15 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypedDict
 import keras
 
 from carm_advisor.errors import MappingError, MeasurementError, PowerError
-from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
+from carm_advisor.mapping.types import LayerCall
+from carm_advisor.mapping.walker import call_arguments, iter_layer_calls
 from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU
 from carm_advisor.power.energy import EnergyMeasurement, measure_energy
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack   # typing.Unpack from Python 3.12
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.12
 
 
 @dataclass(frozen=True)
@@ -576,8 +578,6 @@ def subclassed_call_specs(model, batch_size: int) -> tuple[list, dict]:
     """What a subclassed model (no model.inputs) is called on as a whole, as KerasTensors at ``batch_size``:
     (positional, keyword) arguments, those the mapping traces its call() on (walker.call_arguments); else a
     MeasurementError. Whole-model measurement and the tuner's worker both feed these."""
-    from carm_advisor.mapping.walker import call_arguments
-
     try:
         specs = call_arguments(model, batch_size)
     except MappingError as exc:
@@ -626,8 +626,6 @@ def functional_structure(model, flat: list):
 
 def _training_argument(model) -> dict:
     """{"training": False} where the model's call() takes it (a Functional model's does), else {}."""
-    import inspect
-
     try:
         params = inspect.signature(model.call).parameters.values()
     except (TypeError, ValueError):
@@ -785,44 +783,3 @@ def _run_record(model, *, batch_size: int, gpu: GPU | None, command: str | None)
         command=command if command is not None else shlex.join(sys.argv),
         model_name=str(getattr(model, "name", "")),
     )
-
-
-def measure_run(
-    model,
-    *,
-    batch_size: int,
-    gpu: GPU | None = None,
-    training_step: bool = True,
-    counters: bool = False,
-    progress: bool = True,
-    only: Collection[str] | None = None,
-    command: str | None = None,
-    graphs: bool = True,
-    **windows: Unpack[RunWindows],
-) -> RunMeasurement:
-    """Every layer, then the whole model (inference and a training step), in one record.
-
-    `min_window_s` / `repeats` override the preset's layer windows, `model_min_window_s` /
-    `model_repeats` its whole-model windows.
-
-    torch on a CUDA GPU (unless graphs=False): layers are replayed from CUDA graphs
-    (execution="cuda_graph") and `inference_graph` holds the whole model replayed from one graph,
-    with the layer windows; `inference` stays eager, as the user runs the model.
-
-    counters=True also runs the layers under Nsight Compute (measure/counters.py) when `ncu` is on
-    PATH, and attaches per-layer FLOPs, bytes and intensities; without ncu they stay None and
-    `intensity_source` stays "analytic".
-    """
-    start_s = time.perf_counter()
-    o = MeasureOptions.resolve(**windows)
-    run = _measure_layers(model, batch_size, gpu, o, progress=progress, only=only, command=command, graphs=graphs)
-    run.inference, run.training_step = _measure_model(model, batch_size, gpu, o, training_step=training_step)
-    if graphs:
-        run.inference_graph = _measure_model_graph(model, batch_size, gpu, o)
-    run.settings.update(model_window_s=o.model_window_s, model_repeats=o.model_repeats)
-    if counters:
-        from carm_advisor.measure.counters import measure_counters
-
-        run.attach_counters(measure_counters(model, batch_size=batch_size, only=only))
-    run.wall_s = time.perf_counter() - start_s
-    return run

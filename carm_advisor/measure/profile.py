@@ -9,8 +9,12 @@ import time
 
 from carm_advisor.carm.fitting import BenchmarkRun, select_roofs
 from carm_advisor.errors import KernelBuildError, MeasurementError
+from carm_advisor.measure.build import source_hash
+from carm_advisor.measure.ceilings import run_ceilings
+from carm_advisor.measure.launch_floor import measure_launch_floor
+from carm_advisor.power.nvml import open_gpu
 from carm_advisor.profiles.cache import cached_profile_for, store_profile
-from carm_advisor.profiles.profile import SCHEMA, Profile, profile_from_dict
+from carm_advisor.profiles.profile import SCHEMA, Profile, embedded_profile_doc, profile_from_dict
 
 
 def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True, gpu=None, library=None,
@@ -19,9 +23,6 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
     """Run every benchmark the GPU supports and return a measured Profile (also cached for analyze).
     library: a loaded Binding (else `binding`, 'ctypes' or 'tensorflow', is built and loaded; None picks
     the default, see measure/binding.py); exclude: benchmark names not to run."""
-    from carm_advisor.measure.ceilings import run_ceilings
-    from carm_advisor.power.nvml import open_gpu
-
     if gpu is None and library is None:
         from carm_advisor.errors import GPUUnavailableError
         from carm_advisor.power.nvml import gpu_count
@@ -31,16 +32,14 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
                                       "'carm-advise ceilings --show' and 'analyze' work on the recorded profile")
     started = time.perf_counter()
     if library is None:
-        from carm_advisor.measure.binding import open_binding
         from carm_advisor.measure.build import detect_arch
+        from carm_advisor.measure.kernels import open_binding
 
         library = open_binding(binding, arch=detect_arch())   # only the visible GPU's arch: a faster build
     load_s = time.perf_counter() - started   # a compile on a cold kernel cache shows here
     gpu = gpu if gpu is not None else open_gpu(device)
     measured = run_ceilings(library, gpu, device=device, quick=quick, progress=progress, clock=clock,
                             everything=everything, verify_counters=verify_counters, exclude=exclude)
-    from carm_advisor.measure.launch_floor import measure_launch_floor
-
     floor_started = time.perf_counter()
     floor = measure_launch_floor(library, device, arch=measured.arch, clock=clock)
     phases_s = {"load_kernels": load_s, "benchmarks": measured.wall_s, "launch_floor": time.perf_counter() - floor_started}
@@ -54,8 +53,6 @@ def measure_ceilings(device: int = 0, quick: bool = False, progress: bool = True
 
 def current_kernel_source_hash() -> str | None:
     """The hash of the kernel sources next to the package: what a profile measured today is keyed by."""
-    from carm_advisor.measure.build import source_hash
-
     try:
         return source_hash()
     except KernelBuildError:   # sources not found: the profile says so by a null hash
@@ -105,8 +102,6 @@ def with_carried_duty(pm: dict) -> dict:
     predict every layer at its busy power (the CARM operating point)."""
     if any(pm.get(k) for k in DUTY_KEYS):
         return pm
-    from carm_advisor.profiles.profile import embedded_profile_doc
-
     ref = embedded_profile_doc()
     ref_pm, name = ref.get("power_model") or {}, ref["device"]["name"]
 

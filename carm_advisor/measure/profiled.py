@@ -24,14 +24,27 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
+import json
 import statistics
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from carm_advisor.errors import MeasurementError
-from carm_advisor.mapping.walker import LayerCall, iter_layer_calls
+from carm_advisor.mapping.types import LayerCall
+from carm_advisor.mapping.walker import iter_layer_calls
 from carm_advisor.measure import backend as _backend
+from carm_advisor.measure.layers import (
+    _expecting,
+    _model_inputs,
+    _progress,
+    _run_record,
+    measure_layer_calls,
+    measure_model,
+    measure_model_graph,
+    trace_settings,
+)
 from carm_advisor.measure.records import LayerMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU
 
@@ -233,14 +246,10 @@ def profile_run(
     """One profiled pass for every layer's time, then the whole model eager (and replayed from a CUDA
     graph on a GPU), in one record. torch only; layer energy by time share (see the module docstring).
     """
-    from carm_advisor.measure.layers import (
-        _expecting, _model_inputs, _progress, _run_record, measure_model, measure_model_graph,
-    )
-
     if _backend.active_backend() != "torch":
         raise MeasurementError(
             f"Expected the torch backend for a one-pass profile, Received: {_backend.active_backend()} "
-            "(jax measures each layer jitted alone: measure.layers.measure_run)"
+            "(jax measures each layer jitted alone: measure.run.measure_run)"
         )
     start_s = time.perf_counter()
     calls = list(iter_layer_calls(model, batch_size))
@@ -290,8 +299,6 @@ def profile_run(
 
 def call_signature(call: LayerCall) -> str:
     """What decides a layer call's work: its class, configuration (without the name) and input shapes/dtypes."""
-    import json
-
     try:
         config = dict(call.layer.get_config())
     except Exception:  # an operation without a config: only itself is identical to itself
@@ -313,10 +320,6 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     The per-layer path where one pass cannot attribute time to layers (jax); also a real per-layer
     power (windows of `window_s` let NVML see each layer's own power) where one is wanted on torch.
     """
-    import dataclasses
-
-    from carm_advisor.measure.layers import _run_record, measure_layer_calls, measure_model, trace_settings
-
     start = time.perf_counter()
     calls = list(iter_layer_calls(model, batch_size)) if layers else []
     reps, mapping = unique_calls(calls)

@@ -20,6 +20,9 @@ from pathlib import Path
 
 from carm_advisor.carm.fitting import COUNTER_TOLERANCE
 from carm_advisor.errors import MeasurementError
+from carm_advisor.measure.backend import nvtx_range
+from carm_advisor.measure.counters import export_command, ncu_path, parse_ncu_csv, profile_command
+from carm_advisor.measure.kernels import KernelLibrary
 
 # CARM key -> counter path of parse_ncu_csv's flops_by_path
 FLOP_COUNTER = {
@@ -63,9 +66,6 @@ def compare(infos: dict[str, dict], declared: dict[str, dict], counted: dict) ->
 def verify_with_counters(library_path: str | Path, names: list[str] | None = None, device: int = 0,
                          ncu: str | None = None, timeout_s: float = 600.0) -> list[dict] | None:
     """Profile each benchmark once under ncu; None when ncu is not installed."""
-    from carm_advisor.measure.counters import export_command, ncu_path, parse_ncu_csv, profile_command
-    from carm_advisor.measure.kernels import KernelLibrary
-
     ncu = ncu or ncu_path()
     if ncu is None:
         return None
@@ -102,9 +102,6 @@ def _child(argv=None) -> int:
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-
-    from carm_advisor.measure.backend import nvtx_range
-    from carm_advisor.measure.kernels import KernelLibrary
 
     lib = KernelLibrary.load(path=args.library)
     declared = {}

@@ -13,12 +13,22 @@ or a nested function cannot travel there: it is then refused with one line).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
+import json
+import os
+import sys
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from carm_advisor.errors import ModelLoadError
+from carm_advisor.mapping import map_model
+from carm_advisor.mapping.registry import policy_name_of
+from carm_advisor.mapping.walker import is_composite_user_layer
+from carm_advisor.models.loader import dtype_policy, image_data_format, is_model_file, keras_file_config, load_model
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,6 @@ class ModelSpec:
 
 def model_spec(model_or_builder: Any) -> ModelSpec:
     """Normalise what tune() was given: a name, a file, 'module:function', a function, or a built model."""
-    from carm_advisor.models.loader import is_model_file
-
     if isinstance(model_or_builder, str):
         text = model_or_builder
         if is_model_file(text):
@@ -87,9 +95,6 @@ def model_spec(model_or_builder: Any) -> ModelSpec:
 def _import_from_here(module_name: str):
     """The module, also from the current directory: a console script (carm-advise) does not put it on sys.path,
     as `python -m` does, and a builder beside the user is the common case (uvicorn and gunicorn do the same)."""
-    import os
-    import sys
-
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -117,8 +122,6 @@ def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channe
           config: Any = None):
     """A built keras.Model for one configuration. `seed` fixes the random weights (same for every trial)."""
     import keras
-
-    from carm_advisor.models.loader import dtype_policy, image_data_format, load_model
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
@@ -230,9 +233,6 @@ def layer_policies(model) -> list[tuple[str, str]]:
     that counts."""
     import keras
 
-    from carm_advisor.mapping.registry import policy_name_of
-    from carm_advisor.mapping.walker import is_composite_user_layer
-
     found: list[tuple[str, str]] = []
 
     def walk(container) -> None:
@@ -267,8 +267,6 @@ def model_policy(model) -> str:
 def file_config(path: str) -> dict:
     """The serialised model of a model file: a .keras archive's config.json (read without its weights), else
     the loaded model's (a bad file raises load_model's one-line ModelLoadError)."""
-    from carm_advisor.models.loader import keras_file_config, load_model
-
     config = keras_file_config(path)
     if config is not None:
         return config
@@ -333,8 +331,6 @@ def rebuild_under_policy(model, policy: str | None):
     The model itself where the policy is its own, or where its policies cannot be replaced (FileTraits)."""
     import keras
 
-    from carm_advisor.models.loader import dtype_policy, image_data_format
-
     if policy is None:
         return model
     try:
@@ -357,8 +353,6 @@ def rebuild_under_policy(model, policy: str | None):
 
 def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> str:
     """One line: what of the space a model file leaves out, why, and how to search it."""
-    from pathlib import Path
-
     why = []
     if traits.fixed_precision:
         why.append(f"its precision stays its own ({traits.fixed_precision})")
@@ -376,9 +370,6 @@ def narrowing_note(spec: ModelSpec, traits: FileTraits, dropped: list[str]) -> s
 
 def content_hash(obj) -> str:
     """A short, stable hash of a JSON-able object (sorted keys): what a study fingerprint compares."""
-    import hashlib
-    import json
-
     text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -421,11 +412,7 @@ def structure_identity(model) -> str:
     """A hash of what the CARM maps of a built model, without layer names: each layer call's class, shapes, dtype,
     FLOPs, bytes and parameters at batch 1 (mapping/map_model); where the model cannot be mapped, each layer's
     class and weight shapes."""
-    import warnings
-
     try:
-        from carm_advisor.mapping import map_model
-
         with warnings.catch_warnings():   # an identity, not a figure: a lower-bound mapping is not said from here
             warnings.simplefilter("ignore", RuntimeWarning)
             costs = map_model(model, batch_size=1)
@@ -457,3 +444,23 @@ def model_identity(spec: ModelSpec, model_for=None) -> str:
             model = build(spec, "float32", "channels_last", seed=0)
     prefix = spec.spec if spec.kind == "builder" else spec.kind
     return f"{prefix} {structure_identity(model)}"
+
+
+def file_at_precision(model, precision: str | None):
+    """(model, compute dtype override) for a model loaded from a file and analysed at Keras dtype policy
+    `precision`: the model rebuilt with its own policy (the one most of its layers hold) replaced, layers pinned
+    to another policy (a mixed model's float32 output layer) keeping theirs (rebuild_under_policy,
+    what tune does), and None; where its policies cannot be replaced (config_traits: quantized
+    layers, float16 variables, a config naming none, a config that cannot be serialised), the model as it is and
+    `precision`, for analyze() to compute every layer at."""
+    if precision is None:
+        return model, None
+    import keras
+
+    try:
+        traits = config_traits(keras.saving.serialize_keras_object(model))
+    except Exception:
+        return model, precision
+    if traits.fixed_precision:
+        return model, precision
+    return rebuild_under_policy(model, precision), None

@@ -6,6 +6,7 @@ All model loading lives here; errors are one-line ModelLoadErrors.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import zipfile
 from pathlib import Path
@@ -132,28 +133,6 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
 DEFAULT_IMAGE_SIZE = (224, 224)
 
 
-def file_at_precision(model, precision: str | None):
-    """(model, compute dtype override) for a model loaded from a file and analysed at Keras dtype policy
-    `precision`: the model rebuilt with its own policy (the one most of its layers hold) replaced, layers pinned
-    to another policy (a mixed model's float32 output layer) keeping theirs (tune.builder.rebuild_under_policy,
-    what tune does), and None; where its policies cannot be replaced (tune.builder.config_traits: quantized
-    layers, float16 variables, a config naming none, a config that cannot be serialised), the model as it is and
-    `precision`, for analyze() to compute every layer at."""
-    if precision is None:
-        return model, None
-    import keras
-
-    from carm_advisor.models.builder import config_traits, rebuild_under_policy
-
-    try:
-        traits = config_traits(keras.saving.serialize_keras_object(model))
-    except Exception:
-        return model, precision
-    if traits.fixed_precision:
-        return model, precision
-    return rebuild_under_policy(model, precision), None
-
-
 def _open_dimensions(model) -> bool:
     """True when an input of `model` has an unknown dimension besides the batch."""
     return any(d is None for x in model.inputs for d in tuple(x.shape)[1:])
@@ -210,8 +189,6 @@ def unknown_classes(path: Path, exc: BaseException) -> list[tuple[str, str | Non
 def keras_file_config(path: str | Path) -> dict | None:
     """A .keras archive's config.json, read without loading the model or its weights; None for another file
     (.h5) or an unreadable one."""
-    import json
-
     try:
         with zipfile.ZipFile(path) as archive:
             config = json.loads(archive.read("config.json"))

@@ -4,11 +4,7 @@ Importing this package never imports pynvml; `open_gpu()` / `NvmlGPU` do, on fir
 """
 
 from carm_advisor.power._base import GPU
-from carm_advisor.power.clocks import (
-    ENV_NO_CLOCK_CONTROL,
-    ClockController,
-    clock_control_disabled_by_env,
-)
+from carm_advisor.power.clocks import ENV_NO_CLOCK_CONTROL, ClockController, clock_control_disabled_by_env
 from carm_advisor.power.energy import (
     EnergyMeasurement,
     EnergyWindow,
@@ -18,7 +14,7 @@ from carm_advisor.power.energy import (
     relative_spread,
 )
 from carm_advisor.power.fake import FakeGPU, TraceSample
-from carm_advisor.power.nvml import NVMLUnavailableError, NvmlGPU, gpu_count, open_gpu
+from carm_advisor.power.nvml import NvmlGPU, NVMLUnavailableError, gpu_count, open_gpu
 
 __all__ = [
     "ENV_NO_CLOCK_CONTROL",

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
+import socket
 import threading
 from typing import Any, Callable, TypeVar
 
-from carm_advisor.errors import (
-    GPUUnavailableError,
-    NoPermissionError,
-    NotSupportedError,
-    PowerError,
-)
+from carm_advisor.errors import GPUUnavailableError, NoPermissionError, NotSupportedError, PowerError
 from carm_advisor.power._base import GPU
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -306,8 +303,6 @@ def open_visible_gpu(env: dict[str, str] | None = None, gpus: list[GPU] | None =
 
     env: the environment to read CUDA_VISIBLE_DEVICES from (default os.environ); gpus: the machine's
     GPUs in NVML index order (default NVML's own)."""
-    import os
-
     visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if gpus is not None:
         return gpus[visible_nvml_index(visible, [g.uuid() for g in gpus])]
@@ -316,7 +311,5 @@ def open_visible_gpu(env: dict[str, str] | None = None, gpus: list[GPU] | None =
 
 def gpu_identity(gpu: GPU, index: int | None = None) -> dict[str, Any]:
     """What a result records of the GPU that measured it: NVML index, UUID, name and host."""
-    import socket
-
     return {"index": getattr(gpu, "index", index) if index is None else index, "uuid": gpu.uuid(),
             "name": gpu.name(), "host": socket.gethostname()}

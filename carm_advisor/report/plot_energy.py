@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from carm_advisor.carm.dvfs import energy_efficiency_gflops_per_w, energy_ridge_ai
 from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import CarmError
 
@@ -19,8 +20,6 @@ def plot_energy(report, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from carm_advisor.carm.dvfs import energy_efficiency_gflops_per_w, energy_ridge_ai
 
     profile = report.profile
     pm = getattr(profile, "power_model", None)

@@ -9,6 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.report.console import make_console, wants_full_width
+from carm_advisor.results import measured_gain
 from carm_advisor.units import count, named_list, plural, seconds, si
 
 __all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
@@ -223,8 +225,6 @@ def recommendations_table(report) -> Table:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("recommendation", ratio=1, overflow="fold")
     for i, rec in enumerate(report.recommendations, 1):
-        from carm_advisor.advise.verify import verified_text
-
         checked = verified_text(rec.verified)
         block = Text.assemble((rec.title, "bold"), "\n", ("expected gain: ", "dim"), rec.expected_gain, "\n", rec.detail)
         if checked:  # what --verify measured, beside the predicted gain
@@ -283,10 +283,33 @@ def renderables(report, top: int | None = None, width: int = 200):
 
 
 def print_report(report, console: Console | None = None, top: int | None = None) -> None:
-    from carm_advisor.report.console import make_console, wants_full_width
-
     console = console or make_console()
     if wants_full_width(console):   # not a terminal: as wide as the layer table with every column
         natural = Console(width=10_000).measure(layer_table(report, top, width=10_000)).maximum
         console.width = max(console.width, natural)
     console.print(Group(*renderables(report, top, console.width)))
+
+
+def verified_text(verified: dict | None) -> str:
+    """One line for the report table: the measured gain, or why there is none."""
+    if not verified:
+        return ""
+    if verified.get("error"):
+        return f"verify failed: {verified['error']}"
+    parts = [f"{verified['measured_speedup']:.2f}x faster" if verified.get("measured_speedup") else None,
+             f"{verified['measured_energy_ratio']:.2f}x less energy" if verified.get("measured_energy_ratio") else None]
+    if verified.get("compile_s"):
+        parts.append(f"compiled in {verified['compile_s']:.1f} s on the first call (paid once)")
+    text = "measured: " + ", ".join(p for p in parts if p)
+    if verified.get("compared_against"):
+        predicted = verified.get("predicted_speedup")
+        text += (f"; predicted {predicted:.2f}x" if predicted else "; prediction") + \
+            f" against {verified['compared_against']}"
+    flagged_on = verified.get("flagged_on") or (["time"] if verified.get("flagged") else [])
+    offs = [f"{verified['off_by']:.0%} in time" if "time" in flagged_on else None,
+            f"{verified['energy_off_by']:.0%} in energy" if "energy" in flagged_on else None]
+    text += " - OFF by " + " and ".join(o for o in offs if o) if flagged_on else ""
+    gain = measured_gain(verified)
+    if gain is not None and gain < 1:
+        text += "; no gain measured on this GPU (slower, costlier where measured): not advised here, ranked by the measurement"
+    return text

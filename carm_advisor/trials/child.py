@@ -25,6 +25,10 @@ import subprocess
 import sys
 from typing import Callable
 
+from carm_advisor.measure.layers import measure_model, measure_model_graph
+from carm_advisor.models.loader import load_model
+from carm_advisor.power.nvml import gpu_count, open_gpu
+
 DEFAULTS = {"precision": "float32", "layout": "channels_last", "batch_size": 1, "backend": "torch", "compile": "none"}
 COMPILE_MODES = ("none", "cuda_graph", "jit")
 
@@ -82,10 +86,6 @@ def _failed(cfg: dict, error: str) -> dict:
 def run_here(cfg: dict) -> dict:
     """Measure the configuration in this process (the child's work)."""
     import keras
-
-    from carm_advisor.measure.layers import measure_model, measure_model_graph
-    from carm_advisor.models.loader import load_model
-    from carm_advisor.power.nvml import gpu_count, open_gpu
 
     keras.config.set_image_data_format(cfg["layout"])
     model, _ = load_model(cfg["model"], precision=cfg["precision"])

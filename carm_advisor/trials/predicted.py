@@ -36,7 +36,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from carm_advisor.calibration import Calibration, load_calibration
+from carm_advisor.carm.dvfs import Work, predict_model_at_clock
+from carm_advisor.mapping.memory import does_not_fit
 from carm_advisor.models.builder import ModelSpec, build
+from carm_advisor.predict import resolve_math_mode, whole_batch_range, whole_model_power_w
+from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED, Profile, load_profile
+from carm_advisor.report.render import power_limited
 from carm_advisor.trials.space import TrialConfig
 
 SOURCE_BOUND = "predicted (CARM bound)"
@@ -116,8 +122,6 @@ def value_prediction(predictor, config: TrialConfig) -> Prediction:
 
 
 def math_mode_for(config: TrialConfig) -> dict[str, str]:
-    from carm_advisor.predict import resolve_math_mode
-
     mode = dict(resolve_math_mode(config.backend))
     mode.update(_FLOAT32_MATH.get(config.precision, {}))
     return mode
@@ -130,8 +134,6 @@ def resolve_calibration(calibration, profile):
     cache); False/None: none (CARM bounds alone); a path: that calibration JSON; a Calibration: itself."""
     if calibration is None or calibration is False:
         return None
-    from carm_advisor.calibration import Calibration, load_calibration
-
     if calibration is True:
         return load_calibration(None, getattr(profile, "name", None))
     if isinstance(calibration, (str, os.PathLike)):
@@ -156,8 +158,6 @@ class ConfigPredictor:
         """policies_fixed: whether the model's dtype policies cannot be replaced, where the caller has read its
         traits already (tune(): builder.file_traits); None: read here when first needed. input_shapes: a
         subclassed model's call() argument shapes (map_model's), for every model built here."""
-        from carm_advisor.profiles.profile import Profile, load_profile
-
         self.spec = spec
         self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
         self.profile_origin = profile_origin(profile)
@@ -252,8 +252,6 @@ class ConfigPredictor:
     def does_not_fit(self, config: TrialConfig, mode: str = "inference") -> str | None:
         """"predicted: needs at least X GB, the GPU has Y GB (...)" where the memory lower bound exceeds the
         profile's memory_bytes; None where it may fit (or the profile records no memory size)."""
-        from carm_advisor.mapping.memory import does_not_fit
-
         why = does_not_fit(self.memory(config, mode), self.profile)
         return f"predicted: {why}" if why else None
 
@@ -265,8 +263,6 @@ class ConfigPredictor:
         execution = whole_execution(self.calibration, backend, compiler)[0]
         if execution is None:
             return None
-        from carm_advisor.predict import whole_batch_range
-
         return whole_batch_range(self.calibration, backend, execution)
 
     def value_prediction(self, config: TrialConfig) -> Prediction:
@@ -289,8 +285,6 @@ class ConfigPredictor:
                                        detail=f"no calibrated whole-model time for {config.backend} {execution}")
         # The bound is the fastest the roofs allow: a calibrated time is never below it.
         time_s = max(time_s, bound.time_s)
-        from carm_advisor.predict import whole_model_power_w
-
         # The whole model's power as benchmarks/power_model_validation.py validates it (the layers' duty
         # powers, predict.whole_model_power_w); the CARM operating point's where that cannot be formed.
         power_w = whole_model_power_w(bound.rows, self.profile.power_model, self.calibration, config.backend,
@@ -347,8 +341,6 @@ class ConfigPredictor:
 def profile_origin(profile) -> dict[str, Any]:
     """Where a profile given as load_profile takes it came from: {"from": "embedded", "embedded": name} (None or an
     embedded name), {"from": "file", "path": absolute path}, or {"from": "object"} (a Profile given as such)."""
-    from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED, Profile
-
     if isinstance(profile, Profile):
         return {"from": "object"}
     if profile is None or str(profile) in EMBEDDED:
@@ -381,8 +373,6 @@ def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) ->
     """PREDICTED figures of the same configuration asked to run at `sm_clock_mhz`, from the profile's
     DVFS model (carm/dvfs.py: roofs scale with the clock, energy per operation with the voltage curve,
     the power limit lowers the clock it sustains). Never measured: the source says so."""
-    from carm_advisor.carm.dvfs import Work, predict_model_at_clock
-
     pm = profile.power_model
     works = [Work(r.flops, r.bytes, r.path, r.level) for r in prediction.rows
              if r.known and (r.flops or r.bytes) and r.predicted_time_s is not None]
@@ -397,8 +387,6 @@ def predict_at_sm_clock(prediction: Prediction, profile, sm_clock_mhz: float) ->
 
 def layer_changes(before: Prediction, after: Prediction, limit: int = 8) -> list[dict[str, Any]]:
     """Layers whose roof changed between two configurations, or whose bound time moved most (CARM bound)."""
-    from carm_advisor.report.render import power_limited
-
     old = {r.name: r for r in before.rows if r.known}
     out = []
     for r in after.rows:

@@ -26,16 +26,29 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from carm_advisor.errors import MeasurementError
+from carm_advisor.measure import backend as _backend
+from carm_advisor.measure.backend import float32_math, has_gpu, inference_context, is_out_of_memory
+from carm_advisor.measure.layers import (
+    _functional_inputs,
+    _model_int_high,
+    functional_structure,
+    ids_as_floats,
+    ids_high,
+    subclassed_call_specs,
+)
+from carm_advisor.models.builder import build, model_spec
+from carm_advisor.power.energy import measure_energy
+from carm_advisor.power.nvml import gpu_count, open_visible_gpu
+from carm_advisor.trials.runner import WorkerSettings
+from carm_advisor.trials.space import TrialConfig
+
 _KEEP_MODELS = 3  # trial models kept besides the float32 weight sources (VGG16: 0.55 GB each in float32)
 
 
 class Worker:
     def __init__(self, message: dict[str, Any]) -> None:
         import keras
-
-        from carm_advisor.measure import backend as _backend
-        from carm_advisor.models.builder import model_spec
-        from carm_advisor.trials.runner import WorkerSettings
 
         self.keras = keras
         self.backend = _backend.active_backend()
@@ -48,17 +61,12 @@ class Worker:
         self.inputs: dict[tuple[str, int], Any] = {}
 
     def _open_gpu(self):
-        from carm_advisor.measure.backend import has_gpu
-        from carm_advisor.power.nvml import gpu_count, open_visible_gpu
-
         try:
             return open_visible_gpu() if has_gpu() and gpu_count() > 0 else None
         except Exception:  # no NVML: times only
             return None
 
     def info(self) -> dict[str, Any]:
-        from carm_advisor.measure import backend as _backend
-
         device = {"backend": self.backend, "backend_version": _backend.backend_version(self.backend),
                   "backend_device": _backend.device_name(self.backend), "energy": self.gpu is not None}
         if self.gpu is not None:
@@ -68,8 +76,6 @@ class Worker:
     # --- models and inputs ------------------------------------------------------------------------
 
     def reference(self, layout: str):
-        from carm_advisor.models.builder import build
-
         if layout not in self.references:
             self.references[layout] = build(self.spec, "float32", layout, seed=self.settings.seed)
         return self.references[layout]
@@ -82,8 +88,6 @@ class Worker:
         if key in self.models:
             self.models.move_to_end(key)
             return self.models[key]
-        from carm_advisor.models.builder import build
-
         model = build(self.spec, policy, layout, seed=self.settings.seed)
         model.set_weights(ref.get_weights())  # the same weights as every other trial
         self.models[key] = model
@@ -106,8 +110,6 @@ class Worker:
         """float32 outputs with TF32 off (IEEE FP32) of the first accuracy samples, once per layout."""
         import numpy as np
 
-        from carm_advisor.measure.backend import float32_math, inference_context
-
         if layout not in self.reference_outputs:
             k = self.settings.accuracy_samples
             x = self.keras.tree.map_structure(lambda a: a[:k], self.host_inputs(layout, max(k, 1)))
@@ -120,10 +122,6 @@ class Worker:
 
     def measure(self, cfg_dict: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
-
-        from carm_advisor.measure import backend as _backend
-        from carm_advisor.power.energy import measure_energy
-        from carm_advisor.trials.space import TrialConfig
 
         cfg = TrialConfig.from_dict(cfg_dict)
         if cfg.backend != self.backend:
@@ -181,10 +179,6 @@ def _host_inputs(model, batch_size: int, seed: int):
     """numpy inputs of one batch for ``model`` (Worker.host_inputs)."""
     import keras
     import numpy as np
-
-    from carm_advisor.errors import MeasurementError
-    from carm_advisor.measure.layers import (_functional_inputs, _model_int_high, functional_structure,
-                                             ids_as_floats, ids_high, subclassed_call_specs)
 
     inputs = _functional_inputs(model)
     if inputs:
@@ -250,8 +244,6 @@ def _accuracy(y, ref) -> tuple[float, float | None]:
 
 
 def _error_reply(exc: BaseException) -> dict[str, Any]:
-    from carm_advisor.measure.backend import is_out_of_memory
-
     text = str(exc).strip().splitlines()
     return {"ok": False, "kind": "oom" if is_out_of_memory(exc) else "error",
             "error": f"{type(exc).__name__}: {text[0] if text else ''}"[:500]}

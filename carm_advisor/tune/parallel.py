@@ -32,6 +32,32 @@ from typing import Any, Sequence
 
 import optuna
 
+from carm_advisor.models.builder import model_spec
+from carm_advisor.power.nvml import gpu_count
+from carm_advisor.trials.predicted import ConfigPredictor
+from carm_advisor.trials.runner import (
+    FakeRunner,
+    PredictedRunner,
+    TrialFailed,
+    TrialOutOfMemory,
+    WorkerRunner,
+    WorkerSettings,
+)
+from carm_advisor.trials.space import SearchSpace, TrialConfig
+from carm_advisor.tune.objective import (
+    STARTED,
+    VALUE_POLICY_CALIBRATED,
+    StudyState,
+    constraints_func_for,
+    fail_stale,
+    log_callback,
+    make_objective,
+    quiet_optuna,
+    sampler_for,
+)
+from carm_advisor.tune.objectives import get_objective
+from carm_advisor.tune.storage import open_storage
+
 MAX_RESTARTS = 2   # per GPU: a worker dying more often than this says the GPU, not the trial, is the problem
 
 
@@ -52,8 +78,6 @@ def check_gpus_exist(gpus: Sequence[int], source: str) -> None:
     """A measured study needs every GPU it names; a predicted or fake one only counts processes."""
     if source != "measured":
         return
-    from carm_advisor.power.nvml import gpu_count
-
     count = gpu_count()
     missing = [g for g in gpus if g >= count]
     if missing:
@@ -88,10 +112,6 @@ def this_gpu(source: str) -> dict[str, Any]:
 
 def runner_from_run(run: dict[str, Any], predictor=None):
     """(predictor, runner) for a worker of this study, from its "run" attributes."""
-    from carm_advisor.models.builder import model_spec
-    from carm_advisor.trials.predicted import ConfigPredictor
-    from carm_advisor.trials.runner import FakeRunner, PredictedRunner, WorkerRunner, WorkerSettings
-
     if run.get("runner_factory"):
         return load_factory(run["runner_factory"])(run)
     calibration = run.get("calibration", False)   # a path (the study's own calibration) or True/False
@@ -112,14 +132,7 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
                seed: int | None = None, log=None) -> int:
     """Run trials of an existing study until it has its target (or, given `share`, that many); returns
     how many trials this worker ran. The whole run is read from the study itself."""
-    from carm_advisor.tune.objectives import get_objective
-    from carm_advisor.trials.runner import TrialFailed
-    from carm_advisor.trials.space import SearchSpace, TrialConfig
-    from carm_advisor.tune.storage import open_storage
-    from carm_advisor.tune.study import (STARTED, VALUE_POLICY_CALIBRATED, _fail_stale, _log_callback, _make_objective, _quiet_optuna,
-                                         _sampler, _StudyState)
-
-    quiet = _quiet_optuna()
+    quiet = quiet_optuna()
     try:
         probe = optuna.load_study(study_name=study_name, storage=open_storage(storage, "study"))
     except KeyError:
@@ -137,23 +150,21 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
                         tuple(space_d["layouts"]), {b: tuple(c) for b, c in space_d["compilers"].items()},
                         tuple(space_d["sm_clocks_mhz"]))
     baseline = TrialConfig.from_dict(attrs["baseline"])
-    from carm_advisor.tune.study import _constraints_func
-
-    constraints_func = _constraints_func(run["max_output_error"] is not None or run["max_slowdown"] is not None,
+    constraints_func = constraints_func_for(run["max_output_error"] is not None or run["max_slowdown"] is not None,
                                          attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
     store = open_storage(storage, "study", run["heartbeat_s"])
-    study = optuna.load_study(study_name=study_name, storage=store, sampler=_sampler(objectives, constraints_func, seed))
+    study = optuna.load_study(study_name=study_name, storage=store, sampler=sampler_for(objectives, constraints_func, seed))
     predictor, runner = runner_from_run(run)
     worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     gpu = this_gpu(run["source"])
     try:
         gain_over = _gpu_baseline(study, runner, baseline, objectives, gpu)
-        state = _StudyState(study, objectives, baseline, run["max_slowdown"], run["max_output_error"],
+        state = StudyState(study, objectives, baseline, run["max_slowdown"], run["max_output_error"],
                             rank_calibrated_only=attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
-        objective_fn = _make_objective(state, space, predictor, runner, run["carm_pruning"], run["prune_margin"], None,
+        objective_fn = make_objective(state, space, predictor, runner, run["carm_pruning"], run["prune_margin"], None,
                                        trial_attrs={"gpu": gpu, "worker": worker_id}, shared=True, gain_over=gain_over)
         target = run["trial_target"]
-        callbacks = [optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
+        callbacks = [optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([log_callback(log, state)] if log else [])
         options = dict(catch=(TrialFailed,), callbacks=callbacks, gc_after_trial=False)
         if share is not None:
             if share > 0:
@@ -163,7 +174,7 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
                 study.optimize(objective_fn, n_trials=1, **options)
     finally:
         runner.close()
-        _fail_stale(study)
+        fail_stale(study)
         quiet()
     return sum(t.user_attrs.get("worker") == worker_id for t in study.get_trials(deepcopy=False))
 
@@ -171,8 +182,6 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
 def _gpu_baseline(study, runner, baseline, objectives, gpu: dict[str, Any]):
     """This GPU's baseline figures (measured once per GPU, kept in the study) -> a function giving a trial's
     gain over them, oriented so that > 1 is better for every objective. None when the baseline fails here."""
-    from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory
-
     key = "gpu_baseline:" + (gpu.get("uuid") or f"{gpu['host']}/{gpu.get('visible')}")
     record = study.user_attrs.get(key)
     if record is None:
@@ -270,8 +279,6 @@ def launch(url: str, study_name: str, gpus: Sequence[int], n_trials: int, log_di
 
 
 def _study_storage(url: str, study_name: str):
-    from carm_advisor.tune.storage import open_storage
-
     storage = open_storage(url, "study")
     return storage, storage.get_study_id_from_name(study_name)
 

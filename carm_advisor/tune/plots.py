@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from pathlib import Path
 
 
@@ -46,9 +48,6 @@ def _save(ax, path: Path) -> Path:
 
 
 def _quiet():
-    import contextlib
-    import warnings
-
     @contextlib.contextmanager
     def quiet():
         with warnings.catch_warnings():

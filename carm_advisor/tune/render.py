@@ -9,8 +9,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from carm_advisor.units import plural
+from carm_advisor.trials.space import TrialConfig
 from carm_advisor.tune.objectives import OBJECTIVES
+from carm_advisor.tune.records import throughput, value_of
+from carm_advisor.units import plural
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -33,8 +35,6 @@ def _label(source: str, value_policy: str | None = None) -> str:
 
 
 def render(result) -> Iterator:
-    from carm_advisor.tune.result import throughput, value_of
-
     o = result.objectives[0]
     lines = Text()
     lines.append(f"{_label(result.source, result.value_policy)}", style="bold")
@@ -94,8 +94,6 @@ def render(result) -> Iterator:
         g = d["gain"].get(o.name)
         if g is None or g != g:
             continue
-        from carm_advisor.trials.space import TrialConfig
-
         summary.append(("\n" if summary.plain else "")
                        + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "
                        f"({TrialConfig.from_dict(d['config']).label()}), both calibrated predictions",
@@ -121,7 +119,7 @@ def render(result) -> Iterator:
     summary.append(f"\nthe whole space has {b['grid_size']} configurations (clocks aside): the CARM bound rules out "
                    f"{b['ruled_out_by_carm_bound']} of them against the best found")
     if has_top1:
-        from carm_advisor.tune.result import TOP1_CAVEAT
+        from carm_advisor.tune.records import TOP1_CAVEAT
 
         summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
     for w in result.warnings:

@@ -10,52 +10,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
-
-from carm_advisor.units import named_list
+from carm_advisor.files import write_text_atomic
+from carm_advisor.report.render import recurrent_caution
+from carm_advisor.report.render import recurrent_layers as named_steps
+from carm_advisor.trials.predicted import VALUE_CALIBRATED, layer_changes, predict_at_sm_clock, value_prediction
+from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
+from carm_advisor.tune.objective import carm_prune_reason
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
-from carm_advisor.trials.predicted import layer_changes, predict_at_sm_clock
-from carm_advisor.trials.space import SearchSpace, TrialConfig
+from carm_advisor.tune.plots import plot_study
+from carm_advisor.tune.records import TOP1_CAVEAT, TrialRecord, record_of, throughput, value_of
+from carm_advisor.tune.render import render
+from carm_advisor.units import named_list
 
 SCHEMA = "carm-advisor/tune/1"
-# What the top-1 agreement figure is (and is not): said wherever it is shown.
-TOP1_CAVEAT = ("top-1 agreement is measured on random weights and random inputs over a few samples "
-               "(worker accuracy_samples, 8 by default): it shows whether the precision flips arg-max "
-               "decisions of this network, not the accuracy of a trained model")
 # A multi-objective study's best: the member of Optuna's Pareto front (study.best_trials) best in the first
 # objective; first-objective values equal to TIE_DIGITS significant digits (as the summary shows them) tie, and
 # the tie goes to the best in the next objective (then the one after; then the earliest trial).
 TIE_DIGITS = 4
 # SM clocks the predicted clock recommendation considers (an H200's range, in its 15 MHz steps).
 PREDICTED_CLOCKS_MHZ = (1980.0, 1785.0, 1590.0, 1395.0, 1200.0, 1005.0)
-
-
-@dataclass
-class TrialRecord:
-    number: int
-    state: str
-    config: TrialConfig | None
-    values: list[float] | None
-    measurement: dict[str, Any] | None
-    bound: dict[str, Any] | None
-    feasible: bool
-    pruned_reason: str | None = None
-    pruned_detail: str | None = None
-    error: str | None = None
-    repeat_of: int | None = None
-    role: str | None = None
-    gpu: dict[str, Any] | None = None              # the GPU whose worker ran the trial (index, uuid, name, host)
-    gain_over_gpu_baseline: list[float | None] | None = None   # objective / that GPU's baseline (> 1 better)
-    value_source: str | None = None     # measured | calibrated | CARM bound | fake: what `values` are
-    uncalibrated: bool = False          # its constraint 'uncalibrated' is > 0: a bound not ranked against calibrated values
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,
-                "key": self.config.key if self.config else None, "values": self.values,
-                "measurement": self.measurement, "bound": self.bound, "feasible": self.feasible,
-                "pruned_reason": self.pruned_reason, "pruned_detail": self.pruned_detail, "error": self.error,
-                "repeat_of": self.repeat_of, "role": self.role, "gpu": self.gpu,
-                "gain_over_gpu_baseline": self.gain_over_gpu_baseline, "value_source": self.value_source}
 
 
 @dataclass
@@ -170,18 +143,12 @@ class TuneResult:
         return out
 
     def to_json(self, path: str | Path) -> None:
-        from carm_advisor.files import write_text_atomic
-
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n")
 
     def plot(self, directory: str | Path) -> list[Path]:
-        from carm_advisor.tune.plots import plot_study
-
         return plot_study(self, Path(directory))
 
     def __rich_console__(self, console, options):
-        from carm_advisor.tune.render import render
-
         yield from render(self)
 
 
@@ -189,32 +156,6 @@ def _json_default(obj):
     if isinstance(obj, float):
         return None
     return str(obj)
-
-
-def value_of(o: Objective, t: TrialRecord) -> float:
-    from carm_advisor.trials.runner import Measurement
-
-    return o.value(Measurement.from_dict(t.measurement))
-
-
-def throughput(t: TrialRecord) -> float:
-    return t.measurement["batch_size"] / t.measurement["time_s"]
-
-
-def _record(t: optuna.trial.FrozenTrial) -> TrialRecord:
-    cfg = t.user_attrs.get("config")
-    constraints = t.user_attrs.get("constraints", [0.0])
-    return TrialRecord(
-        number=t.number, state=t.state.name, config=TrialConfig.from_dict(cfg) if cfg else None,
-        values=list(t.values) if t.values is not None else None, measurement=t.user_attrs.get("measurement"),
-        bound=t.user_attrs.get("bound"), feasible=t.state == optuna.trial.TrialState.COMPLETE and all(c <= 0 for c in constraints),
-        pruned_reason=t.user_attrs.get("pruned_reason"), pruned_detail=t.user_attrs.get("pruned_detail"),
-        error=t.user_attrs.get("error"), repeat_of=t.user_attrs.get("repeat_of"), role=t.user_attrs.get("role"),
-        gpu=t.user_attrs.get("measured_on") or t.user_attrs.get("gpu"),
-        gain_over_gpu_baseline=t.user_attrs.get("gain_over_gpu_baseline"),
-        value_source=t.user_attrs.get("value_source") or (t.user_attrs.get("measurement") or {}).get("source"),
-        uncalibrated=len(constraints) > 2 and constraints[2] > 0,
-    )
 
 
 def optuna_front(study, distinct: dict[str, TrialRecord]) -> list[TrialRecord]:
@@ -259,15 +200,11 @@ def pick_best(objectives: list[Objective], front: list[TrialRecord]) -> TrialRec
 def recurrent_layers(rows) -> list[dict[str, Any]]:
     """[{"layer", "steps"}] of the rows of recurrent layers: those whose notes give a sequential step count
     (report.render.sequential_steps, as analyze marks them)."""
-    from carm_advisor.report.render import recurrent_layers as named_steps
-
     return [{"layer": name, "steps": steps} for name, steps in named_steps(rows or [])]
 
 
 def recurrent_warning(recurrent: list[dict[str, Any]]) -> str:
     """The one-line caution a predicted study of a model with recurrent layers carries (analyze's legend)."""
-    from carm_advisor.report.render import recurrent_caution
-
     return recurrent_caution([(r["layer"], r["steps"]) for r in recurrent])
 
 
@@ -285,9 +222,7 @@ def uncosted_warning(rows) -> list[str]:
 def build_result(study, objectives: list[Objective], space: SearchSpace, predictor, baseline_cfg: TrialConfig, *,
                  source: str, storage_url: str, wall_s: float, device: dict, command: str, prune_margin: float,
                  max_slowdown, max_output_error, budget_stopped: bool = False) -> TuneResult:
-    from carm_advisor.tune.study import _carm_prune_reason
-
-    records = [_record(t) for t in study.get_trials(deepcopy=False)]
+    records = [record_of(t) for t in study.get_trials(deepcopy=False)]
     distinct: dict[str, TrialRecord] = {}
     for r in records:
         if r.state == "COMPLETE" and r.config is not None and r.repeat_of is None:
@@ -325,7 +260,7 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     # How much a blind search of the whole space (clocks aside) would measure that the bound rules out.
     grid = space.grid()
     best_values = [[*r.values] for r in feasible]
-    ruled_out = sum(1 for c in grid if c.key != baseline_cfg.key and _carm_prune_reason(
+    ruled_out = sum(1 for c in grid if c.key != baseline_cfg.key and carm_prune_reason(
         objectives, [o.value(predictor.predict(c)) for o in objectives], best_values, prune_margin))
     blind = {"grid_size": len(grid), "ruled_out_by_carm_bound": ruled_out,
              "note": "configurations of the whole space (clocks aside) whose CARM bound cannot beat the best found"}
@@ -362,9 +297,6 @@ def keras_default_gains(best: TrialRecord | None, space: SearchSpace, predictor)
     uncompiled default: torch eager, jax XLA, tensorflow graph) on each backend of the search whose defaults
     have a calibrated value, gain as TuneResult.gain: best / defaults per objective (>1 better), None where
     the best's value is not calibrated too (a CARM bound against a calibrated value is no gain)."""
-    from carm_advisor.trials.predicted import VALUE_CALIBRATED, value_prediction
-    from carm_advisor.trials.space import baseline_config
-
     calibrates = getattr(predictor, "calibrates", None)
     if calibrates is None:
         return []

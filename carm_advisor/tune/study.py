@@ -30,36 +30,51 @@ loaded (or its name checked) before the storage is opened, so a bad model leaves
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
 import math
-import os
 import shlex
-import shutil
-import socket
 import sys
-import tempfile
 import time
 from typing import Any, Iterable, Sequence
 
 import optuna
 
-from carm_advisor.errors import CarmError
-from carm_advisor.models.builder import ModelSpec, content_hash, model_spec
-from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
+from carm_advisor.advise.analyze import mapping_warnings
+from carm_advisor.errors import GPUUnavailableError, MappingError
+from carm_advisor.models.builder import ModelSpec, file_traits, model_spec, narrowing_note
+from carm_advisor.power.nvml import gpu_count, open_gpu
 from carm_advisor.trials.predicted import ConfigPredictor, predicted_device, value_prediction
-from carm_advisor.trials.runner import (FakeRunner, Measurement, PredictedRunner, TrialFailed, TrialOutOfMemory,
-                                      WorkerRunner, WorkerSettings)
+from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, WorkerRunner, WorkerSettings
 from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
-from carm_advisor.tune.storage import HEARTBEAT_S, in_memory, open_storage, storage_url
+from carm_advisor.tune import clocks as clock_control
+from carm_advisor.tune import parallel
+from carm_advisor.tune.fingerprint import StudyMismatchError, check_fingerprint, study_fingerprint
+from carm_advisor.tune.objective import (
+    FINISHED,
+    PRUNE_MARGIN,
+    STARTED,
+    VALUE_POLICY_BOUND,
+    VALUE_POLICY_CALIBRATED,
+    StudyState,
+    budget_callback,
+    constraints_func_for,
+    fail_stale,
+    finished_count,
+    log_callback,
+    make_objective,
+    progress_bar,
+    quiet_optuna,
+    sampler_for,
+)
+from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
+from carm_advisor.tune.result import build_result
+from carm_advisor.tune.storage import HEARTBEAT_S, open_storage, storage_url
+from carm_advisor.tune.study_files import StudyFiles, calibration_ref, portable_model
+from carm_advisor.units import named_list
 
-PRUNE_MARGIN = 0.10   # the bound's energy comes from a fitted power model: keep 10% benefit of the doubt
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 MODES = ("inference", "training")
-# Trials counted against a study's target: every one a worker has taken (enqueued WAITING ones are not yet).
-STARTED = FINISHED + (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
 
 
 def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> list[Objective]:
@@ -72,8 +87,6 @@ def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> 
 
 
 def gpu_present() -> bool:
-    from carm_advisor.power.nvml import gpu_count
-
     try:
         return gpu_count() > 0
     except Exception:
@@ -92,8 +105,6 @@ def _mapping_said_once(fn):
     time (analysis.mapping_warnings)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from carm_advisor.advise.analyze import mapping_warnings
-
         with mapping_warnings() as said:
             result = fn(*args, **kwargs)
         result.warnings[:0] = said
@@ -177,9 +188,6 @@ def tune(
     study maps it on them instead of a lower bound; a measured study refuses them (its workers run the model with
     predict_on_batch on the one input it was built on).
     """
-    from carm_advisor.errors import GPUUnavailableError
-    from carm_advisor.tune.result import build_result
-
     start_s = time.perf_counter()
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, received: {mode!r}")
@@ -220,8 +228,8 @@ def tune(
                          "the model with predict_on_batch on the one input it was built on")
     if apply_clocks and source == "predicted":
         raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
-    gpu = _clock_gpu(apply_clocks, clock_gpu)
-    clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (_default_clocks(gpu) if apply_clocks else ())
+    gpu = clock_control.clock_gpu(apply_clocks, clock_gpu)
+    clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (clock_control.default_clocks(gpu) if apply_clocks else ())
 
     if space is None:
         space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks,
@@ -256,7 +264,7 @@ def tune(
     fingerprint = study_fingerprint(source, mode, objectives, spec, predictor,
                                     gpu=_measured_gpu_name(gpus if parallel else None) if source == "measured" else None)
 
-    quiet = _quiet_optuna()
+    quiet = quiet_optuna()
     url = storage_url(storage, spec.name)
     try:
         store = open_storage(storage, spec.name, heartbeat_s)
@@ -268,8 +276,8 @@ def tune(
                                 + ("-calibrated" if calibrated else ""))
     # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func
     # (a calibrated predicted study always has one: its 'uncalibrated' constraint).
-    constraints_func = _constraints_func(max_output_error is not None or max_slowdown is not None, calibrated)
-    sampler = _sampler(objectives, constraints_func, seed)
+    constraints_func = constraints_func_for(max_output_error is not None or max_slowdown is not None, calibrated)
+    sampler = sampler_for(objectives, constraints_func, seed)
     try:
         study = optuna.create_study(storage=store, study_name=study_name, sampler=sampler, load_if_exists=True,
                                     directions=[o.direction for o in objectives])
@@ -277,11 +285,11 @@ def tune(
         quiet()
         raise ValueError(f"cannot resume study {study_name!r} in {url}: {exc}") from None
     try:
-        _check_fingerprint(study, fingerprint, url)
+        check_fingerprint(study, fingerprint, url)
     except BaseException:
         quiet()
         raise
-    _fail_stale(study)
+    fail_stale(study)
     try:
         resumed_notes = _resume_notes(study, space, n_trials)
     except BaseException:
@@ -295,13 +303,13 @@ def tune(
     if source == "predicted":
         study.set_user_attr("value_policy", VALUE_POLICY_CALIBRATED if calibrated else VALUE_POLICY_BOUND)
 
-    remaining = n_trials - _finished_count(study)
+    remaining = n_trials - finished_count(study)
     target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
-    files = _StudyFiles(url, study_name, store)   # beside the storage; a temporary one goes when tune() returns
+    files = StudyFiles(url, study_name, store)   # beside the storage; a temporary one goes when tune() returns
     try:
         # A built model is saved to a file only where another process needs it.
         model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
-            else _portable_model(spec, built, files)
+            else portable_model(spec, built, files)
         if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
             study.set_user_attr("run", {
                 "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
@@ -309,7 +317,7 @@ def tune(
                 "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
                 "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
                 "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-                "calibration": _calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name,
+                "calibration": calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name,
                                                 files),
                 "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
         if parallel:
@@ -328,7 +336,7 @@ def tune(
                 if source == "predicted":
                     device.update(predicted_device(predictor))
             finally:
-                _fail_stale(study)
+                fail_stale(study)
                 quiet()
             return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
                                 wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
@@ -342,30 +350,30 @@ def tune(
             if source == "predicted":
                 runner = PredictedRunner(predictor, mode)
             else:
-                model_ref = model_ref or _portable_model(spec, built, files)
+                model_ref = model_ref or portable_model(spec, built, files)
                 settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
                 runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
         _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated, fits)
 
-        state = _StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
+        state = StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
         from carm_advisor.tune.parallel import this_gpu
 
         # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
         # configuration whose worker died; a journal has none, so a resumed run there does not wait)
-        objective_fn = _make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
+        objective_fn = make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
                                        trial_attrs={"gpu": this_gpu(source)},
                                        shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
         deadline_s = None if budget_s is None else start_s + budget_s
         try:
             if remaining > 0:
-                with _progress(progress, n_trials, state) as callback:
-                    callbacks = [callback, _budget_callback(deadline_s, state),   # joined workers count too
-                                 optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([_log_callback(log, state)] if log else [])
+                with progress_bar(progress, n_trials, state) as callback:
+                    callbacks = [callback, budget_callback(deadline_s, state),   # joined workers count too
+                                 optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([log_callback(log, state)] if log else [])
                     study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
                                    callbacks=callbacks, gc_after_trial=False)
         finally:
             runner.close()
-            _fail_stale(study)
+            fail_stale(study)
             quiet()
         return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
                             wall_s=time.perf_counter() - start_s,
@@ -405,249 +413,6 @@ def _resume_notes(study, space: SearchSpace, n_trials: int) -> list[str]:
 def _with_notes(result, notes: list[str]):
     result.warnings[:0] = notes
     return result
-
-
-class _StudyState:
-    """What the objective function needs to know about the study so far (read from storage)."""
-
-    def __init__(self, study, objectives, baseline, max_slowdown, max_output_error,
-                 rank_calibrated_only: bool = False) -> None:
-        self.study = study
-        self.rank_calibrated_only = rank_calibrated_only
-        self.objectives = objectives
-        self.baseline = baseline
-        self.max_slowdown = max_slowdown
-        self.max_output_error = max_output_error
-        self.budget_stopped = False
-        self.trial_s: list[float] = []
-
-    def complete(self) -> list:
-        return self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-
-    def measured_by_key(self, complete: list | None = None) -> dict[str, Any]:
-        out = {}
-        for t in self.complete() if complete is None else complete:
-            key = t.user_attrs.get("config_key")
-            if key is not None and "repeat_of" not in t.user_attrs:
-                out.setdefault(key, t)
-        return out
-
-    def baseline_throughput(self, complete: list | None = None) -> float | None:
-        t = self.measured_by_key(complete).get(self.baseline.key)
-        if t is None:
-            return None
-        m = t.user_attrs["measurement"]
-        return m["batch_size"] / m["time_s"]
-
-    def feasible_values(self, complete: list | None = None) -> list[list[float]]:
-        return [list(t.values) for t in (self.complete() if complete is None else complete)
-                if all(c <= 0 for c in t.user_attrs.get("constraints", [0.0]))]
-
-
-def _sampler(objectives: list[Objective], constraints_func, seed: int | None):
-    # TPE's constant liar (Optuna's default) counts trials still running in other workers as bad, so
-    # workers sharing a study spread out instead of all proposing the same configuration.
-    if len(objectives) == 1:
-        return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints_func, n_startup_trials=6)
-    return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints_func, population_size=10)
-
-
-def _make_objective(state: _StudyState, space: SearchSpace, predictor: ConfigPredictor, runner, carm_pruning: bool,
-                    margin: float, gpu, trial_attrs: dict[str, Any] | None = None, shared: bool = False,
-                    gain_over=None):
-    """shared: other processes run trials of this study at the same time (wait for a configuration one of
-    them is measuring); trial_attrs: set on every trial (the GPU that runs it); gain_over(values): the
-    gain over this GPU's own baseline (parallel.py), recorded with each measured trial."""
-    objectives = state.objectives
-
-    def objective(trial: optuna.Trial):
-        started = time.perf_counter()
-        try:
-            return _evaluate(trial)
-        finally:
-            state.trial_s.append(time.perf_counter() - started)
-
-    def _evaluate(trial: optuna.Trial):
-        # first: a process killed before the trial's first heartbeat is still found dead (_fail_stale)
-        trial.set_user_attr("process", {"host": socket.gethostname(), "pid": os.getpid()})
-        for k, v in (trial_attrs or {}).items():
-            trial.set_user_attr(k, v)
-        config = space.suggest(trial)
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("config_key", config.key)
-        complete = state.complete()  # one read of the storage per trial
-        earlier = state.measured_by_key(complete).get(config.key)
-        if earlier is None and shared:
-            complete = _wait_for_same_config(state, trial, config.key)
-            earlier = state.measured_by_key(complete).get(config.key)
-        if earlier is not None:   # measured before: the same figures, not a second measurement
-            for k in ("measurement", "bound", "constraints", "gpu", "gain_over_gpu_baseline", "value_source"):
-                if k in earlier.user_attrs:
-                    trial.set_user_attr("measured_on" if k == "gpu" else k, earlier.user_attrs[k])
-            trial.set_user_attr("repeat_of", earlier.number)
-            _set_constraints(trial, earlier.user_attrs.get("constraints"))
-            return list(earlier.values) if len(objectives) > 1 else earlier.values[0]
-
-        bound = predictor.predict(config)
-        bound_values = [o.value(bound) for o in objectives]
-        trial.set_user_attr("bound", {"time_s": bound.time_s, "energy_j": bound.energy_j, "flops": bound.flops,
-                                      "values": bound_values, "source": bound.source})
-        # A predicted trial that cannot fit in the GPU's memory (its lower bound exceeds it) is pruned as a
-        # measured one that ran out of memory would be, before the bound is compared.
-        too_big = getattr(runner, "does_not_fit", None)
-        too_big = too_big(config) if too_big is not None else None
-        if too_big:
-            trial.set_user_attr("pruned_reason", "out_of_memory")
-            trial.set_user_attr("pruned_detail", too_big[:500])
-            raise optuna.TrialPruned(f"out of memory: {too_big}")
-        if carm_pruning and config.key != state.baseline.key:
-            reason = _carm_prune_reason(objectives, bound_values, state.feasible_values(complete), margin)
-            if reason:
-                trial.set_user_attr("pruned_reason", "carm_bound")
-                trial.set_user_attr("pruned_detail", reason)
-                raise optuna.TrialPruned(reason)
-        try:
-            with _clock_lock(gpu, config.sm_clock_mhz):
-                m = runner.run(config)
-        except TrialOutOfMemory as exc:
-            trial.set_user_attr("pruned_reason", "out_of_memory")
-            trial.set_user_attr("pruned_detail", str(exc)[:500])
-            raise optuna.TrialPruned(f"out of memory: {exc}") from None
-        except TrialFailed as exc:
-            trial.set_user_attr("error", str(exc)[:1000])
-            raise
-        trial.set_user_attr("measurement", m.to_dict())
-        trial.set_user_attr("value_source", (m.extra or {}).get("value_source") or m.source)
-        values = [o.value(m) for o in objectives]
-        if any(v != v for v in values):
-            trial.set_user_attr("error", "the measurement has no energy figure (no NVML?)")
-            raise TrialFailed("no energy figure for an energy objective")
-        if gain_over is not None:
-            trial.set_user_attr("gain_over_gpu_baseline", gain_over(values))
-        constraints = _constraints(m, state, complete)
-        trial.set_user_attr("constraints", constraints)
-        _set_constraints(trial, constraints)
-        return values if len(objectives) > 1 else values[0]
-
-    return objective
-
-
-def _wait_for_same_config(state: _StudyState, trial: optuna.Trial, key: str, poll_s: float = 0.2) -> list:
-    """Other running trials have this configuration: wait for one of them to measure it (its figures come back
-    with the COMPLETE trials) instead of measuring it a second time.
-
-    Each trial writes its configuration before it reads the others', so of two that pick one configuration
-    at once, at least one sees the other: a trial that sees none measures; one that sees another waits
-    (marked "waiting_for_config"). Trials that all wait for each other let the lowest number go, once it
-    has seen them all waiting in two polls in a row (a trial that went on has cleared its mark by then).
-    A dead worker's trial stops blocking when the heartbeat fails it."""
-    calm = 0
-    marked = False
-    while True:
-        complete = state.complete()
-        if key in state.measured_by_key(complete):
-            return complete
-        others = [t for t in state.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-                  if t.number != trial.number and t.user_attrs.get("config_key") == key]
-        if not others:
-            break
-        if not marked:
-            trial.set_user_attr("waiting_for_config", True)
-            marked = True
-        elif all(t.user_attrs.get("waiting_for_config") for t in others) and trial.number < min(t.number for t in others):
-            calm += 1
-            if calm >= 2:
-                break
-        else:
-            calm = 0
-        time.sleep(poll_s)
-        _fail_stale(state.study)
-    if marked:
-        trial.set_user_attr("waiting_for_config", False)
-    return state.complete()
-
-
-_HAS_SET_CONSTRAINT = hasattr(optuna.Trial, "set_constraint")
-_CONSTRAINT_NAMES = ("output_error", "slowdown", "uncalibrated")
-VALUE_POLICY_CALIBRATED = ("calibrated predictions are the trial values; a configuration the calibration does not "
-                           "cover keeps its CARM bound (optimistic) and is not ranked (constraint 'uncalibrated')")
-VALUE_POLICY_BOUND = "CARM bounds are the trial values (no calibration applies): every figure is a best case"
-
-
-def _constraints_func(constrained: bool, calibrated: bool):
-    """The sampler's constraints_func where Optuna has no trial.set_constraint (4.x), else None. A trial
-    without constraints of its own (pruned) counts as feasible: as many zeros as _constraints gives."""
-    if _HAS_SET_CONSTRAINT or not (constrained or calibrated):
-        return None
-    zeros = [0.0] * (3 if calibrated else 2)
-    return lambda t: t.user_attrs.get("constraints", zeros)
-
-
-def _calibration_ref(calibration, predictor, own_predictor: bool, parallel: bool, log_dir: str | None,
-                     study_name: str, files: _StudyFiles):
-    """What a worker process gives ConfigPredictor(calibration=...) to use the calibration this process
-    uses: False (none), True (the shipped one), or a path (the one given; a Calibration object, or the
-    calibration of a predictor given to tune(), is saved to a JSON file in the log directory, else in the
-    study's folder beside its storage: `files`). A calibration that cannot be saved cannot run on several GPUs."""
-    calib = getattr(predictor, "calibration", None)
-    if calib is None:
-        return False
-    if own_predictor and isinstance(calibration, (str, os.PathLike)):
-        return os.path.abspath(calibration)
-    if own_predictor and calibration is True:
-        return True
-    if hasattr(calib, "save"):
-        directory = log_dir or files.directory()
-        safe = _file_chars(study_name)
-        return str(calib.save(os.path.join(os.path.abspath(directory), f"calibration-{safe}.json")))
-    if parallel:
-        raise ValueError(f"several GPUs: the workers cannot load this calibration ({type(calib).__name__}: no save()); "
-                         "give a calibration JSON path")
-    return True
-
-
-def _set_constraints(trial, constraints: list[float] | None) -> None:
-    if _HAS_SET_CONSTRAINT and constraints:
-        for name, value in zip(_CONSTRAINT_NAMES, constraints):
-            trial.set_constraint(name, value)
-
-
-def _constraints(m: Measurement, state: _StudyState, complete: list) -> list[float]:
-    """Optuna constraints (<= 0 is feasible): [output error - limit, slowdown - limit], and in a calibrated
-    predicted study [..., 1 if the value is only a CARM bound else 0] (a bound is not ranked against
-    calibrated predictions)."""
-    error_c = slow_c = 0.0
-    if state.max_output_error is not None and m.output_error is not None:
-        error_c = m.output_error - state.max_output_error
-    base = state.baseline_throughput(complete)
-    if state.max_slowdown is not None and base:
-        slow_c = base / (m.batch_size / m.time_s) - state.max_slowdown
-    if state.rank_calibrated_only:
-        from carm_advisor.trials.predicted import VALUE_CALIBRATED
-
-        return [error_c, slow_c, 0.0 if (m.extra or {}).get("value_source") == VALUE_CALIBRATED else 1.0]
-    return [error_c, slow_c]
-
-
-def _carm_prune_reason(objectives: list[Objective], bound_values: list[float], measured: list[list[float]],
-                       margin: float) -> str | None:
-    """Why a configuration cannot win (its optimistic bound is beaten by a measurement), or None."""
-    if not measured:
-        return None
-    optimistic = [v * (1 + margin) if o.direction == "maximize" else v / (1 + margin)
-                  for o, v in zip(objectives, bound_values)]
-    if len(objectives) == 1:
-        o = objectives[0]
-        best = measured[o.select([m[0] for m in measured])][0]
-        if not o.better(optimistic[0], best):
-            return (f"CARM bound {bound_values[0]:.4g} {o.unit} (+{margin:.0%} margin: {optimistic[0]:.4g}) "
-                    f"cannot beat the best measured {best:.4g}")
-        return None
-    for values in measured:
-        if all(not o.better(b, v) for o, b, v in zip(objectives, optimistic, values)):
-            return (f"CARM bound {', '.join(f'{b:.4g}' for b in bound_values)} is dominated by a measured "
-                    f"trial ({', '.join(f'{v:.4g}' for v in values)})")
-    return None
 
 
 def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: ConfigPredictor,
@@ -693,14 +458,10 @@ def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
     """Refuse, in one line, a model none of whose layers the CARM could cost (unknown layers such as a Lambda,
     or only views and identities): its bound is no time at all, so there is nothing to rank or prune by
     (before any storage is created)."""
-    from carm_advisor.errors import MappingError
-
     bound = predictor.predict(baseline)
     if bound.time_s > 0 and math.isfinite(bound.time_s):
         return
     rows = list(getattr(bound, "rows", None) or [])
-
-    from carm_advisor.units import named_list
 
     def named(rs) -> str:
         return named_list([f"{r.name} ({r.type})" for r in rs], 4)
@@ -724,136 +485,15 @@ def _fits(source: str, predictor, mode: str):
     return lambda config: check(config, mode) is None
 
 
-class StudyMismatchError(CarmError):
-    """The study to resume was made with something its stored trial values depend on that differs now."""
-
-
-def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec: ModelSpec, predictor,
-                      gpu: str | None = None) -> dict:
-    """What a stored trial value depends on beyond its configuration. Every study: where the values come from
-    (measured / predicted / fake), the mode, the objectives (in order), the model's name and its content
-    ("model_identity", builder.model_identity: the same for the same model wherever its file lies and whatever
-    was built before it; another for an edited file or another module's function of the same name). A MEASURED
-    study also the GPU model it measures on (`gpu`, its NVML name; several: their names). A PREDICTED study
-    also: the cost model's version (mapping.registry.COST_MODEL_VERSION), the profile (its name and a hash of
-    its content) and the calibration (a hash of its records, provenance and settings), since each predicted
-    value is computed from them."""
-    import keras
-
-    from carm_advisor.models.builder import model_identity
-
-    model_for = getattr(predictor, "model", None)
-    out: dict[str, Any] = {"source": source, "mode": mode, "objectives": [o.name for o in objectives],
-                           "model": spec.name,
-                           "model_identity": model_identity(spec, model_for if callable(model_for) else None)}
-    if source == "measured":
-        out["gpu"] = gpu
-    if source == "predicted":
-        from carm_advisor.mapping.registry import COST_MODEL_VERSION
-
-        out["cost_model"] = COST_MODEL_VERSION
-        out["profile"] = _profile_identity(getattr(predictor, "profile", None))
-        out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
-        shapes = getattr(predictor, "input_shapes", None)
-        if shapes is not None:   # only where given: the fingerprints of studies stored before stay as they were
-            out["input_shapes"] = _shapes_identity(predictor.model(keras.config.image_data_format()), shapes)
-    return out
-
-
-def _shapes_identity(model, shapes) -> str:
-    """The call shapes as the walker reads them: shapes and dtypes, not the batch (the configuration's replaces it)
-    nor the names of the keras.Input tensors given (new in every process). The same shapes given by position and
-    by name read apart."""
-    import json
-
-    from carm_advisor.mapping.walker import call_shapes, given_shapes_json
-
-    def unbatched(node):
-        if isinstance(node, dict):
-            return {k: (([None] + v[1:]) if k == "shape" and v else unbatched(v)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [unbatched(v) for v in node]
-        return node
-
-    with call_shapes(model, shapes):
-        doc = json.loads(given_shapes_json(model))
-    return json.dumps(unbatched({"args": doc["args"], "kwargs": doc["kwargs"]}), sort_keys=True)
-
-
 def _measured_gpu_name(gpus: Sequence[int] | None) -> str | None:
     """The NVML name of the GPU a measured study runs on: this process's (tune/parallel.this_gpu), or, with
     several GPUs, theirs (distinct names joined by ", "); None where NVML cannot say."""
-    from carm_advisor.tune import parallel
-
     if not gpus:
         return parallel.this_gpu("measured").get("name")
-    from carm_advisor.power.nvml import open_gpu
-
     try:
         return ", ".join(sorted({open_gpu(g).name() for g in gpus}))
     except Exception:   # no NVML: check_gpus_exist refuses the study later in one line
         return None
-
-
-def _profile_identity(profile) -> str:
-    if profile is None:
-        return "none"
-    to_dict = getattr(profile, "to_dict", None)
-    content = to_dict() if to_dict is not None else repr(profile)
-    return f"{getattr(profile, 'name', type(profile).__name__)} sha256:{content_hash(content)}"
-
-
-def _calibration_hash(calibration) -> str:
-    """A hash of a Calibration's content: its samples, whole-model records, provenance and settings; for
-    another object (a test's stub), its class and, where it has one, its to_dict()."""
-    if calibration is None:
-        return "none"
-    if dataclasses.is_dataclass(calibration) and hasattr(calibration, "samples") and hasattr(calibration, "whole"):
-        settings = {f.name: getattr(calibration, f.name) for f in dataclasses.fields(calibration)
-                    if f.name not in ("samples", "whole")}
-        content = {"samples": [list(vars(x).values()) for x in calibration.samples],
-                   "whole": [list(vars(x).values()) for x in calibration.whole], "settings": settings}
-        return f"sha256:{content_hash(content)}"
-    to_dict = getattr(calibration, "to_dict", None)
-    kind = f"{type(calibration).__module__}.{type(calibration).__qualname__}"
-    return f"{kind} sha256:{content_hash(to_dict())}" if to_dict is not None else kind
-
-
-# Fingerprint keys an older carm_advisor did not store: where a stored fingerprint lacks one it is added, not
-# refused (the GPU of a measured study; the model's content, except in a predicted study with finished trials:
-# those are cheap to compute again, and may be another model's).
-ADDED_KEYS = ("gpu", "model_identity")
-
-
-def _check_fingerprint(study, fingerprint: dict, url: str) -> None:
-    """Store the fingerprint in a new study; refuse to resume one made with a different one (its values would
-    be stale), and a PREDICTED one with finished trials but no fingerprint, or one without the model's
-    identity (made before they were stored: what its values were computed from is unknown). A measured study
-    without one gets it (its values are measurements: no profile or calibration in them); one without its GPU
-    or its model's identity gets them (ADDED_KEYS)."""
-    stored = study.user_attrs.get("fingerprint")
-    where = f"study {study.study_name!r} in {url}"
-    advice = "pass a new --study name (study_name=) or another --storage to start a fresh study"
-    finished = lambda: any(t.state in FINISHED for t in study.get_trials(deepcopy=False))  # noqa: E731
-    if stored is None:
-        if fingerprint.get("source") == "predicted" and finished():
-            raise StudyMismatchError(f"{where} holds predicted trials with no record of the profile and "
-                                     f"calibration they were computed from (an older carm_advisor made it), so "
-                                     f"they may be stale: {advice}")
-        study.set_user_attr("fingerprint", fingerprint)
-        return
-    added = {k: fingerprint[k] for k in ADDED_KEYS if k in fingerprint and k not in stored}
-    if "model_identity" in added and fingerprint.get("source") == "predicted" and finished():
-        raise StudyMismatchError(f"{where} holds predicted trials with no record of the model's content (an older "
-                                 f"carm_advisor made it), so they may be another model's: {advice}")
-    now = {k: v for k, v in fingerprint.items() if k not in added}
-    differ = [k for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k)]
-    if differ:
-        what = "; ".join(f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in differ)
-        raise StudyMismatchError(f"{where} was made with a different {', '.join(differ)} ({what}); its trial "
-                                 f"values would be stale here: {advice}")
-    if added:
-        study.set_user_attr("fingerprint", {**stored, **added})
 
 
 def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, Any, list[str]]:
@@ -861,8 +501,6 @@ def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, A
     its dtype policies cannot be replaced, the float32 precisions alone (what run it as saved); with the one-line
     note naming what was left out, why, and how to search it (none where nothing was)."""
     import keras
-
-    from carm_advisor.models.builder import file_traits, narrowing_note
 
     traits = file_traits(spec)
     layout = traits.layout or keras.config.image_data_format()   # none: no layer has a layout, it changes nothing
@@ -888,261 +526,7 @@ def _with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:
                        compilers, space.sm_clocks_mhz)
 
 
-def _finished_count(study) -> int:
-    """COMPLETE and PRUNED trials, and trials that failed with an error of theirs (not stale RUNNING ones)."""
-    n = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state in FINISHED or (t.state == optuna.trial.TrialState.FAIL and "error" in t.user_attrs):
-            n += 1
-    return n
-
-
-def _fail_stale(study) -> None:
-    """Trials left RUNNING by a killed process -> FAIL: by their stale heartbeat (RDB storages), and, for a
-    trial whose process died before its first heartbeat (Optuna fails only trials that have one; seen in CI
-    after a SIGKILL right after a trial was created), by its recorded process: this host and a pid no longer
-    alive, or no "process" user attr at all after the heartbeat grace period (a live trial writes it first,
-    within milliseconds of its creation)."""
-    import datetime as dt
-
-    with contextlib.suppress(Exception):  # a storage without heartbeats has nothing to fail
-        optuna.storages.fail_stale_trials(study)
-    host = socket.gethostname()
-    storage = getattr(study, "_storage", None)
-    storage = getattr(storage, "_backend", storage)   # Optuna wraps an RDB storage in a cache
-    grace_s = getattr(storage, "grace_period", None) or 3 * HEARTBEAT_S
-    now = dt.datetime.now()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        proc = t.user_attrs.get("process")
-        dead = (not proc and t.datetime_start is not None and (now - t.datetime_start).total_seconds() > grace_s) or \
-            (proc and proc.get("host") == host and proc.get("pid") and not _alive(int(proc["pid"])))
-        if dead:
-            with contextlib.suppress(Exception):   # another process failed it first
-                study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # alive, another user's
-        return True
-    return True
-
-
-def _log_callback(log, state: _StudyState):
-    def callback(study, trial) -> None:
-        attrs = trial.user_attrs
-        what = attrs.get("pruned_detail") or attrs.get("error") or ""
-        if trial.values and "repeat_of" in attrs:
-            what = f"same configuration as trial {attrs['repeat_of']}"
-        m = attrs.get("measurement") or {}
-        if trial.values and not what:
-            what = (f"{m.get('time_s', 0) * 1e3:.2f} ms/batch, spread {m.get('energy_spread') or m.get('time_spread') or 0:.1%}, "
-                    f"{m.get('power_w') or 0:.0f} W, compile {m.get('compile_s') or 0:.1f} s, error {m.get('output_error')}")
-        value = ", ".join(f"{v:.4g}" for v in trial.values) if trial.values else "-"
-        log(f"trial {trial.number} {trial.state.name} {attrs.get('config_key')} {value} ({state.trial_s[-1]:.0f} s) {what}"[:400])
-
-    return callback
-
-
-def _budget_callback(deadline_s: float | None, state: _StudyState):
-    def callback(study, trial) -> None:
-        if deadline_s is None:
-            return
-        longest_s = max(state.trial_s[-5:], default=0.0)
-        # Stop while another trial (as long as the longest recent one, +20%) still fits the budget.
-        if time.perf_counter() + 1.2 * longest_s + 5.0 > deadline_s:
-            state.budget_stopped = True
-            study.stop()
-
-    return callback
-
-
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int, state: _StudyState):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    o = state.objectives[0]
-    bar = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), disable=not enabled, transient=False)
-    with bar:
-        task = bar.add_task("", total=total, completed=_finished_count(state.study))
-
-        def callback(study, trial) -> None:
-            if not enabled:
-                return
-            feasible = state.feasible_values()
-            text = ""
-            if feasible:
-                best = feasible[o.select([v[0] for v in feasible])][0]
-                text = f"best {o.name} {best:.4g} {o.unit}"
-            bar.update(task, completed=_finished_count(study), description=text)
-
-        yield callback
-
-
-def _quiet_optuna():
-    """Optuna logs every trial (and failures with tracebacks) and flags heartbeats as experimental; our
-    progress bar and result say what matters once."""
-    import warnings
-
-    previous = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    catcher = warnings.catch_warnings()
-    catcher.__enter__()
-    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-
-    def restore() -> None:
-        catcher.__exit__(None, None, None)
-        optuna.logging.set_verbosity(previous)
-
-    return restore
-
-
-class _StudyFiles:
-    """Where a study keeps the files its worker processes read: a built model saved as .keras, and a
-    Calibration object saved as JSON (where no log_dir is given). The study's "run" attributes name them,
-    for the processes that rebuild the run later -- a resumed tune(), `carm-advise worker` joining by
-    storage URL and study name, the workers of several GPUs, fit_calibration.py --studies
-    (calibration.whole_from_studies) -- so they live as long as the study, in one folder per study:
-
-    - a SQLite file or a journal file: beside it, `<file name>.files/<study name>/`;
-    - another database (postgresql://, mysql://...): the working directory, where the default storage
-      would go: `carm-tune-<database>-<hash of the URL>.files/<study name>/` (a worker on another machine
-      needs that folder at the same path);
-    - an in-memory storage (sqlite:///:memory:): a temporary directory, removed when tune() returns,
-      since no other process can join such a study.
-
-    The same storage and study name give the same folder, so a resumed study overwrites its own copy
-    rather than leaving another. Nothing is created before a file is saved."""
-
-    def __init__(self, url: str, study_name: str, store=None) -> None:
-        self._temporary = False
-        self._path: str | None = None
-        base = _storage_file(url)
-        if base is None and (isinstance(store, optuna.storages.InMemoryStorage) or in_memory(url)):
-            self._temporary = True
-            return
-        if base is None:
-            base = os.path.join(os.getcwd(), f"carm-tune-{_rdb_label(url)}")
-        self._path = os.path.join(f"{base}.files", _safe_name(study_name))
-
-    def directory(self) -> str:
-        if self._path is None:
-            self._path = tempfile.mkdtemp(prefix="carm-tune-")
-        os.makedirs(self._path, exist_ok=True)
-        return self._path
-
-    def remove_if_temporary(self) -> None:
-        if self._temporary and self._path is not None:
-            shutil.rmtree(self._path, ignore_errors=True)
-            self._path = None
-
-
-def _storage_file(url: str) -> str | None:
-    """The absolute path of the file holding the storage (SQLite, journal); None for a server or in memory."""
-    if url.startswith("journal:"):
-        return os.path.abspath(url[len("journal:"):])
-    if not url.startswith("sqlite") or in_memory(url):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(url).database
-    if database.startswith("file:"):   # a SQLite URI filename (?uri=true)
-        database = database[len("file:"):].split("?")[0]
-    return os.path.abspath(database)
-
-
-def _rdb_label(url: str) -> str:
-    """A file name for a server database: its name and a hash of where it is (the password left out)."""
-    import hashlib
-
-    try:
-        from sqlalchemy.engine import make_url
-
-        u = make_url(url)
-        where, name = f"{u.get_backend_name()}://{u.host}:{u.port}/{u.database}", u.database or "db"
-    except Exception:
-        where, name = url, "db"
-    return f"{_safe_name(name)}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
-
-
-def _file_chars(text: str) -> str:
-    """`text` with every character a file name should not hold made "_"."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
-
-
-def _safe_name(text: str) -> str:
-    """`text` as one file name: other characters become "_"; a name changed so (or over 100 characters)
-    takes a hash of the original, so two study names never share a folder."""
-    import hashlib
-
-    safe = _file_chars(text).lstrip(".")
-    if safe != text or len(safe) > 100:
-        safe = f"{safe[:100] or 'study'}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
-    return safe
-
-
-def _portable_model(spec: ModelSpec, built, files: _StudyFiles) -> str:
-    """The string a worker process rebuilds the model from; a built model is saved first (_StudyFiles says
-    where), written whole under another name and then moved over the copy a resumed study left, so a worker
-    still reading that copy is not handed a half-written file. The file keeps the model's name: a worker
-    names the model by its file's stem."""
-    if spec.kind == "model":
-        directory = files.directory()
-        path = os.path.join(directory, f"{spec.name}.keras")
-        partial = os.path.join(directory, f".{spec.name}.{os.getpid()}.partial.keras")
-        try:
-            built.save(partial)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
-        return path
-    return spec.portable()
-
-
 # ---- clocks -------------------------------------------------------------------------------------
-
-
-def _clock_gpu(apply_clocks: bool, gpu=None):
-    """The GPU whose clocks trials may lock; refuses at once (NoPermissionError) where that is not allowed."""
-    if not apply_clocks:
-        return None
-    from carm_advisor.errors import NoPermissionError
-    from carm_advisor.power.clocks import ENV_NO_CLOCK_CONTROL, ClockController, clock_control_disabled_by_env
-    from carm_advisor.power.nvml import open_visible_gpu
-
-    if clock_control_disabled_by_env():
-        raise NoPermissionError(f"--apply-clocks refused: {ENV_NO_CLOCK_CONTROL} is set (this GPU's settings must not change)")
-    gpu = gpu or open_visible_gpu()   # the GPU this process measures on, whatever CUDA_VISIBLE_DEVICES says
-    # Probe the permission now, not after an hour of trials: lock at the top clock and restore.
-    with ClockController(gpu, allow_changes=True) as ctl:
-        top = max(gpu.supported_sm_clocks_mhz())
-        ctl.lock_sm_clocks_mhz(top, top)
-    return gpu
-
-
-def _default_clocks(gpu) -> tuple[float, ...]:
-    supported = sorted(gpu.supported_sm_clocks_mhz(), reverse=True)
-    # The top clock and four steps down to about 55% of it: where DVFS savings usually lie.
-    top = supported[0]
-    targets = [top * f for f in (1.0, 0.9, 0.8, 0.7, 0.55)]
-    return tuple(sorted({min(supported, key=lambda c: abs(c - t)) for t in targets}, reverse=True))
-
-
-@contextlib.contextmanager
-def _clock_lock(gpu, sm_clock_mhz: float | None):
-    """Lock the SM clock for one trial through the ClockController (restored on every way out)."""
-    if gpu is None or sm_clock_mhz is None:
-        yield
-        return
-    from carm_advisor.power.clocks import ClockController
-
-    with ClockController(gpu, allow_changes=True, sm_clocks_mhz=(sm_clock_mhz, sm_clock_mhz)):
-        yield
 
 
 # Exposed for tests and the benchmark script.

@@ -1,8 +1,12 @@
-"""The cost of one layer call, from shapes alone: what the mapping hands to the CARM."""
+"""What the mapping works on and hands on: one call of a layer with concrete shapes (LayerCall), and its cost
+from shapes alone (LayerCost), which the CARM places."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+Shape = tuple[int, ...]
 
 # What kind of work dominates a layer; decides which compute roof applies.
 OP_MATMUL = "matmul"            # convolutions, dense, attention and recurrent matmuls: Tensor Core eligible
@@ -45,3 +49,26 @@ class LayerCost:
         if not self.known or self.bytes == 0:
             return None
         return self.flops / self.bytes
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """One call of one layer (or ``keras.ops`` operation) with concrete, batch-filled shapes."""
+
+    path: str                             # "layer", "outer/inner", "shared#1"
+    layer: Any                            # keras.layers.Layer, or keras.Operation for keras.ops nodes
+    input_shapes: tuple[Shape, ...]       # one per input tensor, flattened in call order
+    output_shapes: tuple[Shape, ...]
+    input_dtypes: tuple[str, ...]
+    # The call argument each input tensor was passed as ("query", "value", "key", "attention_mask");
+    # () where unknown (a cost function must then go by position).
+    input_names: tuple[str, ...] = ()
+    # For each input, the index of the first input that is the same tensor: mha(x, x) gives (0, 0).
+    # A tensor passed twice is one tensor in memory, read from DRAM once. () where unknown.
+    input_same_as: tuple[int, ...] = ()
+
+    def distinct_inputs(self) -> list[int]:
+        """Indices of the inputs that are distinct tensors (the first of each repeated one)."""
+        if len(self.input_same_as) != len(self.input_shapes):
+            return list(range(len(self.input_shapes)))
+        return [i for i, j in enumerate(self.input_same_as) if i == j]

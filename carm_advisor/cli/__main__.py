@@ -1,0 +1,5 @@
+import sys
+
+from carm_advisor.cli.main import main
+
+sys.exit(main())
