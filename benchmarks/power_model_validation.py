@@ -272,7 +272,7 @@ DISPATCH_TEST = "-s4"
 # Result when the rule was applied (the -s5 records before the after-choice ones): choosing records, pooled
 # per-layer power none 10.0% / norm 2 10.6% / inf 9.5%: inf chosen; test (MobileNetV2 jax bf16 b32, MobileNetV2 and
 # ResNet50 torch fp16 b32, MobileNetV2 torch fp32 b32) 17.4 / 17.3 / 13.1%. With every record of the session
-# (nvidia-h200-power-model-2026-12-04-s5.json.xz; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
+# (nvidia-h200-power-model-replay-pacing-2026-12-04.json.xz; the after-choice records join the test): choosing 10.1 / 10.5 / 9.7%,
 # test 14.5 / 12.4 / 11.2%; whole-model power on the choosing records 6.9 / 9.4 / 7.7% (the rule did not look at
 # it). The test holds every folder of the session: the records taken before the change (-s5c1, -s5c2) and after
 # the choice (-s5c3 layers, -s5c4 whole models). The duty curves of every candidate are fitted leave one model out
@@ -347,7 +347,7 @@ def replay_pacing_choice(results: dict[str, dict]) -> dict:
 # -0.31 against -0.21 for the bound time. Rule, written before the candidate's figures: the lowest pooled per-layer
 # headline power (leave one model out) on the records before DUTY_FILL_TEST decides, the incumbent staying unless
 # beaten; DUTY_FILL_TEST's records test it (whole models only: -s7 has no layer windows). Result
-# (nvidia-h200-power-model-2026-12-04-s7.json.xz): choosing, per layer (n=4900) / whole models (n=176):
+# (nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz): choosing, per layer (n=4900) / whole models (n=176):
 # size_efficiency 9.5% / 7.6%, fill_efficiency 10.0% / 10.0%; -s7 whole models (n=32) 5.3% / 7.4%: the incumbent
 # stays. The output size alone does not say how a layer fills the GPU better than its bound time: the bins' bias
 # comes from a minority of layers, and the median fit follows the rest.
@@ -379,7 +379,7 @@ def _size_term_choice(results: dict[str, dict], test: str) -> dict:
 # 12.1%. Rule, written and committed before the candidate's figures: the lowest pooled per-layer headline power
 # (leave one model out) on the records before DUTY_SIZE_FILL_TEST decides, the incumbent staying unless beaten;
 # DUTY_SIZE_FILL_TEST's whole models test it (it has no layer windows); the same validation with the unseen-model
-# records pooled in is reported as a further check, not deciding. Result (nvidia-h200-power-model-2026-12-04-s8.json,
+# records pooled in is reported as a further check, not deciding. Result (nvidia-h200-power-model-cell-statistic-2026-12-04.json.xz,
 # code a51a680), choosing per layer (n=4900) / whole models (n=176) | -s7 whole models (n=32): size_efficiency 9.75% /
 # 7.2% | 5.9%, size_fill_efficiency 9.76% / 8.8% | 8.6%: the incumbent stays. Fitted on every layer, the pair leans on
 # the output term (gamma_fill 0.45, gamma_size 0.05) and loses the whole models.
@@ -444,13 +444,13 @@ def _lowest_on_choosing(table: dict, incumbent: str, key: str = "power_median_ab
 # of small layers, and after seeing the incumbent's whole-model power on the choosing records rise from 6.6% to
 # 7.6% when -s5c3 joined the duty fits; the gaps_at_constant power figures were not seen before the rule: the lower
 # whole-model power median on the records before WHOLE_POWER_TEST decides, the incumbent staying unless beaten.
-# Result (nvidia-h200-power-model-2026-12-04-s5.json.xz, whole models recorded alone included): choosing 7.7%
+# Result (nvidia-h200-power-model-replay-pacing-2026-12-04.json.xz, whole models recorded alone included): choosing 7.7%
 # (layers_mean) vs 8.4% (gaps_at_constant), n=105: the incumbent stays; test (-s5, n=17) 12.2% vs 7.6%.
 # Re-chosen in the sixth session on every record before -s6 (the rule written before -s6 was scored; the
 # pooled figures of the -s5 file, layers_mean 8.2% vs 8.4% over all 122, were known), after the jit host form
 # (calibration.JIT_HOST "max") gave host-paced jit calls a GPU share: choosing (n=122) layers_mean 7.9% vs
 # gaps_at_constant 8.0%: the incumbent stays; test (-s6, n=25) 6.4% vs 7.3%
-# (nvidia-h200-power-model-2026-12-04-s6.json.xz).
+# (nvidia-h200-power-model-jit-host-2026-12-04.json.xz).
 WHOLE_POWER_CANDIDATES = {"layers_mean": "duty_lomo_power_err", "gaps_at_constant": "duty_lomo_gaps_at_constant_power_err"}
 WHOLE_POWER_TEST = "-s6"
 
@@ -710,7 +710,7 @@ def duty_unit_choice(results: dict[str, dict]) -> dict:
 
 # A duty curve per compute path (carm/power_model.PowerModel.duty_by_path): each path with at least
 # DUTY_PATH_MIN_LAYERS scored layers gets its own curve, the rest keep their unit's. Proposed in the eleventh session
-# (2026-12-05) after a breakdown of nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz by path on the torch
+# (2026-12-05) after a breakdown of nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz by path on the torch
 # layers (the only ones a duty curve predicts: jax layers are host-paced): 16-bit Tensor Core layers over-predicted
 # by +12% to +15% (signed median), TF32 ones by -2% to +5%; float32 CUDA-core layers by +11% to +21%, packed 16-bit
 # ones by -1% to +1%. Rule, written in the README (now docs/sessions.md) and committed (8a76c63) before the candidate's figures and before

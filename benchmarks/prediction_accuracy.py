@@ -35,10 +35,10 @@ from fit_calibration import (add_profile_argument, add_studies, launch_floor, lo
 # What changed since the previous accuracy file, and when: every choice below was made BEFORE this run's
 # held-out errors were read (a change made after reading them must be added here, saying so).
 NOTES = [
-    "2026-12-04, second session (file ...-2026-12-04-s2.json): NO form or choice changed since the previous file. "
+    "2026-12-04, second session (file nvidia-h200-prediction-accuracy-eight-held-out-models-2026-12-04.json): NO form or choice changed since the previous file. "
     "Training = the seven models evaluated before (vgg16, resnet50, mobilenetv2, xception, efficientnetb0, "
     "inceptionv3, convnexttiny); held out = models recorded afterwards for this test "
-    "(benchmarks/results/nvidia-h200-records-2026-12-04-s2-heldout and later -s2 folders), never read before "
+    "(benchmarks/results/nvidia-h200-records-held-out-*-2026-12-04 folders), never read before "
     "this run. Their jax records are whole-model only (record_layers.py --whole-only), so this file has no "
     "per-layer jax figure; the previous file's (held-out xception, efficientnetb0, inceptionv3, convnexttiny) stands",
     "2026-12-04 (h10-jit), chosen by leave-one-model-out over vgg16/resnet50/mobilenetv2 BEFORE this run's held-out "

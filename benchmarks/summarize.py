@@ -1,9 +1,9 @@
 """Markdown tables of a recorded GPU run, read from benchmarks/results (for README.md and notes).
 
-    python benchmarks/summarize.py [--run run10]        # ceilings and VGG16 layers of a run
+    python benchmarks/summarize.py [--run 2026-12-02]   # the ceilings run of that date and the VGG16 layer runs
     python benchmarks/summarize.py --session 2026-12-04 # tuning studies and CLI timings of a session
     python benchmarks/summarize.py --session 2026-12-04-s2  # a second session of that day (its -s2 files)
-    python benchmarks/summarize.py --compare '*-power-model-2026-12-06-s17h-*'  # power-model results side by side
+    python benchmarks/summarize.py --compare 'nvidia-h100-80gb-hbm3-power-model-*-2026-12-06*'  # power-model results side by side
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ def compare_table(pattern: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="run10")
+    parser.add_argument("--run", default="2026-12-02")
     parser.add_argument("--session", help="print a session's tuning and CLI tables instead (a date)")
     parser.add_argument("--compare", metavar="GLOB", help="power-model result files in benchmarks/results, side by side")
     args = parser.parse_args()
@@ -486,7 +486,7 @@ def main() -> None:
                 print(table(args.session))
                 print()
         return
-    print(ceilings_table(load(f"*-ceilings-*-{args.run}.json")))
+    print(ceilings_table(load(f"*-ceilings-{args.run}.json")))
     print()
     print(vgg_table(args.run))
 

@@ -186,7 +186,7 @@ def test_summarize_compare_reads_a_result_written_outside_the_results_folder_and
     mod = _load("summarize")
     from carm_advisor.files import read_json
 
-    committed = mod.RESULTS / "nvidia-h200-power-model-2026-12-06-s18-in-use-after-separable-fix.json.xz"
+    committed = mod.RESULTS / "nvidia-h200-power-model-2026-12-07.json.xz"
     copy = tmp_path / "copy.json"
     copy.write_text(json.dumps(read_json(committed)))
     rows = mod.compare_table(str(copy)).splitlines()

@@ -817,7 +817,7 @@ def test_a_measured_h100_profile_predicts_calibrated_torch_times_slower_than_the
     from carm_advisor.profiles.profile import load_profile
 
     root = Path(__file__).resolve().parents[1]
-    profile = load_profile(root / "benchmarks/results/nvidia-h100-characterisation-2026-12-06-s16/measured_profile.json")
+    profile = load_profile(root / "benchmarks/results/nvidia-h100-80gb-hbm3-characterisation-2026-12-06/measured_profile.json")
     calibration = load_calibration(None, profile.name)
     inputs = keras.Input((56, 56, 64))
     x = keras.layers.Conv2D(64, 3, padding="same", data_format="channels_last")(inputs)
@@ -853,15 +853,15 @@ def test_the_h100_calibrations_cited_test_figures_are_those_of_its_committed_res
                 if (r.get("calibrated_in_sample") or {}).get("time_err") is not None]
         return statistics.median(errs), len(errs)
 
-    hj = "nvidia-h100-80gb-hbm3-power-model-2026-12-07-s21h-hj-candidate.json.xz"
+    hj = "nvidia-h100-80gb-hbm3-power-model-h100-calibration-2026-12-07.json.xz"
     mine, n = calibrated(hj, "s21h-jax-test", "jax")
-    h200, _ = calibrated("nvidia-h100-80gb-hbm3-power-model-2026-12-07-s21h-h200-calibration.json.xz",
+    h200, _ = calibrated("nvidia-h100-80gb-hbm3-power-model-h200-calibration-2026-12-07.json.xz",
                          "s21h-jax-test", "jax")
-    bound_doc = read_json(results / "nvidia-h100-80gb-hbm3-whole-model-bound-2026-12-07-s21h-jax-test.json")
+    bound_doc = read_json(results / "nvidia-h100-80gb-hbm3-whole-model-bound-jax-whole-models-2026-12-07.json")
     bound = statistics.median(abs(r["carm_bound_time_s"] / r["measured_time_s"] - 1) for r in bound_doc["rows"])
     torch_now, torch_n = calibrated(hj, "s17h", "torch")
-    h1_mine, h1_bound, h1_n = h1_figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h100-calibration.json.xz")
-    h1_h200, _, _ = h1_figures("nvidia-h100-80gb-hbm3-power-model-2026-12-06-s17h-h200-calibration.json.xz")
+    h1_mine, h1_bound, h1_n = h1_figures("nvidia-h100-80gb-hbm3-power-model-h100-calibration-2026-12-06.json.xz")
+    h1_h200, _, _ = h1_figures("nvidia-h100-80gb-hbm3-power-model-h200-calibration-2026-12-06.json.xz")
     assert n == len(bound_doc["rows"]) == 12 and mine < bound and mine < h200   # rule HJ's verdict: it ships
     assert torch_now <= h1_mine + 0.005                                        # and torch is not 0.5 point worse
     quoted = [float(x) / 100 for x in re.findall(r"(\d+\.\d)%", text)]
@@ -878,7 +878,7 @@ def test_the_shipped_h100_calibration_is_the_file_rule_hj_tested():
     from carm_advisor.files import read_json
 
     root = Path(__file__).resolve().parents[1]
-    tested = read_json(root / "benchmarks/results/nvidia-h100-80gb-hbm3-calibration-2026-12-07-s21h-jax.json.xz")
+    tested = read_json(root / "benchmarks/results/nvidia-h100-80gb-hbm3-calibration-2026-12-07.json.xz")
     shipped = json.loads((root / "carm_advisor/profiles/nvidia_h100_80gb_hbm3_calibration.json").read_text())
     for doc in (tested, shipped):
         doc["provenance"] = {k: v for k, v in doc["provenance"].items() if k not in ("test", "file")}

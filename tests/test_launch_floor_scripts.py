@@ -16,14 +16,14 @@ EMBEDDED = ROOT / "carm_advisor" / "profiles" / "nvidia_h200.json"
 def embed_args(out, *extra):
     dropped = json.loads(EMBEDDED.read_text())["provenance"]["measured"]["dropped"]
     args = [sys.executable, str(ROOT / "benchmarks" / "embed_profile.py"),
-            str(RESULTS / "nvidia-h200-measured-profile-2026-12-02-run10.json"),
-            str(RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"), str(out)]
+            str(RESULTS / "nvidia-h200-measured-profile-2026-12-02.json"),
+            str(RESULTS / "nvidia-h200-ceilings-2026-12-02.json"), str(out)]
     for name, why in dropped.items():
         args += ["--drop", f"{name}={why}"]
     # the shipped profile carries the sweep fit over run 10 and the power sweep (the fit the power model
     # validation validates) and the duty curve that validation fitted against it (embed_profile.py --duty)
     args += ["--power-fit", "sweep", "--power-sweep", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"),
-             "--duty", str(RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz")]
+             "--duty", str(RESULTS / "nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz")]
     return args + list(extra)
 
 

@@ -200,7 +200,7 @@ def test_energy_ridge_is_the_energy_balance_point():
 
 
 def test_fit_over_the_recorded_h200_run_explains_the_zero_and_random_bf16_wgmma_rows():
-    doc = json.loads((RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json").read_text())
+    doc = json.loads((RESULTS / "nvidia-h200-ceilings-2026-12-02.json").read_text())
     records = records_from_benchmarks(doc["benchmarks"])
     idle = doc["power_model"]["constant_w"]
     fit = fit_power_sweep(records, idle, 1980.0, 700.0)

@@ -17,8 +17,8 @@ from carm_advisor.files import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-MEASURED = RESULTS / "nvidia-h200-measured-profile-2026-12-02-run10.json"
-CEILINGS = RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"
+MEASURED = RESULTS / "nvidia-h200-measured-profile-2026-12-02.json"
+CEILINGS = RESULTS / "nvidia-h200-ceilings-2026-12-02.json"
 SWEEP = RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"
 DROP = ["hbm_read_bulk=its interleaved chunk walk lets drifting blocks re-read chunks from L2 (the same kernel read "
         "5.4 TB/s \"from HBM\" over 512 MiB in the run-10 size sweep); fixed in the kernels after run 10, not re-measured",
@@ -41,7 +41,7 @@ def _embed(tmp_path, *extra):
     return out
 
 
-POWER_MODEL = RESULTS / "nvidia-h200-power-model-2026-12-05-s10-adopted.json.xz"   # the shipped profile's duty source
+POWER_MODEL = RESULTS / "nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz"   # the shipped profile's duty source
 
 
 
@@ -181,7 +181,7 @@ def test_malformed_sweep_power_model_keys_are_one_line_profile_errors(mutate, me
 
 
 def test_validation_script_fits_on_the_sweep_and_scores_recorded_layers_once_per_run(tmp_path):
-    layers = RESULTS / "nvidia-h200-vgg16-layers-mixed_bfloat16-channels_first-2026-12-02-run4.json"
+    layers = RESULTS / "nvidia-h200-vgg16-layers-torch-mixed_bfloat16-channels_first-2026-12-02.json"
     copy = tmp_path / "records" / "same-run-again.json"
     copy.parent.mkdir()
     copy.write_text(layers.read_text())
@@ -348,7 +348,8 @@ def test_wide_report_table_shows_predicted_power_per_layer_and_narrow_one_leaves
 
 
 def test_validation_script_fits_the_voltage_curve_to_capped_layer_clocks_and_scores_it_on_held_out_runs(tmp_path):
-    runs = [RESULTS / f"nvidia-h200-vgg16-layers-mixed_bfloat16-channels_first-2026-12-02-run{n}.json" for n in (4, 7)]
+    runs = [RESULTS / "nvidia-h200-vgg16-layers-torch-mixed_bfloat16-channels_first-2026-12-02.json",
+            RESULTS / "nvidia-h200-vgg16-layers-torch-mixed_bfloat16-channels_first-repeat-2026-12-02.json"]
     mod = _load("power_model_validation")
     args = ["--ceilings", str(CEILINGS), "--out", str(tmp_path), "--fit-clocks", "--min-layer-window-s", "0"]
     assert mod.main(args + [a for r in runs for a in ("--records", str(r))]) == 0
@@ -1621,9 +1622,9 @@ def test_without_calibration_the_validation_takes_the_one_shipped_for_the_profil
 
     monkeypatch.setattr(mod, "load_runs", fake_load_runs)
     (tmp_path / "r").mkdir()
-    ceilings = ["--ceilings", str(RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json"),
+    ceilings = ["--ceilings", str(RESULTS / "nvidia-h200-ceilings-2026-12-02.json"),
                 "--ceilings", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json")]
-    h100 = RESULTS / "nvidia-h100-characterisation-2026-12-06-s16" / "measured_profile.json"
+    h100 = RESULTS / "nvidia-h100-80gb-hbm3-characterisation-2026-12-06" / "measured_profile.json"
     for extra in ([], ["--profile", str(h100)]):
         with pytest.raises(Stop):
             mod.main(["--records", str(tmp_path / "r"), *ceilings, "--out", str(tmp_path), *extra])

@@ -26,7 +26,7 @@ def test_embedded_h200_profile_is_the_recorded_measurement_with_provenance():
     p = load_profile()
     assert p.name == "NVIDIA H200"
     assert p.source == "recorded"
-    measured = json.loads((RESULTS / "nvidia-h200-measured-profile-2026-12-02-run10.json").read_text())
+    measured = json.loads((RESULTS / "nvidia-h200-measured-profile-2026-12-02.json").read_text())
     rates = {b["name"]: b["rate"] for b in measured["benchmarks"]}
     dropped = p.provenance["measured"].get("dropped") or {}
     for key in ("fp32", "tc_tf32", "tc_bf16", "tc_fp16", "tc_fp8_e4m3", "shared", "l2", "hbm"):
@@ -35,7 +35,7 @@ def test_embedded_h200_profile_is_the_recorded_measurement_with_provenance():
         assert p.ceilings[key].value == rates[name] and name not in dropped, key   # a recorded figure, as measured
         assert p.ceilings[key].sm_clock_mhz, key
     # A roof below the library kernel measured beside it would be wrong (ceilings_vs_reference run 10).
-    side = json.loads((RESULTS / "nvidia-h200-ceilings-2026-12-02-run10.json").read_text())
+    side = json.loads((RESULTS / "nvidia-h200-ceilings-2026-12-02.json").read_text())
     assert p.ceilings["tc_bf16"].value >= side["references"]["cublas_bf16"]["value"]
     assert p.ceilings["hbm"].value >= side["references"]["torch_copy_4gib"]["value"]
 

@@ -4,7 +4,7 @@ Each change (precision, layout, batch size, compilation, backend) is measured in
 (measure/trial.py) beside the unchanged configuration; the measured gain (per sample, so batch
 changes compare fairly) is shown beside the predicted one and flagged when they differ by more
 than VERIFY_TOLERANCE, in time or in energy (a change can be as fast as predicted and still not save the
-energy the advice promised: benchmarks/results/nvidia-h200-cli-2026-12-04/s2-call2/vgg16-verify.json, a
+energy the advice promised: benchmarks/results/nvidia-h200-analyze-verify-vgg16-2026-12-04.json, a
 CUDA-graph replay of VGG16 on the H200).
 
 A compiler change the tuner knows (torch.compile on torch, XLA on tensorflow: tune/space.COMPILERS) is

@@ -49,7 +49,7 @@ form times min(1, (t_bound / t_size) ** gamma_size): a layer whose work is too s
 or a 1x1 convolution on 14x14 maps at batch 64, bound times of 0.5-2 us) draws 150-300 W replayed alone
 whatever share of its roof it reaches. Chosen by the same protocol on every record before that session and
 tested on its records (-s3*: ResNet50 and MobileNetV2 at three precisions and batch 32/64/128):
-benchmarks/results/nvidia-h200-power-model-2026-12-04-s3.json.xz, validation.duty_form_choice.
+benchmarks/results/nvidia-h200-power-model-duty-form-2026-12-04.json.xz, validation.duty_form_choice.
 
 Replay-paced calls (fifth session of 2026-12-04): a layer replayed alone from a CUDA graph (the torch layer
 windows) costs the host one graph launch per call, ~5-6 us on the H200 (calibration.Calibration.replay_floor_s);
@@ -59,7 +59,7 @@ and inf on the records before -s5 and tested on -s5: benchmarks/power_model_vali
 validation.replay_pacing_choice). The duty curve is fitted on that busy share, so it describes a layer inside a
 model, which no replay paces (the product's per-layer and whole-model predictions use no replay share).
 
-Host-paced calls (benchmarks/results/nvidia-h200-records-2026-12-04-s2-windows/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
+Host-paced calls (benchmarks/results/nvidia-h200-records-resnet50-mobilenetv2-windows-2026-12-04/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
 tens of microseconds per call whatever its work, and small layers draw far below their busy power: the GPU
 idles while the host dispatches. Such a
 call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the layer's GPU

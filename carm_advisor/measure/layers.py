@@ -358,7 +358,7 @@ def _jax_layer_fn(layer, arguments, is_layer: bool) -> Callable[[list], Any]:
 def jax_back_to_back_fn(layer, arguments, is_layer: bool, calls: int) -> Callable[[list], Any]:
     """One jitted program that runs the layer `calls` times back to back (a single host dispatch), for
     energy windows where the GPU runs the layer as it does inside the model: a layer jitted alone and
-    dispatched per call spends tens of microseconds of host dispatch per call on the H200 (benchmarks/results/nvidia-h200-records-2026-12-04-s2-windows/resnet50-jax-*.json), and
+    dispatched per call spends tens of microseconds of host dispatch per call on the H200 (benchmarks/results/nvidia-h200-records-resnet50-mobilenetv2-windows-2026-12-04/resnet50-jax-*.json), and
     the GPU idles for most of a small layer's call. Every call's output is returned (each call writes
     its output, as in the model), and call k+1's first input is call k's with one element changed by
     isnan(one element of call k's output): 0 for finite outputs, so the data are the same, but XLA

@@ -92,7 +92,7 @@ def build_profile(runs, dev, gpu, idle_w, arch, wall_s, quick=False, command=Non
 # The duty curves (carm/power_model.DutyCurve) are fitted on measured layers, which a ceilings run has none of.
 # A measured profile takes the embedded reference's curves; the sixteenth session checked them on another GPU,
 # with none of its layers fitted (H100 records, H100 sweep fit and roofs):
-CARRIED_DUTY_CHECK = "benchmarks/results/nvidia-h100-80gb-hbm3-power-model-2026-12-06-s16-h200-duty.json.xz"
+CARRIED_DUTY_CHECK = "benchmarks/results/nvidia-h100-80gb-hbm3-power-model-h200-duty-2026-12-06.json.xz"
 DUTY_KEYS = ("duty", "duty_tensor_core", "duty_by_path")
 
 
