@@ -175,7 +175,8 @@ def test_the_child_walks_a_subclassed_call_of_two_tensors_on_the_shapes_analyze_
 
     import keras
 
-    from carm_advisor.mapping.walker import call_shapes, given_shapes_json, iter_layer_calls
+    from carm_advisor.mapping.given_shapes import call_shapes, given_shapes_json
+    from carm_advisor.mapping.walker import iter_layer_calls
     from carm_advisor.measure import backend
 
     model = TwoTensors()

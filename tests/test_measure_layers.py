@@ -449,7 +449,7 @@ def test_a_subclassed_model_is_measured_whole_on_the_shapes_keras_recorded_at_th
 
 
 def test_a_call_of_several_tensors_is_measured_whole_on_the_input_shapes_given_with_their_dtypes():
-    from carm_advisor.mapping.walker import call_shapes
+    from carm_advisor.mapping.given_shapes import call_shapes
 
     model = TwoInputsModel()
     model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
@@ -471,7 +471,7 @@ def test_a_call_of_several_tensors_is_measured_whole_on_the_input_shapes_given_w
 
 
 def test_the_ids_of_a_subclassed_model_stay_inside_its_embedding():
-    from carm_advisor.mapping.walker import call_shapes
+    from carm_advisor.mapping.given_shapes import call_shapes
     from carm_advisor.measure.layers import _model_inputs
 
     model = TwoInputsModel()

@@ -16,8 +16,9 @@ from carm_advisor.carm.dvfs import Work, clock_advice
 from carm_advisor.errors import MeasurementError
 from carm_advisor.learn import learn_from, merge_measurements
 from carm_advisor.mapping import map_model
+from carm_advisor.mapping.given_shapes import call_shapes
 from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
-from carm_advisor.mapping.walker import call_shapes, fixed_batch_sizes
+from carm_advisor.mapping.walker import fixed_batch_sizes
 from carm_advisor.measure.backend import active_backend, has_gpu
 from carm_advisor.measure.run import measure_run
 from carm_advisor.models.builder import layer_policies, model_policy

@@ -9,6 +9,7 @@ from typing import Mapping
 
 from carm_advisor.errors import UnknownLayerError
 from carm_advisor.mapping import layers_conv, layers_dense, layers_elementwise, layers_pooling  # noqa: F401
+from carm_advisor.mapping.given_shapes import call_shapes
 from carm_advisor.mapping.registry import (
     cost_of_call,
     dtype_bytes_of,
@@ -18,7 +19,7 @@ from carm_advisor.mapping.registry import (
     unknown_cost,
 )
 from carm_advisor.mapping.types import LayerCost
-from carm_advisor.mapping.walker import call_shapes, iter_layer_calls
+from carm_advisor.mapping.walker import iter_layer_calls
 
 
 def map_model(model, batch_size: int = 1, strict: bool = False,
@@ -30,7 +31,7 @@ def map_model(model, batch_size: int = 1, strict: bool = False,
     model's float32 output layer, keep their own); None: each layer's own. A layer without a cost model is
     returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
     :class:`UnknownLayerError` instead. ``input_shapes``: a subclassed model's call() argument shapes, where Keras
-    recorded fewer (``walker.call_shapes``: one batch-first shape per tensor argument, or {name: shape}).
+    recorded fewer (``given_shapes.call_shapes``: one batch-first shape per tensor argument, or {name: shape}).
     """
     with call_shapes(model, input_shapes):
         return _map_model(model, batch_size, strict, compute_dtype)

@@ -29,7 +29,7 @@ on a device and no backend tensor is created by the walk itself.
 - A ``call()`` that cannot run on KerasTensors (backend-native ``tf.*`` / ``torch.*`` code, Python
   branches on tensor values), or a model Keras recorded no input shapes for (a ``call(self, a, b)`` of
   several tensor arguments: Keras records the first only, unless they are given with ``call_shapes`` /
-  ``input_shapes=``), falls back to the built sublayers in attribute order with their build
+  ``input_shapes=``, :mod:`carm_advisor.mapping.given_shapes`), falls back to the built sublayers in attribute order with their build
   shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the totals are a
   lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes, and a sublayer never
   built (called only in a branch the model was not built through), are skipped there and named in that
@@ -40,245 +40,20 @@ on a device and no backend tensor is created by the walk itself.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
-import json
-import numbers
 import re
 import warnings
-from dataclasses import dataclass
 from typing import Iterator
 
 import keras
 from keras.src.utils.naming import to_snake_case
 
 from carm_advisor.errors import MappingError
+from carm_advisor.mapping.given_shapes import build_specs, call_specs, given_for, shapes_hint
 from carm_advisor.mapping.registry import lookup
+from carm_advisor.mapping.symbolic import checked_batch_size, flat_tensors, is_graph_model, tensor_spec
 from carm_advisor.mapping.types import LayerCall
 from carm_advisor.units import named_list
-
-
-def _functional_class():
-    from keras.src.models.functional import Functional
-
-    return Functional
-
-
-def _is_graph_model(op) -> bool:
-    """Keras' own Functional / Sequential containers: walked, never costed."""
-    return isinstance(op, (_functional_class(), keras.Sequential))
-
-
-@dataclass(frozen=True)
-class _GivenShapes:
-    """Call-argument shapes given for a subclassed model (``call_shapes``): checked, batch first."""
-
-    args: tuple          # passed by position (positional-only arguments, ``*args``, or the list form)
-    kwargs: dict         # passed by name
-    text: str            # as the user wrote them, for messages
-
-
-_CALL_SHAPES: contextvars.ContextVar[dict[int, _GivenShapes]] = contextvars.ContextVar("carm_call_shapes", default={})
-
-
-def _call_parameters(model, with_training: bool = False) -> list[inspect.Parameter]:
-    try:
-        return [p for p in inspect.signature(model.call).parameters.values() if with_training or p.name != "training"]
-    except (TypeError, ValueError):
-        return []
-
-
-def _tensor_parameters(model) -> list[inspect.Parameter]:
-    """The named call() parameters a tensor is passed to by position or in order: not ``training``, ``mask``,
-    ``*args`` or ``**kwargs``."""
-    return [p for p in _call_parameters(model)
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "mask"]
-
-
-def _takes_var_positional(model) -> bool:
-    return any(p.kind == p.VAR_POSITIONAL for p in _call_parameters(model))
-
-
-@dataclass(frozen=True)
-class _TypedShape:
-    """A shape given with its dtype (a keras.Input / KerasTensor, an array): integer ids stay integers."""
-
-    shape: tuple
-    dtype: str
-
-
-def _checked_shape(shape, where: str):
-    """A shape (batch first, any value there), a tensor spec (``keras.Input(shape=(77,), dtype="int32")``: shape
-    and dtype), or a list/tuple/dict structure of them; else MappingError."""
-    if hasattr(shape, "shape") and hasattr(shape, "dtype") and not isinstance(shape, (tuple, list, dict)):
-        checked = _checked_shape(tuple(shape.shape), where)
-        return _TypedShape(checked, keras.backend.standardize_dtype(shape.dtype))
-    if _is_shape(shape) and len(shape) >= 1:
-        if any(d is None for d in tuple(shape)[1:]):
-            raise MappingError(f"Expected {where} with known dimensions besides the batch, received: {tuple(shape)}")
-        if any(d is not None and d < 1 for d in shape):
-            raise MappingError(f"Expected {where} with positive dimensions, received: {tuple(shape)}")
-        return tuple(None if d is None else int(d) for d in shape)
-    if isinstance(shape, dict) and shape:
-        return {k: _checked_shape(v, f"{where}[{k!r}]") for k, v in shape.items()}
-    if isinstance(shape, (list, tuple)) and shape and not _is_shape(shape):
-        return type(shape)(_checked_shape(v, f"{where}[{i}]") for i, v in enumerate(shape))
-    raise MappingError(f"Expected {where} to be a shape such as (None, 32) (batch first) or a list/dict of "
-                       f"shapes, received: {shape!r}")
-
-
-def _given_shapes(model, shapes) -> _GivenShapes:
-    cls = type(model).__name__
-    named = _tensor_parameters(model)
-    names = [p.name for p in named]
-    if isinstance(shapes, dict):
-        takes = {p.name: p for p in _call_parameters(model)
-                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}   # a mask may be given by name
-        unknown = [k for k in shapes if k not in takes]
-        if unknown:
-            raise MappingError(f"Expected input_shapes keys among the tensor arguments of {cls}.call() "
-                               f"({', '.join(takes) or 'none'}), received: {', '.join(map(str, unknown))}")
-        positional_only = [n for n, p in takes.items() if p.kind == p.POSITIONAL_ONLY]
-        given_first = [n for n in positional_only if n in shapes]
-        if given_first != positional_only[:len(given_first)]:
-            raise MappingError(f"Expected input_shapes for the positional-only arguments of {cls}.call() in order "
-                               f"from the first ({', '.join(positional_only)}), received: {', '.join(given_first)}")
-        args = tuple(_checked_shape(shapes[n], f"input_shapes[{n!r}]") for n in given_first)
-        kwargs = {k: _checked_shape(v, f"input_shapes[{k!r}]") for k, v in shapes.items() if k not in given_first}
-        return _GivenShapes(args, kwargs, repr(shapes))
-    if not (isinstance(shapes, (list, tuple)) and shapes and not _is_shape(shapes)):
-        raise MappingError("Expected input_shapes as a list of shapes, one per tensor argument of call(), or "
-                           f"{{argument name: shape}}, received: {shapes!r}")
-    if _takes_var_positional(model):   # call(self, *xs) or call(self, x, *rest): every shape by position
-        return _GivenShapes(tuple(_checked_shape(v, f"input_shapes[{i}]") for i, v in enumerate(shapes)), {},
-                            repr(list(shapes)))
-    if len(shapes) > len(named):
-        raise MappingError(f"Expected at most {len(named)} input shape(s), one per tensor argument of "
-                           f"{cls}.call() ({', '.join(names)}), received: {len(shapes)} (an "
-                           "argument taking a list of tensors takes a list of shapes: [[(None, 4), (None, 6)]])")
-    # By position while call()'s parameters run on without one skipped (mask, training); by name after it.
-    by_position = 0
-    for p in _call_parameters(model, with_training=True):
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in ("mask", "training"):
-            break
-        by_position += 1
-    checked = [_checked_shape(v, f"input_shapes[{names[i]!r}]") for i, v in enumerate(shapes)]
-    if any(p.kind == p.POSITIONAL_ONLY for p in named[by_position:len(checked)]):
-        raise MappingError(f"Expected no positional-only argument of {cls}.call() after its mask or training "
-                           f"argument, received: {', '.join(names)}")
-    return _GivenShapes(tuple(checked[:by_position]),
-                        {p.name: v for p, v in zip(named[by_position:], checked[by_position:])},
-                        repr(list(shapes)))
-
-
-def _tagged(value):
-    if isinstance(value, _TypedShape):
-        return {"shape": list(value.shape), "dtype": value.dtype}
-    if isinstance(value, dict):
-        return {"dict": {k: _tagged(v) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)) and not _is_shape(value):
-        return {"tuple" if isinstance(value, tuple) else "list": [_tagged(v) for v in value]}
-    return {"shape": list(value)}
-
-
-def _untagged(value):
-    if "dict" in value:
-        return {k: _untagged(v) for k, v in value["dict"].items()}
-    if "list" in value or "tuple" in value:
-        items = [_untagged(v) for v in value.get("list", value.get("tuple"))]
-        return items if "list" in value else tuple(items)
-    shape = tuple(value["shape"])
-    return _TypedShape(shape, value["dtype"]) if "dtype" in value else shape
-
-
-@contextlib.contextmanager
-def _given_in_context(model, given: _GivenShapes):
-    """The walker traces ``model`` on ``given`` within the block (call_shapes, call_shapes_json)."""
-    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
-    try:
-        yield
-    finally:
-        _CALL_SHAPES.reset(token)
-
-
-def given_shapes_json(model) -> str | None:
-    """The call shapes given for ``model`` in this context (``call_shapes``) as JSON, for a child process that
-    reloads the model (``call_shapes_json``); None where none were given."""
-    given = _CALL_SHAPES.get().get(id(model))
-    if given is None:
-        return None
-    return json.dumps({"args": [_tagged(a) for a in given.args],
-                       "kwargs": {k: _tagged(v) for k, v in given.kwargs.items()}, "text": given.text})
-
-
-@contextlib.contextmanager
-def call_shapes_json(model, text: str | None):
-    """``call_shapes`` for a model reloaded in another process, from ``given_shapes_json``'s text (None: none)."""
-    if text is None:
-        yield
-        return
-    doc = json.loads(text)
-    given = _GivenShapes(tuple(_untagged(a) for a in doc["args"]),
-                         {k: _untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
-    with _given_in_context(model, given):
-        yield
-
-
-def build_on_given_shapes(model) -> None:
-    """Build a reloaded copy's sublayers by one symbolic call on the shapes given (``call_shapes_json``): Keras
-    rebuilds a subclassed model from its first argument's shape only, which leaves a call() of several tensors
-    unbuilt. For throwaway copies (the Nsight Compute child): the call adds graph nodes and builds weights."""
-    given = _CALL_SHAPES.get().get(id(model))
-    if given is None or all(s.built for s in model._flatten_layers(include_self=False, recursive=True)):
-        return
-    args, kwargs = _Walk(1).given_arguments(given, model.compute_dtype)
-    model(*args, **kwargs)
-
-
-def call_arguments(model, batch_size: int) -> tuple[list, dict] | None:
-    """What whole-model measurement calls a subclassed ``model`` on, as KerasTensors at ``batch_size``
-    (positional, keyword): the arguments the mapping traces its call() on (the shapes given in ``call_shapes``,
-    else the build shapes Keras recorded); None where Keras recorded none. A call() that takes more tensors than
-    Keras recorded, with no shapes given, is a MappingError saying to pass input_shapes."""
-    walk = _Walk(batch_size)
-    specs = walk.call_specs(model)
-    required = [p for p in _tensor_parameters(model) if p.default is inspect.Parameter.empty]
-    if specs is not None and id(model) not in _CALL_SHAPES.get() and len(specs[0]) < len(required):
-        # Keras recorded fewer tensors than call() needs (its first argument's only): optional ones may stay out
-        raise MappingError(f"Expected the inputs of subclassed model '{model.name}'"
-                           + walk.shapes_hint(model, None, specs[0]))
-    return None if specs is None else _plain(specs)
-
-
-def _plain(node):
-    """Keras' tracked dicts and lists (build shapes come in them) as plain ones: jax.jit takes no other."""
-    if isinstance(node, dict):
-        return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    if isinstance(node, tuple):
-        return tuple(_plain(v) for v in node)
-    return node
-
-
-@contextlib.contextmanager
-def call_shapes(model, shapes):
-    """Within it the walker traces subclassed ``model``'s call() on ``shapes`` instead of the build shapes
-    Keras recorded (for a ``call(self, a, b)`` Keras records only ``a``'s). ``shapes``: one shape per tensor
-    argument of call(), in order (every one by position where call() takes ``*args``), or {argument name: shape}
-    (a ``mask`` argument only so); a shape is batch first (any batch value: the mapping's batch replaces it), and
-    an argument taking a list or dict of tensors takes a list or dict of shapes. None: nothing changes. A
-    Functional or Sequential model (whose inputs are known) is a MappingError, as are a name call() does not
-    take, more shapes than it takes tensors, or a shape with an unknown dimension besides the batch."""
-    if shapes is None:
-        yield
-        return
-    if _is_graph_model(model):
-        name = getattr(model, "name", type(model).__name__)
-        raise MappingError(f"input_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
-                           "model whose inputs are known")
-    with _given_in_context(model, _given_shapes(model, shapes)):
-        yield
 
 
 def _fill_batch(shape, batch_size: int) -> tuple:
@@ -292,14 +67,6 @@ def _concrete(shape, batch_size: int) -> tuple | None:
     """The shape with its batch filled in, or None if another dimension is still unknown."""
     shape = _fill_batch(shape, batch_size)
     return None if any(d is None for d in shape) else tuple(int(d) for d in shape)
-
-
-def _spec(shape, dtype) -> keras.KerasTensor:
-    return keras.KerasTensor(tuple(shape), dtype=dtype)
-
-
-def _flat_tensors(structure) -> list:
-    return [t for t in keras.tree.flatten(structure) if isinstance(t, keras.KerasTensor)]
 
 
 def _same_as(tensors) -> tuple[int, ...]:
@@ -362,7 +129,7 @@ def _lookup_cost(op):
 
 def is_composite_user_layer(op) -> bool:
     """A user layer made of sublayers with no cost model of its own: opened, not costed as a leaf."""
-    if not isinstance(op, keras.layers.Layer) or _is_graph_model(op):
+    if not isinstance(op, keras.layers.Layer) or is_graph_model(op):
         return False
     if type(op).__module__.startswith("keras."):
         return False
@@ -389,19 +156,17 @@ def _trace(layer, args, kwargs):
     and keras.ops call, in order. Raises whatever the call raises."""
     from keras.src.ops.function import Function
 
-    inputs = list({id(t): t for t in _flat_tensors((args, kwargs))}.values())
+    inputs = list({id(t): t for t in flat_tensors((args, kwargs))}.values())
     with _nodes_restored(layer):
         outputs = layer.call(*args, **kwargs)
-        return Function(inputs, _flat_tensors(outputs), name=layer.name)
+        return Function(inputs, flat_tensors(outputs), name=layer.name)
 
 
 class _Walk:
     trace_error: str | None = None
 
     def __init__(self, batch_size: int):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise MappingError(f"Expected batch_size to be a positive int, received: batch_size={batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = checked_batch_size(batch_size)
 
     # ---- graph models -------------------------------------------------------------------------
 
@@ -431,7 +196,7 @@ class _Walk:
                     f"Expected model '{model_name}' inputs with known dimensions besides the batch; "
                     f"received input shape {tuple(tensor.shape)}: build the model with a fixed input shape"
                 )
-            specs.append(_spec(shape, tensor.dtype))
+            specs.append(tensor_spec(shape, tensor.dtype))
         return specs
 
     def walk_graph(self, model, prefix: str, inputs: list[keras.KerasTensor]) -> Iterator[tuple]:
@@ -474,7 +239,7 @@ class _Walk:
 
             # a nested graph model, or a user layer made of sublayers traced into one: walked inside
             inner, inner_inputs = None, in_specs
-            if _is_graph_model(op):
+            if is_graph_model(op):
                 inner = op
             elif is_composite_user_layer(op):
                 inner = self.trace_node(node, in_refs, in_specs)
@@ -502,14 +267,14 @@ class _Walk:
         if spec is not None:
             return spec
         shape = _fill_batch(ref.shape, self.batch_size)
-        return _spec(shape, ref.dtype)
+        return tensor_spec(shape, ref.dtype)
 
     def trace_node(self, node, in_refs, in_specs):
         """A composite user layer's call traced on fresh KerasTensors of these shapes; None if it cannot be
         traced (it is then costed as one leaf) or its outputs do not match the node's."""
         fresh = {}
         for ref, spec in zip(in_refs, in_specs):
-            fresh.setdefault(id(ref), _spec(spec.shape, spec.dtype))
+            fresh.setdefault(id(ref), tensor_spec(spec.shape, spec.dtype))
         try:
             args, kwargs = node.arguments.fill_in(fresh)
             traced = _trace(node.operation, args, kwargs)
@@ -525,7 +290,7 @@ class _Walk:
         same_inputs = all(r == tuple(s.shape) for r, s in zip(recorded_inputs, in_specs))
         recorded_outputs = [_concrete(ref.shape, self.batch_size) for ref in node.outputs]
         if same_inputs and all(s is not None for s in recorded_outputs):
-            return [_spec(s, ref.dtype) for s, ref in zip(recorded_outputs, node.outputs)]
+            return [tensor_spec(s, ref.dtype) for s, ref in zip(recorded_outputs, node.outputs)]
         # Input shapes differ from the recorded ones (or outputs hold unknown dims): infer symbolically.
         fill = {id(ref): spec for ref, spec in zip(in_refs, in_specs)}
         try:
@@ -536,7 +301,7 @@ class _Walk:
                 f"Expected Keras to infer output shapes of '{path}' ({type(node.operation).__name__}) "
                 f"for inputs {[tuple(s.shape) for s in in_specs]}; received {type(exc).__name__}: {exc}"
             ) from exc
-        outs = _flat_tensors(out)
+        outs = flat_tensors(out)
         if any(d is None for o in outs for d in o.shape):
             # A layer's compute_output_shape may leave a dimension the user declared None (EinsumDense
             # output_shape=(None, 7)) though the input fixes it: trace its call on these concrete inputs.
@@ -550,7 +315,7 @@ class _Walk:
         from keras.src import backend
 
         try:
-            return _flat_tensors(backend.compute_output_spec(op.call, *args, **kwargs))
+            return flat_tensors(backend.compute_output_spec(op.call, *args, **kwargs))
         except Exception:  # noqa: BLE001 - make_call reports the unknown dimension
             return None
 
@@ -575,59 +340,10 @@ class _Walk:
 
     # ---- subclassed models --------------------------------------------------------------------
 
-    def build_specs(self, layer):
-        """The arguments a built layer was built (first called) with, as KerasTensors at ``batch_size``:
-        (list of per-argument structures, their names); None where Keras recorded no build shapes."""
-        shapes_dict = getattr(layer, "_build_shapes_dict", None)
-        if not layer.built or not shapes_dict:
-            return None
-        structs = [self.specs_of(v, layer.compute_dtype) for v in shapes_dict.values()]
-        names = [k[: -len("_shape")] if k.endswith("_shape") else k for k in shapes_dict]
-        return structs, names
-
-    def given_arguments(self, given: _GivenShapes, dtype) -> tuple[list, dict]:
-        """The positional and keyword arguments of a call() on the shapes given, as KerasTensors."""
-        return ([self.given_specs(a, dtype) for a in given.args],
-                {k: self.given_specs(v, dtype) for k, v in given.kwargs.items()})
-
-    def given_specs(self, given, dtype):
-        """Checked given shapes (``_checked_shape``) as KerasTensors at ``batch_size``: a typed one at its dtype, a
-        bare shape at ``dtype`` (the model's compute dtype)."""
-        if isinstance(given, _TypedShape):
-            return self.specs_of(given.shape, given.dtype)
-        if isinstance(given, dict):
-            return {k: self.given_specs(v, dtype) for k, v in given.items()}
-        if isinstance(given, (list, tuple)) and not _is_shape(given):
-            return type(given)(self.given_specs(v, dtype) for v in given)
-        return self.specs_of(given, dtype)
-
-    def specs_of(self, shapes, dtype):
-        """A shape, or a structure of shapes, as KerasTensors of ``dtype`` with the batch set to ``batch_size``."""
-        def to_spec(shape):
-            shape = tuple(shape)
-            return _spec((self.batch_size,) + shape[1:] if shape else shape, dtype)
-
-        return to_spec(shapes) if _is_shape(shapes) else keras.tree.map_shape_structure(to_spec, shapes)
-
-    def call_specs(self, model) -> tuple[list, dict] | None:
-        """The arguments subclassed ``model``'s call() is traced on, as KerasTensors at ``batch_size``: the shapes
-        given (``call_shapes``), else the build shapes Keras recorded; None where it recorded none."""
-        given = _CALL_SHAPES.get().get(id(model))
-        if given is not None:
-            return self.given_arguments(given, model.compute_dtype)
-        built = self.build_specs(model)
-        if built is None:
-            return None
-        structs, _ = built
-        if _takes_var_positional(model) and not _tensor_parameters(model) and len(structs) == 1 \
-                and isinstance(structs[0], (list, tuple)):
-            structs = list(structs[0])   # call(self, *xs): Keras records the tuple of their shapes as one
-        return structs, {}
-
     def trace_model(self, model):
         """The subclassed model's call() traced on KerasTensors at ``batch_size``; None if it cannot be."""
-        given = _CALL_SHAPES.get().get(id(model))
-        specs = self.call_specs(model)
+        given = given_for(model)
+        specs = call_specs(model, self.batch_size)
         if specs is None:
             return None
         structs, kwargs = specs
@@ -653,7 +369,7 @@ class _Walk:
             if given is not None:   # shapes given to trace on: no silent lower bound, say why it cannot
                 raise MappingError(f"Expected the call() of subclassed model '{model.name}' to run on input_shapes "
                                    f"{given.text}; received {type(exc).__name__}: {_readable(exc)}") from exc
-            self.trace_error = f"{type(exc).__name__}: {_readable(exc)}" + self.shapes_hint(model, given, structs)
+            self.trace_error = f"{type(exc).__name__}: {_readable(exc)}" + shapes_hint(model, given, structs)
             return None
         # A sublayer with weights the traced call never reached (an optional argument left at its default, a
         # branch): the trace would leave its work out silently.
@@ -666,19 +382,9 @@ class _Walk:
                                "the shapes of the arguments that lead to them")
         if missed:
             self.trace_error = (f"the call traced with its {'given' if given is not None else 'build'} inputs and "
-                                f"defaults never reached {named_list(missed, 4)}" + self.shapes_hint(model, given, structs))
+                                f"defaults never reached {named_list(missed, 4)}" + shapes_hint(model, given, structs))
             return None
         return traced
-
-    @staticmethod
-    def shapes_hint(model, given, structs) -> str:
-        """Where call() takes more tensors than Keras recorded build shapes for: how to give them."""
-        if given is not None or (len(_tensor_parameters(model)) <= len(structs) and not _takes_var_positional(model)):
-            return ""
-        names = ", ".join(("*" if p.kind == p.VAR_POSITIONAL else "") + p.name for p in _call_parameters(model)
-                          if p.kind != p.VAR_KEYWORD and p.name != "mask")
-        return (f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names}) "
-                "(carm-advise: a --call-shape for each)")
 
     def walk_subclassed(self, layer, prefix: str, skipped: list[str], unbuilt: list[str]) -> Iterator[LayerCall]:
         """Fallback where call() cannot be traced: built sublayers in attribute order, from build shapes."""
@@ -686,7 +392,7 @@ class _Walk:
             path = f"{prefix}{sub.name}"
             if isinstance(sub, keras.layers.InputLayer):
                 continue
-            if _is_graph_model(sub):
+            if is_graph_model(sub):
                 graph = self.graph_of(sub)
                 for kind, item in self.walk_graph(sub, path + "/", self.top_inputs(graph, sub.name)):
                     if kind == "call":
@@ -698,13 +404,13 @@ class _Walk:
             if not sub.built:
                 unbuilt.append(path)   # no weights yet (called only in a branch not built through): not weight-free
                 continue
-            if self.build_specs(sub) is None and not sub.weights:
+            if build_specs(sub, self.batch_size) is None and not sub.weights:
                 skipped.append(path)  # weight-free (Dropout, Flatten, pooling ...): its shapes are unknown
                 continue
             yield self.call_from_build_shapes(sub, path)
 
     def call_from_build_shapes(self, layer, path) -> LayerCall:
-        built = self.build_specs(layer)
+        built = build_specs(layer, self.batch_size)
         if built is None:
             raise MappingError(
                 f"Expected layer '{path}' ({type(layer).__name__}) to be built with known input shapes; "
@@ -712,8 +418,8 @@ class _Walk:
                 "or model.build(input_shape)) before mapping"
             )
         in_specs_struct, arg_names = built
-        in_specs = _flat_tensors(in_specs_struct)
-        names = [n for n, v in zip(arg_names, in_specs_struct) for _ in _flat_tensors(v)]
+        in_specs = flat_tensors(in_specs_struct)
+        names = [n for n, v in zip(arg_names, in_specs_struct) for _ in flat_tensors(v)]
         try:
             out = layer.compute_output_spec(*in_specs_struct)
         except Exception as exc:
@@ -721,18 +427,13 @@ class _Walk:
                 f"Expected Keras to infer output shapes of '{path}' ({type(layer).__name__}) from its build "
                 f"shapes {dict(layer._build_shapes_dict)}; received {type(exc).__name__}: {exc}"
             ) from exc
-        return self.make_call(path, layer, in_specs, _flat_tensors(out), names=names)
-
-
-def _is_shape(x) -> bool:
-    return isinstance(x, (tuple, list)) and all(
-        d is None or (isinstance(d, numbers.Integral) and not isinstance(d, bool)) for d in x)
+        return self.make_call(path, layer, in_specs, flat_tensors(out), names=names)
 
 
 def fixed_batch_sizes(model) -> list[int]:
     """The batch sizes a functional / Sequential model's inputs fix (``keras.Input(..., batch_size=3)``):
     the walker costs every layer at the batch asked for instead; [] where the batch is free."""
-    if not _is_graph_model(model):
+    if not is_graph_model(model):
         return []
     try:
         graph = _Walk(1).graph_of(model)
@@ -751,7 +452,7 @@ def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
     if not isinstance(model, keras.layers.Layer):
         raise MappingError(f"Expected a keras.Model, received: {type(model).__name__}")
     walk = _Walk(batch_size)
-    if _is_graph_model(model):
+    if is_graph_model(model):
         graph = walk.graph_of(model)
         inputs = walk.top_inputs(graph, model.name)
         for kind, item in walk.walk_graph(model, "", inputs):

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from carm_advisor.errors import MeasurementError
-from carm_advisor.mapping.walker import build_on_given_shapes, call_shapes_json, given_shapes_json, iter_layer_calls
+from carm_advisor.mapping.given_shapes import build_on_given_shapes, call_shapes_json, given_shapes_json
+from carm_advisor.mapping.walker import iter_layer_calls
 from carm_advisor.measure.backend import active_backend, inference_context, nvtx_range, sync
 from carm_advisor.measure.layers import layer_runner
 

@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypedDict
 import keras
 
 from carm_advisor.errors import MappingError, MeasurementError, PowerError
+from carm_advisor.mapping.given_shapes import call_arguments
 from carm_advisor.mapping.types import LayerCall
-from carm_advisor.mapping.walker import call_arguments, iter_layer_calls
+from carm_advisor.mapping.walker import iter_layer_calls
 from carm_advisor.measure import backend as _backend
 from carm_advisor.measure.records import LayerMeasurement, ModelMeasurement, RunMeasurement
 from carm_advisor.power._base import GPU

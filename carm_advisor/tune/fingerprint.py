@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from carm_advisor.errors import CarmError
-from carm_advisor.mapping.walker import call_shapes, given_shapes_json
+from carm_advisor.mapping.given_shapes import call_shapes, given_shapes_json
 from carm_advisor.models.builder import ModelSpec, content_hash, model_identity
 from carm_advisor.tune.objective import FINISHED
 from carm_advisor.tune.objectives import Objective
