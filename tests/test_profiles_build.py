@@ -1,4 +1,4 @@
-"""Measured profiles (profiles/build.py): re-selection from a recorded run, and the cache keyed by kernel
+"""Measured profiles (measure/profile.py): re-selection from a recorded run, and the cache keyed by kernel
 sources, against hand calculations."""
 
 import pytest
@@ -89,10 +89,9 @@ def test_the_carried_curves_check_is_a_committed_result():
 
 
 def test_per_path_duty_curves_are_carried_each_labelled(monkeypatch):
-    import carm_advisor.profiles.profile as profile_module
-
     curve = {"variable": "efficiency", "t_full_s": None, "gamma": 0.2, "source": "fitted on G layers"}
-    monkeypatch.setattr(profile_module, "embedded_profile_doc", lambda name="x": {
+    # measure/profile.py imports embedded_profile_doc by name: patched where with_carried_duty looks it up
+    monkeypatch.setattr(P, "embedded_profile_doc", lambda name="x": {
         "device": {"name": "G"}, "power_model": {"duty": curve, "duty_by_path": {"tc_bf16": {**curve, "gamma": 0.5}}}})
     out = P.with_carried_duty({"constant_w": 100.0})
     assert out["duty"]["gamma"] == 0.2 and out["duty_by_path"]["tc_bf16"]["gamma"] == 0.5 and "duty_tensor_core" not in out
