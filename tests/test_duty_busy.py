@@ -1,4 +1,5 @@
-"""The duty curve on the uncapped busy power (PowerModel.duty_busy "uncapped", the thirteenth session's candidate):
+"""The duty curve on the uncapped busy power (PowerModel.duty_busy "uncapped", a candidate scored and not in use:
+benchmarks/results/nvidia-h200-power-model-2026-12-07.json.xz, validation.duty_busy_choice):
 the duty scales the power at the roofs' own rates, the result is capped at the power limit, then the replay share
 applies. Expected values by hand."""
 

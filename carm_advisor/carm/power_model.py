@@ -7,8 +7,8 @@ E = P_const * t + e_flop * flops + e_byte * bytes. A GPU at its board power limi
 P = limit, so the time the roofs allow is stretched to t >= (e_flop * flops + e_byte * bytes) /
 (limit - P_const): the power cap is a third roof.
 
-Optional refinements, fitted over a whole sweep by carm/power_fit.py (profiles without them behave as
-before): a data factor per compute path (all-zero operands cost a fraction of random ones on Tensor
+Optional refinements, fitted over a whole sweep by carm/power_fit.py (a profile without them predicts
+without them): a data factor per compute path (all-zero operands cost a fraction of random ones on Tensor
 Cores; real layers are taken as random, DEFAULT_DATA), and a voltage curve that scales energy per
 operation with the SM clock (DVFS), used by carm/dvfs.py to predict time, power and energy at any clock.
 
@@ -26,44 +26,44 @@ the CARM operating point (the busy power: the roofs' rates, the power limit as a
 by 5.6% on VGG16 and 24% on ResNet50. What is left depends on the time per call, not the class,
 precision or backend: a call of < 10 us replayed alone from a CUDA graph leaves the GPU idle between
 replays (6-10 us calls draw 200-290 W), 20-100 us calls (ResNet50's 1x1 convolutions, Dense at batch
-64) reach ~0.7 of their busy power above the constant, >= 0.3 ms calls all of it. DutyCurve is that:
-P = P_const + (P_busy - P_const) * min(1, (t / t_full) ** gamma), fitted on LAYER data (the sweep keeps
-the whole GPU busy for seconds and cannot see it), validated leave one model out.
+64) reach ~0.7 of their busy power above the constant, >= 0.3 ms calls all of it. DutyCurve is that
+share, fitted on LAYER data (the sweep keeps the whole GPU busy for seconds and cannot see it) and validated
+leave one model out; docs/design/power_model.md gives each figure below with its file.
 
-First test of that form on records taken after it was chosen (2026-12-04: VGG16 torch at batch 128,
+Its first form, "time", P = P_const + (P_busy - P_const) * min(1, (t / t_full) ** gamma), was chosen on the
+2026-12-03 records and tested on records taken after it (2026-12-04: VGG16 torch at batch 128,
 float32/bf16/fp16, 66 layer windows of 0.5 s, and whole models of seven keras.applications models,
-Xception, EfficientNetB0, InceptionV3 and ConvNeXtTiny new): benchmarks/results/nvidia-h200-power-model-
-2026-12-04.json, validation.form_test. predict.py's calibrated energy is this headline: the profile's duty
-curve (power_model.duty) applied to the CARM-point power at the calibrated time.
+Xception, EfficientNetB0, InceptionV3 and ConvNeXtTiny new):
+benchmarks/results/nvidia-h200-power-model-2026-12-04.json.xz, validation.form_test. predict.py's calibrated
+energy is this headline: the profile's duty curve (power_model.duty) applied to the CARM-point power at the
+calibrated time.
 
-The duty's form since 2026-12-04 (helper h16): DutyCurve's efficiency form, P = P_const + (P_busy -
-P_const) * min(1, t_bound / t) ** gamma, t_bound the layer's CARM bound time: what a replayed layer draws
-follows how busy its limiting unit is (the share of its roof it reaches), not its duration (a short
-ReLU streaming HBM near its roof draws near its busy power). Chosen by a protocol on the records the time
-form was chosen on and tested on the second-session ones: benchmarks/power_model_validation.py
-(validation.duty_form_choice), whose notes say what was seen before the choice. The time form stays
-available (variable "time", the default of a profile's power_model.duty).
+The form in use, "size_efficiency": P = P_const + (P_busy - P_const) * min(1, (t_bound / t_size) ** gamma_size)
+* min(1, t_bound / t) ** gamma, t_bound the layer's CARM bound time. The second factor (the "efficiency" form
+alone) says that what a replayed layer draws follows how busy its limiting unit is (the share of its roof it
+reaches), not its duration: a short ReLU streaming HBM near its roof draws near its busy power. The first says
+that a layer whose work is too small to fill the GPU (an Add or a 1x1 convolution on 14x14 maps at batch 64,
+bound times of 0.5-2 us) draws 150-300 W replayed alone whatever share of its roof it reaches. Chosen among five
+forms, each fitted leave one model out on the layers recorded before the ResNet50 and MobileNetV2 windows at
+three precisions and batch 32/64/128, then scored on those windows: per-layer power 10.7% on the choosing
+records (n=836), 16.4% on the later ones (n=1144), where two other forms did better
+(benchmarks/results/nvidia-h200-power-model-duty-form-2026-12-04.json.xz, validation.duty_form_choice). The
+time and efficiency forms still load (variable "time" is the default of a profile's power_model.duty).
 
-The duty's form since the third session of 2026-12-04: DutyCurve's size_efficiency form, the efficiency
-form times min(1, (t_bound / t_size) ** gamma_size): a layer whose work is too small to fill the GPU (an Add
-or a 1x1 convolution on 14x14 maps at batch 64, bound times of 0.5-2 us) draws 150-300 W replayed alone
-whatever share of its roof it reaches. Chosen by the same protocol on every record before that session and
-tested on its records (-s3*: ResNet50 and MobileNetV2 at three precisions and batch 32/64/128):
-benchmarks/results/nvidia-h200-power-model-duty-form-2026-12-04.json.xz, validation.duty_form_choice.
-
-Replay-paced calls (fifth session of 2026-12-04): a layer replayed alone from a CUDA graph (the torch layer
-windows) costs the host one graph launch per call, ~5-6 us on the H200 (calibration.Calibration.replay_floor_s);
-a layer whose kernels take less leaves the GPU idle for the rest of each replay. Its power is the duty power times
-the GPU's share of the replay, replay_paced_fraction = t_gpu / max(t_gpu, floor) (the norm chosen among none, 2
-and inf on the records before -s5 and tested on -s5: benchmarks/power_model_validation.py,
+Replay-paced calls: a layer replayed alone from a CUDA graph (the torch layer windows) costs the host one graph
+launch per call, ~5-6 us on the H200 (calibration.Calibration.replay_floor_s); a layer whose kernels take less
+leaves the GPU idle for the rest of each replay. Its power is the duty power times the GPU's share of the
+replay, replay_paced_fraction = t_gpu / max(t_gpu, floor): among no share, the norm-2 overlap and the larger of
+the two, the larger gives per-layer power 9.7% on the records it was chosen on (n=3581) and 11.2% on the later
+small-batch torch windows (n=1298) (benchmarks/results/nvidia-h200-power-model-replay-pacing-2026-12-04.json.xz,
 validation.replay_pacing_choice). The duty curve is fitted on that busy share, so it describes a layer inside a
 model, which no replay paces (the product's per-layer and whole-model predictions use no replay share).
 
-Host-paced calls (benchmarks/results/nvidia-h200-records-resnet50-mobilenetv2-windows-2026-12-04/resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes
-tens of microseconds per call whatever its work, and small layers draw far below their busy power: the GPU
-idles while the host dispatches. Such a
-call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the layer's GPU
-time; the duty curve (GPU-paced replays) is not applied on top (benchmarks/power_model_validation.py).
+Host-paced calls (benchmarks/results/nvidia-h200-records-resnet50-mobilenetv2-windows-2026-12-04/
+resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes tens of microseconds per
+call whatever its work, and small layers draw far below their busy power: the GPU idles while the host
+dispatches. Such a call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the
+layer's GPU time; the duty curve (GPU-paced replays) is not applied on top (benchmarks/power_model_validation.py).
 """
 
 from __future__ import annotations
@@ -123,15 +123,16 @@ class VoltageCurve:
 
 
 
-# What a duty curve is a function of: the time per call (the form chosen on the 2026-12-03 records), the
-# layer's efficiency, its CARM bound time / its time per call (the form chosen on the same records in the
-# 2026-12-04 protocol of benchmarks/power_model_validation.py), or the efficiency times the layer's size,
-# its CARM bound time against a fitted size t_size_s (the third session's protocol: a layer whose work is
-# too small to fill the GPU draws little whatever share of its roof it reaches), or the efficiency times how far
-# the layer's output fills the GPU, its output elements against a fitted n_full (fill_efficiency, the seventh
-# session's candidate: small layers' power error follows their output size more than their bound time; not chosen,
-# benchmarks/power_model_validation.py: duty_fill_choice), or both size terms together (size_fill_efficiency, the
-# eighth session's candidate: power_model_validation.py: duty_size_fill_choice).
+# What a duty curve is a function of (benchmarks/power_model_validation.py scores each; docs/design/power_model.md):
+# the time per call ("time"); the layer's efficiency, its CARM bound time / its time per call ("efficiency");
+# the efficiency times the layer's size, its CARM bound time against a fitted t_size_s ("size_efficiency", in
+# use: a layer whose work is too small to fill the GPU draws little whatever share of its roof it reaches;
+# nvidia-h200-power-model-duty-form-2026-12-04.json.xz, validation.duty_form_choice); the efficiency times how
+# far the layer's output fills the GPU, its output elements against a fitted n_full ("fill_efficiency", not in
+# use: per-layer power 10.0% against 9.5%, n=4900; nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz,
+# validation.duty_fill_choice); or both size terms together ("size_fill_efficiency", not in use: per whole model
+# 8.8% against 7.2%, n=176; nvidia-h200-power-model-cell-statistic-2026-12-04.json.xz,
+# validation.duty_size_fill_choice).
 # Compute paths of the Tensor Cores (the CARM's "tc_bf16", "tc_fp16", "tc_tf32", "tc_fp8_e4m3", ...).
 TENSOR_CORE_PATH_PREFIX = "tc_"
 DUTY_VARIABLES = ("time", "efficiency", "size_efficiency", "fill_efficiency", "size_fill_efficiency")
@@ -142,9 +143,9 @@ DUTY_BUSY_FORMS = ("capped", "uncapped")   # what the duty scales: PowerModel.du
 @dataclass(frozen=True)
 class DutyCurve:
     """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws.
-    Since the fifth session of 2026-12-04 it is fitted on the GPU's busy share of each replay (power_model_
-    validation.replay_share): the idle a replayed layer leaves while the host launches the next replay is not in
-    it; what the text below says of short replays describes the curves fitted before.
+    It is fitted on the GPU's busy share of each replay (benchmarks/power_model_validation.py: replay_share): the
+    idle a replayed layer leaves while the host launches the next replay is not in it (the short-replay powers
+    below are of whole replays, that idle included).
     variable "time": d(t) = min(1, (t / t_full_s) ** gamma). variable "efficiency": d = e ** gamma, e =
     min(1, bound_time_s / time_s) the share of its roof the layer reaches (how busy its limiting unit
     is), t_full_s unused (None). Fitted on measured LAYERS (carm/power_fit.fit_duty_curve), not on the
@@ -405,9 +406,9 @@ def replay_paced_fraction(gpu_time_s: float | None, floor_s: float | None,
     """The share of each replay the GPU is busy for a layer replayed alone from a CUDA graph, one host launch
     per call: gpu / (gpu ** p + floor ** p) ** (1 / p) (p = `norm`; inf: gpu / max(gpu, floor)), `floor_s` the
     host's time per replay (calibration.Calibration.replay_floor_s), gpu the layer's GPU time. On the H200
-    (torch layer windows before the fifth session of 2026-12-04) layers whose kernels take < 6 us were busy
-    0.4-0.7 of each 5-6 us replay, and their power was over-predicted by 24-80% without it. 1 where either
-    is unknown."""
+    (the torch layer windows of nvidia-h200-power-model-replay-pacing-2026-12-04.json.xz) layers whose kernels
+    take < 6 us were busy 0.4-0.7 of each 5-6 us replay, and their power was over-predicted by 24-80% without it.
+    1 where either is unknown."""
     if not norm > 0:
         raise ValueError(f"Expected an overlap norm > 0 (inf: the larger), Received: {norm!r}")
     if gpu_time_s is None or floor_s is None or not gpu_time_s > 0 or not floor_s > 0:

@@ -1,5 +1,5 @@
 """Every CARM prediction the tuner uses, in one adapter over carm_advisor.predict.Predictor (a
-calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
+calibration plugs in here: `ConfigPredictor(..., calibration=...)`).
 
 - `ConfigPredictor.predict(config)`: the CARM bound of a configuration: each layer's time from the
   roofs (stretched where the power limit forbids running that fast), its energy from the profile's
@@ -15,11 +15,12 @@ calibration, issue 10, plugs in here: `ConfigPredictor(..., calibration=...)`).
   jax xla -> "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
   prediction: calibrated time x the whole-model power of this configuration as benchmarks/power_model_validation.py
   validates it (predict.whole_model_power_w: its layers' busy powers, at their CARM operating points capped
-  at the power limit, scaled by the profile's duty curve and time-weighted; since the third session of
-  2026-12-04, when it replaced the busy power itself: on 91 H200 whole-model records the busy power is 17.7%
-  off, this power 7.2% with the validation's sweep fit and 8.1% with the shipped profile's power model; the
-  busy power where no calibrated layer time exists). The alternative, the same work's dynamic energy spread over the longer time (P_const * T + e_flop *
-  FLOPs + e_byte * bytes, `stretched_energy_j`), draws less power the slower a layer runs; measured
+  at the power limit, scaled by the profile's duty curve and time-weighted: on 91 H200 whole-model records the
+  busy power alone is 17.7% off, this power 7.2% with the validation's sweep fit and 8.1% with the shipped
+  profile's power model, benchmarks/results/nvidia-h200-power-model-duty-form-2026-12-04.json.xz,
+  validation.models; the busy power where no calibrated layer time exists). The alternative, the same work's
+  dynamic energy spread over the longer time (P_const * T + e_flop * FLOPs + e_byte * bytes,
+  `stretched_energy_j`), draws less power the slower a layer runs; measured
   H200 trials drew near the limit even where layers ran far below their roofs (642 W for float32
   eager VGG16 at 13% of the bound), so the tuner uses the former; benchmarks/tuning_prediction_check.py
   reports both against the measured trials.
@@ -349,7 +350,7 @@ def profile_origin(profile) -> dict[str, Any]:
 
 
 def predicted_device(predictor) -> dict[str, Any]:
-    """The `device` of a PREDICTED study: no device was measured ("measured": False, and no "name": that key
+    """The `device` of a PREDICTED study: nothing was measured ("measured": False, and no "name": that key
     names a device that ran, and readers such as benchmarks/vgg16_tuning.py name result files by it); the profile
     its predictions came from (keys as analyze's report: profile the profile's GPU, source "profile",
     profile_source recorded/measured; profile_from embedded/file/object)."""
