@@ -18,7 +18,7 @@ extern "C" {
 
 enum carm_status {
   CARM_OK = 0,
-  CARM_ERR_NO_GPU = 1,      /* no device, no driver, or driver too old */
+  CARM_ERR_NO_GPU = 1,      /* no CUDA device, no driver, or driver too old */
   CARM_ERR_INVALID = 2,     /* bad index, bad parameter */
   CARM_ERR_UNSUPPORTED = 3, /* benchmark needs another architecture than the device's */
   CARM_ERR_CUDA = 4,        /* any other CUDA runtime error (launch, allocation, ...) */

@@ -188,7 +188,8 @@ __device__ __forceinline__ void carm_bulk_copy(uint32_t dst, const uint8_t* src,
 // The k-th chunk block b copies out of a power-of-two set of chunks. Sets of >= 8 chunks per block (the
 // HBM working sets) are cut into one contiguous slice per block, walked cyclically: no chunk is read by
 // two blocks, so a block that drifts behind never finds another block's chunk still in L2 (an
-// interleaved walk did: 5.4 TB/s "from HBM" at 512 MiB, H200 run 10). Smaller sets (L2 rows, where
+// interleaved walk did: 5.4 TB/s "from HBM" at 512 MiB on the H200,
+// benchmarks/results/nvidia-h200-size-sweep-2026-12-02.json). Smaller sets (L2 rows, where
 // re-reading from L2 is the point) are walked interleaved: chunks b, b + grid, ...
 __device__ __forceinline__ long long carm_chunk_walk(long long k, long long chunk_mask) {
   const long long per_block = (chunk_mask + 1) / gridDim.x;

@@ -1,4 +1,5 @@
-"""The lead's GPU job made easy: measure the launch floor, then merge it into the embedded profile."""
+"""benchmarks/launch_floor.py measures the launch floor; benchmarks/embed_profile.py merges it into the embedded
+profile."""
 
 import json
 import subprocess
@@ -20,7 +21,7 @@ def embed_args(out, *extra):
             str(RESULTS / "nvidia-h200-ceilings-2026-12-02.json"), str(out)]
     for name, why in dropped.items():
         args += ["--drop", f"{name}={why}"]
-    # the shipped profile carries the sweep fit over run 10 and the power sweep (the fit the power model
+    # the shipped profile carries the sweep fit over the ceilings run and the power sweep (the fit the power model
     # validation validates) and the duty curve that validation fitted against it (embed_profile.py --duty)
     args += ["--power-fit", "sweep", "--power-sweep", str(RESULTS / "nvidia-h200-power-sweep-2026-12-03.json"),
              "--duty", str(RESULTS / "nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz")]

@@ -34,7 +34,8 @@ def test_embedded_h200_profile_is_the_recorded_measurement_with_provenance():
         name = p.ceilings[key].provenance["method"].split()[2]   # "carm micro-benchmark NAME (variant)"
         assert p.ceilings[key].value == rates[name] and name not in dropped, key   # a recorded figure, as measured
         assert p.ceilings[key].sm_clock_mhz, key
-    # A roof below the library kernel measured beside it would be wrong (ceilings_vs_reference run 10).
+    # A roof below the library kernel measured beside it would be wrong (the references of
+    # nvidia-h200-ceilings-2026-12-02.json, measured in the same run).
     side = json.loads((RESULTS / "nvidia-h200-ceilings-2026-12-02.json").read_text())
     assert p.ceilings["tc_bf16"].value >= side["references"]["cublas_bf16"]["value"]
     assert p.ceilings["hbm"].value >= side["references"]["torch_copy_4gib"]["value"]
