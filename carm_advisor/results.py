@@ -41,7 +41,7 @@ class LayerRow:
     layout_copy_calibrated_s: float | None = None   # the same copies as the calibration counts them
                                       # (predict.layout_copies_time_s; None: not calibrated)
     # A calibration's figures beside the CARM bound's (predicted_*); serialised only when one was applied.
-    # (carm_advisor/calibration.py: what this backend is expected to reach; JSON: bound_time_s is the bound.)
+    # (carm_advisor/calibration/: what this backend is expected to reach; JSON: bound_time_s is the bound.)
     calibrated_time_s: float | None = None
     calibrated_energy_j: float | None = None
     predicted_power_w: float | None = None  # board power at its CARM operating point (cap included), predicted
@@ -106,7 +106,7 @@ class Recommendation:
     energy_ratio: float | None = None  # predicted energy ratio current/new
     layers: list[str] = field(default_factory=list)
     basis: str = "CARM prediction"
-    # A configuration change `--verify` can apply and measure: keys of measure/trial.py's config
+    # A configuration change `--verify` can apply and measure: keys of trials/child.py's config
     # (precision, layout, batch_size, backend, compile); None for advice that is not a switch.
     change: dict[str, Any] | None = None
     verified: dict[str, Any] | None = None   # measured beside predicted gain (advise/verify.py)

@@ -134,7 +134,7 @@ def _package_imports(package_dir: Path) -> dict[str, list[tuple[int, str]]]:
 
 def rule_violations(package_dir: Path) -> dict[str, list[str]]:
     """For each rule, 'file:line uses name' for every import (or reference) in package_dir that breaks it."""
-    violations: dict[str, list[str]] = {rule: [] for rule in RULES}
+    violations: dict[str, list[str]] = {name: [] for name in RULES}
     for module, path in _modules(package_dir).items():
         for line, name in _uses(path, module):
             for rule, (governs, forbids) in RULES.items():

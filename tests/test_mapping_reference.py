@@ -63,7 +63,7 @@ MATMUL_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "Conv2DBackpropInput"
 
 def _tf_profiler_flops_by_op_type(model):
     """TensorFlow profiler float_operation counts per op type on the frozen batch-1 graph of ``model``
-    (functions Keras leaves uninlined, such as its grouped-conv XLA helper, profiled at their call shapes)."""
+    (functions Keras leaves uninlined, such as its grouped-conv XLA function, profiled at their call shapes)."""
     tf = pytest.importorskip("tensorflow")
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph

@@ -4,7 +4,7 @@ Where several variants measure one roof (random vs zero data, HBM read/write/cop
 bulk copies, L2 partition vs whole), the roof is the highest: a roof is an upper bound; variants whose
 counters see less work than they declare are left out first. The power model: constant = idle power,
 e_flop[path] = (P - idle) / FLOP rate of the random-data variant, e_byte[level] = (P - idle) / byte rate.
-No hardware here: measure/ceilings.py produces the runs, profiles/build.py turns a selection into a Profile.
+No hardware here: measure/ceilings.py produces the runs, measure/profile.py turns a selection into a Profile.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def registered_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-# ---- helpers shared by the layer families -------------------------------------------------------
+# ---- shared by the layer families ---------------------------------------------------------------
 
 def elems(shape: Iterable[int]) -> int:
     return int(math.prod(shape))

@@ -13,7 +13,7 @@ OP_MATMUL = "matmul"            # convolutions, dense, attention and recurrent m
 OP_ELEMENTWISE = "elementwise"  # activations, add, multiply, normalisation arithmetic
 OP_REDUCTION = "reduction"      # pooling, global pooling, softmax
 OP_DATA = "data_movement"       # reshape, concatenate, padding, embedding lookups: bytes, (almost) no FLOPs
-OP_NONE = "none"                # no device work at all (InputLayer, Dropout at inference, Flatten view)
+OP_NONE = "none"                # no work on the GPU at all (InputLayer, Dropout at inference, Flatten view)
 
 
 @dataclass(frozen=True)

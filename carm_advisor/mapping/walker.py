@@ -480,7 +480,7 @@ def iter_layer_calls(model, batch_size: int) -> Iterator[LayerCall]:
     yield from walk.walk_subclassed(model, "", skipped, unbuilt)
     why = getattr(walk, "trace_error", None) or "Keras recorded no input shapes for the model"
     # warn_explicit without a registry: said on every mapping of such a model (not once per process), so every
-    # analysis of it can carry the line (analysis.mapping_warnings collects it).
+    # analysis of it can carry the line (advise/analyze.py: mapping_warnings collects it).
     warnings.warn_explicit(
         f"carm_advisor: the call() of subclassed model '{model.name}' could not be traced on symbolic inputs "
         f"({why}); its layers are listed in attribute order from their build shapes, and keras.ops or "

@@ -402,7 +402,7 @@ def _renamed(node, names: dict[str, int]):
 
 def config_identity(config: dict) -> str:
     """A hash of a serialised model with its layer names replaced by their order of appearance: names Keras
-    generates (conv2d, conv2d_3) depend on what the saving session built before, not on the model."""
+    generates (conv2d, conv2d_3) depend on what the saving process built before, not on the model."""
     names: dict[str, int] = {}
     _layer_names(config, names)
     return f"sha256:{content_hash(_renamed(config, names))}"

@@ -21,7 +21,7 @@ def application_names() -> dict[str, str]:
     """Lower-case name -> keras.applications constructor name (vgg16 -> VGG16, mobilenetv3small -> MobileNetV3Small).
 
     The constructors keras.applications exports at its top level: some submodules (mobilenet_v3)
-    export only preprocessing helpers, so walking the submodules misses their models.
+    export only preprocessing functions, so walking the submodules misses their models.
     """
     import keras
 

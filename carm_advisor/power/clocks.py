@@ -1,6 +1,6 @@
 """The one place that changes a GPU's SM clocks or power limit, and always puts them back.
 
-Off by default: a shared or lent GPU's settings must never change, so a change needs
+Off by default: a shared GPU's settings must never change unasked, so a change needs
 `allow_changes=True`, and the environment variable CARM_ADVISOR_NO_CLOCK_CONTROL=1 refuses it even then.
 Whatever was changed is restored on every way out of the `with` block: normal exit, exception,
 SIGINT, SIGTERM (handlers restore, then hand the signal to whoever had it before) and, as a last

@@ -109,7 +109,7 @@ class Profile:
                 "joules_per_byte": pm.joules_per_byte,
                 "provenance": self.power_model_provenance,
             }
-            # Optional keys (sweep fit, issue 9): written only when present, so older profiles round-trip.
+            # Optional keys (the sweep fit's): written only when present, so a profile without them round-trips.
             if pm.data_factor:
                 d["power_model"]["data_factor"] = pm.data_factor
                 d["power_model"]["default_data"] = "random"

@@ -6,7 +6,7 @@
 
 Why a child: Keras picks its backend when it is imported, and a dtype policy or layout is global
 state; a fresh process (KERAS_BACKEND set) measures exactly the configuration asked for and leaves
-the caller's process untouched. `analyze --verify` uses it (verify_recommendations.py); the tuner's
+the caller's process untouched. `analyze --verify` uses it (advise/verify.py); the tuner's
 trials measure the same way.
 
 config keys: model (a keras.applications name or a .keras file), precision (Keras dtype policy),

@@ -2,7 +2,7 @@
 
 - `WorkerRunner` (a GPU): one persistent child process per Keras backend (the backend is fixed per
   process), fed configurations as JSON lines on its stdin, answering on its stdout
-  (carm_advisor/tune/worker.py). A trial that crashes the child or outlives its timeout is a failed
+  (carm_advisor/trials/worker.py). A trial that crashes the child or outlives its timeout is a failed
   trial (`TrialFailed`, with the error and the end of the child's log); the child is started again for
   the next one. Out of memory is `TrialOutOfMemory` (the study prunes that trial and goes on).
 - `PredictedRunner` (no GPU): the calibrated whole-model prediction of the configuration where the
