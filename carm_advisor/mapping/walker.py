@@ -29,9 +29,9 @@ on a device and no backend tensor is created by the walk itself.
 - A ``call()`` that cannot run on KerasTensors (backend-native ``tf.*`` / ``torch.*`` code, Python
   branches on tensor values), or a model Keras recorded no input shapes for (a ``call(self, a, b)`` of
   several tensor arguments: Keras records the first only, unless they are given with ``call_shapes`` /
-  ``input_shapes=``, :mod:`carm_advisor.mapping.given_shapes`), falls back to the built sublayers in attribute order with their build
-  shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the totals are a
-  lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes, and a sublayer never
+  ``input_shapes=``, :mod:`carm_advisor.mapping.given_shapes`), falls back to the built sublayers in attribute
+  order with their build shapes, and warns (RuntimeWarning) that ops outside the layers are not counted: the
+  totals are a lower bound. A weight-free layer (Dropout, Flatten, pooling) without build shapes, and a sublayer never
   built (called only in a branch the model was not built through), are skipped there and named in that
   warning; a built layer with weights but no build shapes is a :class:`MappingError`. Shapes given for
   call() are a promise: where they do not trace the whole model, that is a :class:`MappingError`.
