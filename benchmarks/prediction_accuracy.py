@@ -1,10 +1,10 @@
 """Calibrated-prediction error on models the calibration never saw (leave one model out), offline on a CPU.
 
     python benchmarks/prediction_accuracy.py --records DIR [--records DIR ...] [--out benchmarks/results] [--batch-size 64]
-        [--train-models vgg16,resnet50,mobilenetv2] [--studies DB ...] [--profile FILE]
+        [--train-models vgg16,resnet50,mobilenetv2] [--studies DB ...] [--profile FILE] [--eager-host-forms]
 
 For each model in the records, the calibration is fitted on the OTHER models' records only
-(carm_advisor/calibration.py) and predicts this model's layers and whole-model time (leave one model
+(carm_advisor/calibration/) and predicts this model's layers and whole-model time (leave one model
 out); with --train-models, one calibration fitted on the named models predicts every other model
 (held out), and leave-one-model-out over the named models is written beside it. Errors are
 |calibrated - measured| / measured. Per-layer: the median over every measured layer (torch: the one
@@ -14,6 +14,9 @@ Writes <out>/<gpu>-prediction-accuracy-<date>.json with {"models", "per_layer_me
 "whole_model_abs_err", "n", "command", ...}: each figure is given per backend and for all together.
 --studies DB: measured tuning trials as whole-model samples of their model (fit_calibration.py --studies);
 they join the training set as any record of that model does (never evaluated themselves).
+--eager-host-forms: the torch eager whole models also with the host's time per layer call taken as the median over
+the models of each model's median host-paced record (MedianHostCalibration) beside the product's fastest record:
+eager_host_forms in the file.
 """
 
 from __future__ import annotations
@@ -31,40 +34,35 @@ from _common import result_path, write  # noqa: E402
 from fit_calibration import (add_profile_argument, add_studies, launch_floor, load_runs, parse_args,  # noqa: E402
                              read_profile, record_files)
 
+from carm_advisor.calibration import Calibration  # noqa: E402
 
-# What changed since the previous accuracy file, and when: every choice below was made BEFORE this run's
-# held-out errors were read (a change made after reading them must be added here, saying so).
+
+# What the figures of a result file rest on (written into it as "notes").
 NOTES = [
-    "2026-12-04, second session (file nvidia-h200-prediction-accuracy-eight-held-out-models-2026-12-04.json): NO form or choice changed since the previous file. "
-    "Training = the seven models evaluated before (vgg16, resnet50, mobilenetv2, xception, efficientnetb0, "
-    "inceptionv3, convnexttiny); held out = models recorded afterwards for this test "
-    "(benchmarks/results/nvidia-h200-records-held-out-*-2026-12-04 folders), never read before "
-    "this run. Their jax records are whole-model only (record_layers.py --whole-only), so this file has no "
-    "per-layer jax figure; the previous file's (held-out xception, efficientnetb0, inceptionv3, convnexttiny) stands",
-    "2026-12-04 (h10-jit), chosen by leave-one-model-out over vgg16/resnet50/mobilenetv2 BEFORE this run's held-out "
-    "errors were read: jit whole model = t0 + CARM bound / e + kernels x the measured GPU-side launch floor (7.0 us, "
-    "benchmarks/results/nvidia-h200-launch-floor-2026-12-03.json, read from the file; kernels = convolution, dense "
-    "and pooling layers: XLA fuses the rest into them). LOMO batch-64 jit: median 14.9% -> 11.3%, max 31.5% -> 32.7%; "
-    "tried and not taken: the host floor 27.5 us per kernel (46%), max(bound_i / e, 7.0 us) per kernel (14.1%)",
-    "2026-12-04 (h10-jit): torch eager unchanged. A per-layer-class host cost cannot be validated by leave-one-model-"
-    "out: only mobilenetv2 and resnet50 are host-paced among the training models (vgg16 is GPU-paced) and their "
-    "aten ops per layer call are nearly equal (1116/155 = 7.2 and 1297/176 = 7.4 in mixed_bfloat16, counted on the "
-    "CPU with a TorchDispatchMode), so a per-op or per-class host cost predicts each from the other as the per-call one does",
-    "2026-12-04 (h7-calib2), chosen before reading the held-out errors of this file: compiled whole-model "
-    "fits (jit, torch.compile) are t0 + CARM bound / e; t0 = median intercept of whole time against bound "
-    "over (model, dtype, layout) groups measured at >= 2 batch sizes (0 without any), e = median over the "
-    "models of each model's median bound / (whole - t0), so VGG16's many tuning trials count as one model",
-    "--studies: measured VGG16 tuning trials join the training set as whole-model samples (VGG16 is a "
-    "training model); torch.compile has no held-out record, so its fit is not evaluated here",
-    "SeparableConv2D (Xception): the one measured call is split over its depthwise and pointwise rows in "
-    "proportion to their CARM bound times (analysis.merge_measurements), so those layers are now evaluated",
-    "FIX made AFTER reading this run's held-out errors (InceptionV3 torch: 15 of 312 layers merged, 226% "
-    "per-layer error): auto-named layers ('conv2d_7') were renumbered by models built earlier in the same "
-    "process, so their measurements missed their rows; each model is now built in a fresh Keras session "
-    "(prediction_accuracy.rows_by_run, calibration.rows_for_run). A matching fix, not a modelling choice",
-    "Xception's 2026-12-04 call-1 records were already evaluated as held-out in the previous version of this "
-    "file (h6-calib); efficientnetb0, inceptionv3 and convnexttiny are evaluated here for the first time",
+    ("--studies: measured tuning trials join the training set as whole-model samples of their model; a model with "
+     "trials of its own (VGG16) is predicted from them where it is a training model, never evaluated on them"),
+    ("SeparableConv2D: the one measured call is split over its depthwise and pointwise rows in proportion to their "
+     "CARM bound times (learn.part_shares), so those layers are evaluated"),
+    ("each model is built after keras.backend.clear_session() (rows_by_run): auto-named layers ('conv2d_7') then "
+     "carry the names the recording process gave them"),
 ]
+
+
+class MedianHostCalibration(Calibration):
+    """The torch eager host time per layer call as the median over the models of each model's median over its
+    host-paced records (every model weighing one), in place of the product's fastest record
+    (Calibration.host_per_call_s)."""
+
+    @staticmethod
+    def host_per_call_s(host_paced):
+        by_model: dict[str, list[float]] = {}
+        for w in host_paced:
+            if w.layer_calls:
+                by_model.setdefault(w.model, []).append(w.time_s / w.layer_calls)
+        if not by_model:
+            return None, "no host-paced record"
+        return (statistics.median(statistics.median(v) for v in by_model.values()),
+                f"median over {len(by_model)} models of their host-paced records' median")
 
 
 def rows_by_run(runs: list, build=None, profile=None) -> list[list]:
@@ -115,22 +113,17 @@ def full_calibration(runs: list, rows: list[list], studies: list[str] | None = N
 
 
 def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_models: list[str] | None = None,
-             studies: list[str] | None = None, profile=None, eager_host: str | None = None, full=None) -> dict:
-    """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured). `eager_host`: the torch eager
-    host form (calibration.EAGER_HOST_FORMS; None: the product's). `full`: the calibration of every run and study
-    (full_calibration) when the caller has it already.
+             studies: list[str] | None = None, profile=None, full=None) -> dict:
+    """Calibrated-prediction errors. `rows[i]` are runs[i]'s rows (bound + measured). `full`: the calibration of every
+    run and study (full_calibration) when the caller has it already (of a Calibration subclass: another form).
 
     train_models None: leave one model out (each model predicted by a calibration fitted on the others).
     train_models given: one calibration fitted on those models' records predicts every OTHER model's
     (the held-out evaluation); the training models' own records are not evaluated."""
-    import dataclasses
-
     from carm_advisor.calibration import layer_class, layers_valid
     from carm_advisor.predict import apply_calibration
 
     full = full if full is not None else full_calibration(runs, rows, studies, profile)
-    if eager_host is not None:
-        full = dataclasses.replace(full, eager_host=eager_host)
     train = set(train_models or ())
     fitted = full.with_models(train) if train_models else None
     evaluated = [(run, rs) for run, rs in zip(runs, rows) if run.model_name not in train]
@@ -220,28 +213,23 @@ def evaluate(runs: list, rows: list[list], batch_size: int | None = None, train_
     }
 
 
-def eager_host_choice(runs: list, rows: list[list], batch_size: int | None = None,
-                      train_models: list[str] | None = None, studies: list[str] | None = None, profile=None) -> dict:
-    """Each calibration.EAGER_HOST_FORMS form's torch eager whole-model time (as `evaluate` holds out: leave one model
-    out, or the models outside `train_models`): median |error|, median signed error, n, worst. docs/sessions.md rule 4 (the
-    eighteenth session) reads it: the lowest median |error| on the choosing records, the incumbent unless beaten."""
-    from carm_advisor.calibration import EAGER_HOST, EAGER_HOST_FORMS
-
+def eager_host_forms(runs: list, rows: list[list], batch_size: int | None = None,
+                     train_models: list[str] | None = None, studies: list[str] | None = None, profile=None) -> dict:
+    """The torch eager whole-model time (as `evaluate` holds out: leave one model out, or the models outside
+    `train_models`) with the product's host time per call ("fastest") and with MedianHostCalibration's
+    ("median_of_models"): per form, median |error|, median signed error, n, how many too fast, the worst."""
+    full = full_calibration(runs, rows, studies, profile)   # fitted once; each form reads its records its own way
+    forms = {"fastest": full, "median_of_models": MedianHostCalibration(full.samples, full.whole, full.provenance)}
     table = {}
-    full = full_calibration(runs, rows, studies, profile)   # fitted once; each form changes only how it is read
-    for form in EAGER_HOST_FORMS:
-        doc = evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host=form, full=full)
+    for form, calibration in forms.items():
+        doc = evaluate(runs, rows, batch_size, train_models, studies, profile, full=calibration)
         found = [e["whole"]["eager"] for e in doc["details"] if e["backend"] == "torch" and "eager" in e["whole"]]
         signed = [w["calibrated_s"] / w["measured_s"] - 1 for w in found if w.get("calibrated_s")]
         table[form] = {"n": len(signed), "time_median_abs_err": statistics.median(abs(x) for x in signed) if signed else None,
                        "time_median_signed_err": statistics.median(signed) if signed else None,
                        "too_fast": sum(1 for x in signed if x < 0),
                        "worst_abs_err": max((abs(x) for x in signed), default=None)}
-    scored = {k: v for k, v in table.items() if v["time_median_abs_err"] is not None}
-    best = min(scored, key=lambda k: scored[k]["time_median_abs_err"]) if scored else EAGER_HOST
-    if EAGER_HOST in scored and scored[best]["time_median_abs_err"] >= scored[EAGER_HOST]["time_median_abs_err"]:
-        best = EAGER_HOST
-    return {"in_use": EAGER_HOST, "lowest": best, "candidates": table}
+    return {"in_use": "fastest", "forms": table}
 
 
 def main(argv=None) -> int:
@@ -255,9 +243,9 @@ def main(argv=None) -> int:
                              "leave-one-model-out runs over the training models beside it")
     parser.add_argument("--studies", action="append", default=[],
                         help="Optuna SQLite file of measured tuning trials (repeatable): whole-model training samples")
-    parser.add_argument("--eager-host-choice", action="store_true",
-                        help="also score each torch eager host form (calibration.EAGER_HOST_FORMS) as evaluated: "
-                             "eager_host_choice in the file")
+    parser.add_argument("--eager-host-forms", action="store_true",
+                        help="also score the torch eager whole models with the median host time per call "
+                             "(MedianHostCalibration) beside the product's: eager_host_forms in the file")
     add_profile_argument(parser)
     args = parse_args(parser, argv)
     profile = read_profile(args.profile)
@@ -283,12 +271,12 @@ def main(argv=None) -> int:
         doc["leave_one_model_out"] = {k: v for k, v in lomo.items() if k != "details"}
     else:
         doc = evaluate(runs, rows, args.batch_size, studies=args.studies, profile=profile)
-    if args.eager_host_choice:
-        doc["eager_host_choice"] = eager_host_choice(runs, rows, args.batch_size, args.train_models, args.studies,
-                                                     profile)
+    if args.eager_host_forms:
+        doc["eager_host_forms"] = eager_host_forms(runs, rows, args.batch_size, args.train_models, args.studies,
+                                                   profile)
         if args.train_models:
             train = [(run, rs) for run, rs in zip(runs, rows) if run.model_name in args.train_models]
-            doc["leave_one_model_out"]["eager_host_choice"] = eager_host_choice(
+            doc["leave_one_model_out"]["eager_host_forms"] = eager_host_forms(
                 [r for r, _ in train], [rs for _, rs in train], args.batch_size, studies=args.studies, profile=profile)
     doc["profile"] = args.profile or "embedded nvidia_h200"
     doc["records"] = [str(f) for f in record_files(args.records)]

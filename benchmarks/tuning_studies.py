@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 import optuna
 
-from carm_advisor.calibration import MATMUL_CLASSES, WholeSample, bound_sums, compiled_counts, rows_dtype
+from carm_advisor.calibration import MATMUL_CLASSES, WholeSample, bound_sums, bounded_rows, kernel_calls, rows_dtype
 from carm_advisor.errors import ProfileError
 from carm_advisor.models.builder import model_spec
 from carm_advisor.trials.predicted import ConfigPredictor
@@ -75,5 +75,5 @@ def whole_from_studies(paths: Iterable[str | Path], profile=None, builders: dict
             out.append(WholeSample(cfg.backend, execution, m["time_s"], 0.0, 0.0, len(known), model,
                                    sum(1 for r in known if r.type in MATMUL_CLASSES), None, rows_dtype(rows),
                                    *bound_sums(rows), cfg.batch_size, cfg.layout, trial["source"],
-                                   *compiled_counts(rows)))
+                                   kernel_calls(rows), len(bounded_rows(rows))))
     return out

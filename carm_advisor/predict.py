@@ -25,7 +25,7 @@ from carm_advisor.results import LayerRow
 
 
 class Calibration(Protocol):
-    """Measured efficiency factors over the CARM bound (issue 10 supplies one)."""
+    """Measured efficiency factors over the CARM bound (calibration.Calibration is one)."""
 
     def efficiency(self, row: LayerRow, backend: str | None) -> float | None:
         """Bound / achieved time for this layer on this backend, in (0, 1]; None where nothing calibrates it."""
@@ -162,8 +162,7 @@ class Predictor:
         row.calibrated_time_s = row.predicted_time_s / min(efficiency, 1.0)
         if getattr(row, "layout_copy_s", 0.0):   # the backend's layout copies, as the calibration counts them
             row.layout_copy_calibrated_s = layout_copies_time_s(row, self.calibration, self.backend)
-            if calibration_policy.LAYOUT_COPIES:   # in the layer's calibrated time (calibration.policy.LAYOUT_COPIES)
-                row.calibrated_time_s += row.layout_copy_calibrated_s
+            row.calibrated_time_s += row.layout_copy_calibrated_s
         pm = self.profile.power_model
         busy_w, bound_s = busy_and_bound(row)
         if busy_w is not None and pm is not None:
@@ -173,9 +172,9 @@ class Predictor:
             # floor: the efficiency form), over the calibrated time. The GPU-paced form for every backend:
             # a user's jitted or CUDA-graph model leaves no host gap between its layers (the host-paced form
             # is only the validation's, for jax layers measured jitted alone). Validated per layer and whole
-            # model by benchmarks/power_model_validation.py (whole models: whole_model_power_w below, jit ones
-            # at the layers' in-model GPU times since the third session of 2026-12-04); the power at the
-            # work's rates over the calibrated time misses real layers (carm/power_model.py).
+            # model by carm_advisor/validation (whole models: whole_model_power_w below, jit ones at the
+            # layers' in-model GPU times); the power at the work's rates over the calibrated time misses real
+            # layers (carm/power_model.py).
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s,
                                       output_elements=row.output_elements, path=row.path)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
@@ -183,7 +182,8 @@ class Predictor:
 
 def layout_copies_time_s(row, calibration, backend: str | None) -> float:
     """The time of the layout copies around a row (LayerRow.layout_copy_s, their CARM bound): as its calibration
-    counts them (Calibration.copies_time_s, layout_copy_form), the bound for a calibration without that seam."""
+    counts them (Calibration.copies_time_s: at its data-movement efficiency), the bound for a calibration without
+    that seam."""
     copy_s = getattr(row, "layout_copy_s", 0.0)
     if not copy_s:
         return 0.0
@@ -209,7 +209,7 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     calibrated time, each jitted alone, where the calibration has none, and a layer without one left out);
     else their calibrated times. Host-paced executions (torch
     eager): gpu_share = the calibrated CUDA-graph time / the calibrated eager time (host_paced_fraction);
-    compiled ones whose fit has a host term (calibration.JIT_HOST "max"): Calibration.compiled_gpu_share;
+    compiled ones whose fit has a host term (jit): Calibration.compiled_gpu_share;
     else 1. Rows with no work or no calibrated time are left out."""
     working = [r for r in rows if r.known and (r.flops or r.bytes) and getattr(r, "calibrated_time_s", None)]
     times = [(r, r.calibrated_time_s) for r in working]
@@ -217,11 +217,8 @@ def whole_model_layer_times(rows, calibration, backend: str, execution: str, mod
     if execution in DISPATCHED_EXECUTIONS and in_model_time_s is not None:
         # the fit of this model's whole time (its own records first), as compiled_gpu_share takes it
         dtype, kernels = rows_dtype(rows), kernel_calls(rows)
-        # jit_floor_busy off: the layers weighted over their working time, the floors at the constant power
-        # (compiled_gpu_share leaves them out of the GPU share too)
-        with_floor = getattr(calibration, "jit_floor_busy", True)
-        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels,
-                                        with_floor)) for r in working]
+        in_model = [(r, in_model_time_s(r.type, r.predicted_time_s, backend, execution, dtype, model, kernels))
+                    for r in working]
         in_model = [(r, t) for r, t in in_model if t]
         times = in_model or times
     share = 1.0

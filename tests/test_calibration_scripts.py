@@ -91,11 +91,12 @@ def test_record_layers_whole_only_records_the_jitted_model_and_no_layer(tmp_path
 
 
 def _synthetic_run(model, name, efficiency):
-    """Every layer measured at exactly `efficiency` of its CARM bound; the graph = the layers' sum."""
+    """Every layer measured at exactly `efficiency` of its CARM bound; the graph = the layers' sum. The models are
+    channels_first: torch makes no layout copies around their layers (tests/test_layout_copies.py tests those)."""
     from carm_advisor.learn import rows_for_run
 
     base = RunMeasurement(device={"name": "Fake GPU"}, backend="torch", backend_version="x", keras_version="x",
-                          batch_size=4, precision="float32", layout="channels_last",
+                          batch_size=4, precision="float32", layout="channels_first",
                           math_mode={"conv": "tf32", "matmul": "fp32"}, date="2026-12-03", command="test",
                           model_name=name)
     rows = rows_for_run(base, model=model)
@@ -105,20 +106,11 @@ def _synthetic_run(model, name, efficiency):
     return base
 
 
-@pytest.fixture
-def no_layout_copies(monkeypatch):
-    """_synthetic_run's torch channels_last layers are measured at bound / efficiency with no layout copies in them,
-    so neither the learning nor the prediction may count any (tests/test_layout_copies.py tests the copies)."""
-    import carm_advisor.calibration as calibration
-
-    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", False)
-
-
-def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path, no_layout_copies):
+def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path):
     mod = _load("prediction_accuracy")
-    keras.config.set_image_data_format("channels_last")
-    models = {"mobilenet": keras.applications.MobileNet(weights=None, input_shape=(64, 64, 3)),
-              "mobilenetv3small": keras.applications.MobileNetV3Small(weights=None, input_shape=(64, 64, 3))}
+    keras.config.set_image_data_format("channels_first")
+    models = {"mobilenet": keras.applications.MobileNet(weights=None, input_shape=(3, 64, 64)),
+              "mobilenetv3small": keras.applications.MobileNetV3Small(weights=None, input_shape=(3, 64, 64))}
     # mobilenet at 50% of its bounds, mobilenetv3small at 25%. Predicted from the other model:
     # mobilenet 4b against 2b measured (error 1.0), mobilenetv3small 2b against 4b (error 0.5).
     runs = [_synthetic_run(models["mobilenet"], "mobilenet", 0.5),
@@ -139,18 +131,18 @@ def test_leave_one_model_out_errors_match_hand_computed_ratios(tmp_path, no_layo
     assert held["n"]["records"] == 1
 
 
-def test_held_out_classes_unseen_in_training_are_listed_with_their_fallback(no_layout_copies):
+def test_held_out_classes_unseen_in_training_are_listed_with_their_fallback():
     mod = _load("prediction_accuracy")
-    keras.config.set_image_data_format("channels_last")
+    keras.config.set_image_data_format("channels_first")
 
     def net(*layers):
-        x = inp = keras.Input((16, 16, 3))
+        x = inp = keras.Input((3, 16, 16))
         for layer in layers:
             x = layer(x)
         return keras.Model(inp, x)
 
     models = {"a": net(*[keras.layers.Conv2D(8, 3, padding="same") for _ in range(3)], keras.layers.ReLU()),
-              "b": net(keras.layers.Conv2D(8, 3, padding="same"), keras.layers.BatchNormalization())}
+              "b": net(keras.layers.Conv2D(8, 3, padding="same"), keras.layers.BatchNormalization(axis=1))}
     runs = [_synthetic_run(models["a"], "a", 0.5), _synthetic_run(models["b"], "b", 0.5)]
     held = mod.evaluate(runs, mod.rows_by_run(runs, build=lambda run: models[run.model_name]), train_models=["a"])
     unseen = held["classes_not_in_training"]
@@ -179,7 +171,7 @@ def test_records_accumulate_over_repeated_flags_and_each_file_counts_once(tmp_pa
 
 def test_fit_calibration_places_the_layers_on_the_profile_it_is_given(tmp_path, monkeypatch, capsys):
     # Another GPU's records need that GPU's roofs: --profile reaches the fit; a bad one is a one-line error
-    import carm_advisor.calibration as calibration
+    import carm_advisor.learn as learn
     from carm_advisor.profiles.profile import load_profile
 
     fit = _load("fit_calibration")
@@ -195,7 +187,7 @@ def test_fit_calibration_places_the_layers_on_the_profile_it_is_given(tmp_path, 
         seen.append(profile.name)
         raise KeyboardInterrupt   # stop before anything is written
 
-    monkeypatch.setattr(calibration, "fit_runs", fake_fit_runs)
+    monkeypatch.setattr(learn, "fit_runs", fake_fit_runs)
     with pytest.raises(KeyboardInterrupt):
         fit.main(["--records", str(tmp_path / "r1.json"), "--profile", str(tmp_path / "other.json"),
                   "--out", str(tmp_path / "cal.json")])
@@ -236,7 +228,7 @@ def test_record_layers_dry_jax_records_back_to_back_windows_beside_the_dispatche
 
 
 def test_record_layers_records_torch_in_channels_last_when_asked(tmp_path):
-    # the layout copies of Keras' torch backend (calibration.LAYOUT_COPIES) are only seen in channels_last records
+    # the layout copies of Keras' torch backend (calibration.layout_copy_passes) are only seen in channels_last records
     proc = subprocess.run(_record_layers_cmd(tmp_path, "vgg16", "torch", "--torch-windows", "vgg16",
                                              "--torch-layout", "channels_last", "--budget-s", "120"),
                           capture_output=True, text=True, timeout=300)
@@ -247,7 +239,7 @@ def test_record_layers_records_torch_in_channels_last_when_asked(tmp_path):
     assert not list(tmp_path.glob("*channels_first*")) and not list(tmp_path.glob("_failed-*"))
 
 
-def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path, no_layout_copies):
+def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path):
     # The same records placed on two profiles, the second with every roof and slope twice as fast (neither with a
     # power model, whose cap would throttle the faster one): every layer's bound halves.
     import dataclasses
@@ -255,8 +247,8 @@ def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path, no_l
     from carm_advisor.profiles.profile import load_profile
 
     mod = _load("prediction_accuracy")
-    keras.config.set_image_data_format("channels_last")
-    model = keras.applications.MobileNet(weights=None, input_shape=(64, 64, 3))
+    keras.config.set_image_data_format("channels_first")
+    model = keras.applications.MobileNet(weights=None, input_shape=(3, 64, 64))
     run = _synthetic_run(model, "mobilenet", 0.5)
     slow = dataclasses.replace(load_profile(), power_model=None)
     fast = dataclasses.replace(slow, ceilings={k: dataclasses.replace(c, value=2 * c.value) for k, c in slow.ceilings.items()})
@@ -269,39 +261,43 @@ def test_another_gpus_profile_places_the_records_on_its_own_roofs(tmp_path, no_l
 
 def test_study_samples_take_the_profile_the_records_are_placed_on(monkeypatch):
     # --studies beside --profile: the studies' whole-model bounds on the same GPU's roofs as the records' layers
-    import carm_advisor.calibration as calibration_mod
     from carm_advisor.calibration import Calibration
 
     fit = _load("fit_calibration")
+    studies_mod = _load("tuning_studies")
+    monkeypatch.setitem(sys.modules, "tuning_studies", studies_mod)   # the module add_studies imports
     seen = []
-    monkeypatch.setattr(calibration_mod, "whole_from_studies", lambda studies, profile=None: seen.append(profile) or [])
+    monkeypatch.setattr(studies_mod, "whole_from_studies", lambda studies, profile=None: seen.append(profile) or [])
     fit.add_studies(Calibration(), ["a.db"], profile="the H100 profile")
     fit.add_studies(Calibration(), [], profile="unused: no study")
     assert seen == ["the H100 profile"]
 
 
-def test_eager_host_choice_scores_each_form_on_torch_eager_models_and_keeps_the_incumbent_unless_beaten(monkeypatch):
+def test_eager_host_forms_score_the_torch_eager_models_with_each_host_time_per_call(monkeypatch):
     # evaluate() is faked: each form's held-out torch eager whole models (calibrated / measured), plus rows the
-    # choice must skip (jax; a torch model with no eager time; an eager time with no calibrated prediction).
+    # comparison must skip (jax; a torch model with no eager time; an eager time with no calibrated prediction).
+    from carm_advisor.calibration import Calibration, WholeSample
+
     mod = _load("prediction_accuracy")
-    monkeypatch.setattr(mod, "full_calibration", lambda *a, **k: "FULL")
-    ratios = {"fastest": [0.70, 0.80, 1.10], "median_of_models": [0.95, 1.20, 1.02],
-              "median_of_models_by_dtype": [0.90, 1.10, 1.30]}
+    full = Calibration([], [WholeSample("torch", "eager", 1.0, 0.1, 0.1, 10, "m")], {"records": ["r"]})
+    monkeypatch.setattr(mod, "full_calibration", lambda *a, **k: full)
+    ratios = {Calibration: [0.70, 0.80, 1.10], mod.MedianHostCalibration: [0.95, 1.20, 1.02]}
     seen = []
 
-    def evaluate(runs, rows, batch_size, train_models, studies, profile, eager_host, full):
-        seen.append((eager_host, full))
-        details = [{"backend": "torch", "whole": {"eager": {"calibrated_s": r, "measured_s": 1.0}}} for r in ratios[eager_host]]
+    def evaluate(runs, rows, batch_size, train_models, studies, profile, full):
+        seen.append(full)
+        details = [{"backend": "torch", "whole": {"eager": {"calibrated_s": r, "measured_s": 1.0}}}
+                   for r in ratios[type(full)]]
         details += [{"backend": "jax", "whole": {"eager": {"calibrated_s": 5.0, "measured_s": 1.0}}},
                     {"backend": "torch", "whole": {"cuda_graph": {"calibrated_s": 5.0, "measured_s": 1.0}}},
                     {"backend": "torch", "whole": {"eager": {"calibrated_s": None, "measured_s": 1.0}}}]
         return {"details": details}
 
     monkeypatch.setattr(mod, "evaluate", evaluate)
-    out = mod.eager_host_choice([], [])
-    assert [s for s, _ in seen] == ["fastest", "median_of_models", "median_of_models_by_dtype"]
-    assert all(full == "FULL" for _, full in seen)                       # the full calibration fitted once, shared
-    c = out["candidates"]
+    out = mod.eager_host_forms([], [])
+    assert seen[0] is full and type(seen[1]) is mod.MedianHostCalibration          # one fit, read two ways
+    assert (seen[1].samples, seen[1].whole, seen[1].provenance) == (full.samples, full.whole, full.provenance)
+    c = out["forms"]
     # fastest: errors -0.30, -0.20, +0.10 -> median |err| 0.20, signed -0.20, 2 too fast, worst 0.30
     assert c["fastest"]["n"] == 3 and c["fastest"]["too_fast"] == 2
     assert c["fastest"]["time_median_abs_err"] == pytest.approx(0.20)
@@ -310,17 +306,25 @@ def test_eager_host_choice_scores_each_form_on_torch_eager_models_and_keeps_the_
     # median_of_models: -0.05, +0.20, +0.02 -> 0.05, signed +0.02, 1 too fast
     assert c["median_of_models"]["time_median_abs_err"] == pytest.approx(0.05)
     assert c["median_of_models"]["time_median_signed_err"] == pytest.approx(0.02)
-    assert c["median_of_models"]["too_fast"] == 1
-    assert out["in_use"] == "fastest" and out["lowest"] == "median_of_models"
-    # a tie with the incumbent keeps the incumbent, even where another form comes first: with by_dtype in use,
-    # fastest (0.20, listed first) ties it (|err| 0.20, 0.20, 0.10 -> 0.20); median_of_models is worse (0.25)
-    import carm_advisor.calibration as calibration
+    assert c["median_of_models"]["too_fast"] == 1 and out["in_use"] == "fastest"
 
-    monkeypatch.setattr(calibration, "EAGER_HOST", "median_of_models_by_dtype")
-    ratios["median_of_models"] = [0.75, 1.25, 1.20]
-    ratios["median_of_models_by_dtype"] = [0.80, 1.20, 1.10]
-    out = mod.eager_host_choice([], [])
-    assert out["in_use"] == "median_of_models_by_dtype" and out["lowest"] == "median_of_models_by_dtype"
+
+def test_the_median_host_form_takes_the_median_over_models_of_each_models_median_per_call():
+    from carm_advisor.calibration import WholeSample
+
+    mod = _load("prediction_accuracy")
+
+    def eager(model, per_call_s, calls=100):
+        return WholeSample("torch", "eager", per_call_s * calls, 1e-3, 1e-3, calls, model=model,
+                           graph_time_s=per_call_s * calls / 10)
+
+    host = [eager("a", 300e-6), eager("a", 500e-6), eager("b", 400e-6), eager("b", 600e-6), eager("b", 700e-6)]
+    # a's median (300, 500) = 400 us, b's (400, 600, 700) = 600 us -> 500 us; the product's fastest: 300 us
+    assert mod.MedianHostCalibration.host_per_call_s(host)[0] == pytest.approx(500e-6)
+    assert mod.MedianHostCalibration.host_per_call_s([]) == (None, "no host-paced record")
+    graph = [WholeSample("torch", "cuda_graph", 3.0, 2.0, 2.0, 10), WholeSample("torch", "cuda_graph", 5.0, 4.0, 2.0, 10)]
+    fit = mod.MedianHostCalibration(whole=graph + host).without_model("x").whole_fit("torch", "eager")
+    assert fit.dispatch_per_call_s == pytest.approx(500e-6)          # leave one model out keeps the form
 
 
 def test_measured_tuning_trials_become_whole_model_samples_per_compiler(tmp_path):

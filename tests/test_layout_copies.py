@@ -1,6 +1,6 @@
 """The copies Keras' torch backend makes around channels_last layers (calibration.layout_copy_passes): their CARM
-bound on each row, in the calibrated time and out of the learned efficiency when LAYOUT_COPIES is on, and the
-layout advice built on the same figure.
+bound on each row, in the calibrated time and out of the learned efficiency, and the layout advice built on the same
+figure.
 
 Profile figures are round (HBM 1e11 B/s) so every expected time is a hand calculation.
 """
@@ -65,38 +65,34 @@ def test_no_copy_on_channels_first_or_on_another_backend():
     assert "layout_copy_s" not in first.to_dict()
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_the_calibrated_time_holds_the_copies_only_when_they_are_on(monkeypatch, on):
-    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
+def test_the_calibrated_time_holds_the_copies():
+    # a calibration without the copies seam (copies_time_s) counts them at their bound
     (row,) = Predictor(profile(), MODE, backend="torch", calibration=FixedEfficiency(0.5)).rows_for_costs([conv()])
     bound = 100_100_000 / 1e11                                # 1.001 ms on the HBM slope
     assert row.predicted_time_s == pytest.approx(bound)
-    assert row.calibrated_time_s == pytest.approx(bound / 0.5 + (4e-3 if on else 0.0))
+    assert row.calibrated_time_s == pytest.approx(bound / 0.5 + 4e-3)
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_a_measured_layer_learns_its_efficiency_without_its_copies(monkeypatch, on):
-    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
+def test_a_measured_layer_learns_its_efficiency_without_its_copies():
     (row,) = Predictor(profile(), MODE, backend="torch").rows_for_costs([conv()])
     row.measured, row.time_s = True, 6.002e-3                  # 4 ms of copies + 2.002 ms of work
     (sample,) = samples_from_rows([row], "torch", "m")
-    assert sample.measured_time_s == pytest.approx(2.002e-3 if on else 6.002e-3)
-    assert sample.efficiency == pytest.approx(0.5 if on else 1.001 / 6.002)
+    assert sample.measured_time_s == pytest.approx(2.002e-3)
+    assert sample.efficiency == pytest.approx(0.5)
     row.time_s = 3e-3                                          # faster than its copies' bound: kept at the layer's bound
     (sample,) = samples_from_rows([row], "torch", "m")
-    assert sample.measured_time_s == pytest.approx(1.001e-3 if on else 3e-3)
+    assert sample.measured_time_s == pytest.approx(1.001e-3)
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_the_layout_advice_predicts_the_same_gain_whether_or_not_the_time_holds_the_copies(monkeypatch, on):
+def test_the_layout_advice_predicts_the_gain_of_the_copies_the_calibrated_time_holds(monkeypatch):
     import carm_advisor.advise.analyze as analysis
     from test_analysis import round_profile
 
-    # every torch layer at half its bound (three samples: MIN_SAMPLES)
-    # the copies at their bound (layout_copy_form "roof"; the data-movement form: tests/test_layout_copy_form.py)
-    half = calibration.Calibration(samples=[calibration.Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3,
-                                   layout_copy_form="roof")
-    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", on)
+    # every torch convolution and pooling layer at half its bound (three samples each: MIN_SAMPLES); pure data
+    # movement at its bound, so the copies take their bound (tests/test_layout_copy_form.py: below it)
+    half = calibration.Calibration(samples=[calibration.Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3
+                                   + [calibration.Sample("torch", "pooling", "float32", 1e-3, 2e-3)] * 3
+                                   + [calibration.Sample("torch", "data-movement", "float32", 1e-4, 1e-4)] * 3)
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     inputs = keras.Input(shape=(64, 64, 32))
     x = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)
@@ -108,8 +104,8 @@ def test_the_layout_advice_predicts_the_same_gain_whether_or_not_the_time_holds_
     conv_copy_s, pool_copy_s = 4 * tensor / 1e11, 2 * tensor / 1e11
     conv_row, pool_row = report.layers
     assert (conv_row.layout_copy_s, pool_row.layout_copy_s) == pytest.approx((conv_copy_s, pool_copy_s))
-    assert conv_row.calibrated_time_s == pytest.approx(2 * conv_row.predicted_time_s + (conv_copy_s if on else 0.0))
-    assert pool_row.calibrated_time_s == pytest.approx(2 * pool_row.predicted_time_s + (pool_copy_s if on else 0.0))
+    assert conv_row.calibrated_time_s == pytest.approx(2 * conv_row.predicted_time_s + conv_copy_s)
+    assert pool_row.calibrated_time_s == pytest.approx(2 * pool_row.predicted_time_s + pool_copy_s)
     work_s = 2 * (conv_row.predicted_time_s + pool_row.predicted_time_s)
     assert rec.speedup == pytest.approx((work_s + conv_copy_s + pool_copy_s) / work_s)
     assert rec.layers == ["conv", "pool"]

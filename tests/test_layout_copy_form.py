@@ -1,11 +1,11 @@
-"""The seventh candidate (adopted in the thirteenth session): a layout copy pass at the calibration's own data-movement efficiency
-(Calibration.layout_copy_form "data_movement", in use) instead of its CARM bound ("roof"). Figures by hand."""
+"""A layout copy pass at the calibration's own data-movement efficiency (Calibration.copies_time_s), and a sample's
+copies taken off at that time before its efficiency is learned. Figures by hand."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from carm_advisor.calibration import LAYOUT_COPY_FORM, Calibration, Sample, samples_from_rows
+from carm_advisor.calibration import Calibration, Sample, samples_from_rows
 from carm_advisor.predict import layout_copies_time_s
 
 # three torch data-movement layers of bound 1 us measured at 4 us: efficiency 0.25, floor 4 us;
@@ -15,19 +15,20 @@ DM = [Sample("torch", "data-movement", "bfloat16", 1e-6, 4e-6, "m", f"pad{i}") f
 CONV = [Sample("torch", "Conv2D", "bfloat16", 10e-6, 20e-6, "m", f"conv{i}", layout_copy_s=2e-6) for i in range(3)]
 
 
-def _cal(form: str) -> Calibration:
-    return Calibration(DM + CONV, layout_copy_form=form)
+def _cal() -> Calibration:
+    return Calibration(DM + CONV)
 
 
-def test_the_roof_form_keeps_the_bound_and_the_data_movement_form_is_in_use():
-    assert LAYOUT_COPY_FORM == "data_movement" and Calibration().layout_copy_form == "data_movement"
-    roof = _cal("roof")
-    assert roof.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(2e-6)
-    assert roof.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(0.5)   # 10 / 20
+def test_without_a_sample_free_of_copies_the_copies_take_their_bound():
+    # every sample carries copies: nothing to learn the data movement from, so a pass takes its bound and the
+    # convolution's cell keeps the 20 us its copies' bound was taken off: 10 / 20
+    alone = Calibration(CONV)
+    assert alone.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(2e-6)
+    assert alone.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(0.5)
 
 
 def test_data_movement_form_counts_each_pass_at_the_data_movement_cell():
-    dm = _cal("data_movement")
+    dm = _cal()
     # a convolution: 2 passes of 1 us each at efficiency 0.25 -> 2 x 4 us; a pooling layer: 1 pass of 1 us -> 4 us
     assert dm.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(8e-6)
     assert dm.copies_time_s("torch", "MaxPooling2D", "bfloat16", 1e-6) == pytest.approx(4e-6)
@@ -40,17 +41,16 @@ def test_data_movement_form_counts_each_pass_at_the_data_movement_cell():
 
 def test_a_work_time_never_goes_below_the_bound():
     big = [Sample("torch", "Conv2D", "bfloat16", 10e-6, 11e-6, "m", f"c{i}", layout_copy_s=2e-6) for i in range(3)]
-    dm = Calibration(DM + big, layout_copy_form="data_movement")
+    dm = Calibration(DM + big)
     # 11 us less (8 - 2) us of extra copies = 5 us < the 10 us bound -> at its bound: efficiency 1
     assert dm.estimate("torch", "Conv2D", "bfloat16", 10e-6).efficiency == pytest.approx(1.0)
 
 
 def test_the_predictor_takes_the_calibrations_copies_and_the_bound_without_that_seam():
     row = SimpleNamespace(type="Conv2D", dtype="bfloat16", layout_copy_s=2e-6)
-    assert layout_copies_time_s(row, _cal("data_movement"), "torch") == pytest.approx(8e-6)
-    assert layout_copies_time_s(row, _cal("roof"), "torch") == pytest.approx(2e-6)
+    assert layout_copies_time_s(row, _cal(), "torch") == pytest.approx(8e-6)
     assert layout_copies_time_s(row, object(), "torch") == pytest.approx(2e-6)
-    assert layout_copies_time_s(SimpleNamespace(type="Dense", dtype="bfloat16"), _cal("data_movement"), "torch") == 0.0
+    assert layout_copies_time_s(SimpleNamespace(type="Dense", dtype="bfloat16"), _cal(), "torch") == 0.0
 
 
 def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip():
@@ -65,21 +65,17 @@ def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip()
     doc = Calibration(DM + CONV).to_dict()
     assert "layout_copy_s" not in doc["samples"][0] and doc["samples"][3]["layout_copy_s"] == 2e-6
     assert Calibration.from_dict(doc).samples == DM + CONV
-    with pytest.raises(ValueError, match="layout_copy_form"):
-        Calibration(DM, layout_copy_form="sometimes")
 
 
 def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monkeypatch):
     import keras
 
     import carm_advisor.advise.analyze as analysis
-    from carm_advisor import calibration
     from test_analysis import round_profile
 
     # convolutions at half their bound; pure data movement at a quarter (floor 0.4 ms)
     cal = Calibration(samples=[Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3
-                      + [Sample("torch", "data-movement", "float32", 1e-4, 4e-4)] * 3, layout_copy_form="data_movement")
-    monkeypatch.setattr(calibration.policy, "LAYOUT_COPIES", True)
+                      + [Sample("torch", "data-movement", "float32", 1e-4, 4e-4)] * 3)
     monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
     inputs = keras.Input(shape=(64, 64, 32))
     x = keras.layers.Conv2D(32, 3, padding="same", use_bias=False, name="conv")(inputs)
@@ -108,7 +104,7 @@ def test_one_pass_count_serves_the_layer_type_and_the_samples_layer_class():
     assert layout_copy_passes("jax", "Conv2D", "channels_last") == 0 == layout_copy_passes("torch", "Conv2D", "channels_first")
     # a pooling sample (class "pooling") and a pooling layer (its Keras type) count one pass of 1 us at the
     # data-movement cell (0.25 at 1 us): 4 us each; a convolution's 2 us are two such passes: 8 us
-    dm = _cal("data_movement")
+    dm = _cal()
     assert dm.copies_time_s("torch", "pooling", "bfloat16", 1e-6) == pytest.approx(4e-6)
     assert dm.copies_time_s("torch", "AveragePooling2D", "bfloat16", 1e-6) == pytest.approx(4e-6)
     assert dm.copies_time_s("torch", "Conv2D", "bfloat16", 2e-6) == pytest.approx(8e-6)

@@ -23,8 +23,7 @@ class FakeCalibration:
     def whole_time_s(self, rows, backend, execution, model=None):
         return {"cuda_graph": 6e-3, "eager": 12e-3, "jit": 3e-3}[execution]
 
-    def in_model_time_s(self, layer_type, bound_s, backend, execution, dtype=None, model=None, kernels=None,
-                        with_floor=True):
+    def in_model_time_s(self, layer_type, bound_s, backend, execution, dtype=None, model=None, kernels=None):
         return {1e-3: 1e-3, 2e-3: 2e-3}[bound_s]
 
 
@@ -59,7 +58,7 @@ def test_no_power_model_or_calibration_no_whole_model_power():
 
 
 class HostPacedJit(FakeCalibration):
-    """A jit fit with a host term (calibration.JIT_HOST "max") whose call the GPU is busy half of."""
+    """A jit fit with a host term (the host max) whose call the GPU is busy half of."""
 
     def compiled_gpu_share(self, rows, backend, execution, model=None):
         return 0.5

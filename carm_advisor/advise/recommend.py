@@ -237,23 +237,22 @@ def _layout(report, rows, predict) -> Recommendation | None:
     if backend == "torch" and layout == "channels_last":
         # Keras' torch backend copies every channels_last conv input to NCHW and then to torch's channels_last
         # memory format, and every pooling input to NCHW (LayerRow.layout_copy_s: the copies' CARM bound,
-        # calibration.layout_copy_bytes). The calibrated time already holds them where LAYOUT_COPIES is on.
+        # calibration.layout_copy_bytes). The calibrated time already holds them.
         copied = [r for r in rows if r.known and r.layout_copy_s]
         if not copied:
             return None
 
-        def copies_s(r):   # as the calibration counts them (layout_copy_form) where it does, else their bound
+        def copies_s(r):   # as the calibration counts them (Calibration.copies_time_s) where it does, else their bound
             return r.layout_copy_calibrated_s if r.layout_copy_calibrated_s is not None else r.layout_copy_s
 
         extra_s = sum(copies_s(r) for r in copied)
         traffic = sum(calibration_policy.layout_copy_bytes(backend, r.type, layout, r.input_bytes) for r in copied)
-        counted = calibration_policy.LAYOUT_COPIES
-        with_copies = _time(rows) + sum(copies_s(r) for r in copied if not (counted and r.calibrated_time_s))
+        with_copies = _time(rows) + sum(copies_s(r) for r in copied if not r.calibrated_time_s)
         calibrated_copies = any(copies_s(r) != r.layout_copy_s for r in copied)
         speedup = with_copies / (with_copies - extra_s)
         # the whole model without the copies, where the calibration counts them in its layers' times
         without = [replace(r, calibrated_time_s=max(0.0, r.calibrated_time_s - copies_s(r)))
-                   if counted and r.calibrated_time_s and r.layout_copy_s else r for r in rows]
+                   if r.calibrated_time_s and r.layout_copy_s else r for r in rows]
         speedup, energy_ratio, source = _as_whole_model(report, rows, without, predict, speedup, None)
         if max(speedup, energy_ratio or 0) < MIN_GAIN:   # a host that sets the pace hides the copies
             return None

@@ -3,20 +3,10 @@ bound, taken from a measured run's rows; and what it gives back (Estimate, Whole
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from carm_advisor.calibration import policy
-from carm_advisor.calibration.policy import (
-    EAGER_HOST,
-    EAGER_HOST_FORMS,
-    MATMUL_CLASSES,
-    SIMILAR_CLASS,
-    is_kernel,
-    layer_class,
-    size_bucket,
-)
+from carm_advisor.calibration.policy import MATMUL_CLASSES, is_kernel, layer_class, size_bucket
 
 
 @dataclass(frozen=True)
@@ -31,7 +21,7 @@ class Sample:
     model: str = ""
     layer: str = ""
     execution: str = ""
-    layout_copy_s: float = 0.0   # the layout copies' CARM bound already taken off measured_time_s (LAYOUT_COPIES)
+    layout_copy_s: float = 0.0   # the layout copies' CARM bound already taken off measured_time_s
 
     @property
     def efficiency(self) -> float:
@@ -63,10 +53,8 @@ class WholeSample:
     layout: str = ""
     source: str = ""                      # "": a RunMeasurement record; "study FILE#TRIAL": a measured tuning trial
     kernel_calls: int = 0                 # known layers that are kernels of their own when compiled (is_kernel)
-    fused_other_bound_s: float | None = None   # the part of other_bound_s a compiler fuses (fused_bound_s)
     bounded_calls: int = 0                # known layers with a CARM bound: the calls a compiled prediction counts
                                           # (whole_time_s); 0 in samples written before it (layer_calls stands)
-    chained_other_bound_s: float | None = None  # the part of other_bound_s fused runs save (chained_bound_s)
 
     @property
     def compiled_calls(self) -> int:
@@ -117,39 +105,18 @@ class WholeFit:
     n: int
     layer_floor_s: float = 0.0
     source: str = ""
-    bound_efficiency: float | None = None   # jit: whole = (matmul bound + JIT_OTHER_SHARE x other bound) / this
-    fixed_s: float = 0.0                    # jit, torch.compile: a fixed cost per call added to the above
+    bound_efficiency: float | None = None   # compiled: whole = CARM bound / this
+    fixed_s: float = 0.0                    # compiled, a batch series' fixed cost per call added to the above
     kernel_floor_s: float = 0.0             # jit: a cost per kernel (is_kernel) added to the above
-    host_per_layer_s: float | None = None   # jit, JIT_HOST "max": whole = max(layer calls x this, the above)
+    host_per_layer_s: float | None = None   # jit: whole = max(layer calls x this, the above)
 
     def compiled_time_s(self, matmul_bound_s: float, other_bound_s: float, kernels: int, calls: int) -> tuple[float, float]:
-        """A compiled fit's (GPU time, whole time) of a call from its CARM bounds (the non-matmul one as the fit
-        counts it, before its share): fixed cost + factors x bounds + kernels x floor; the whole the larger of
-        that and calls x the host time per layer call where the fit has one."""
+        """A compiled fit's (GPU time, whole time) of a call from its CARM bounds: fixed cost + factors x bounds +
+        kernels x floor; the whole the larger of that and calls x the host time per layer call where the fit has
+        one."""
         gpu = (self.fixed_s + self.matmul_factor * matmul_bound_s + self.other_factor * other_bound_s
                + self.kernel_floor_s * kernels)
         return gpu, (max(gpu, self.host_per_layer_s * calls) if self.host_per_layer_s else gpu)
-
-
-def eager_host_per_call_s(host_paced: Sequence[WholeSample], form: str = EAGER_HOST,
-                          dtype: str | None = None) -> tuple[float | None, str]:
-    """(the host's time per layer call of a torch eager model, how it was taken) from the records the host paced,
-    by EAGER_HOST_FORMS' `form`; `dtype`: the compute dtype predicted (its records first where the form asks)."""
-    if form not in EAGER_HOST_FORMS:
-        raise ValueError(f"eager_host must be one of {EAGER_HOST_FORMS}, not {form!r}")
-    per_call = [(w.model, w.dtype, w.time_s / w.layer_calls) for w in host_paced if w.layer_calls]
-    if not per_call:
-        return None, "no host-paced record"
-    if form == "fastest":
-        return min(t for *_, t in per_call), f"fastest of {len(per_call)} host-paced records"
-    scope = "every dtype"
-    if form == "median_of_models_by_dtype" and dtype and any(d == dtype for _, d, _ in per_call):
-        per_call, scope = [c for c in per_call if c[1] == dtype], dtype
-    by_model: dict[str, list[float]] = {}
-    for model, _, t in per_call:
-        by_model.setdefault(model, []).append(t)
-    return (statistics.median(statistics.median(ts) for ts in by_model.values()),
-            f"median over {len(by_model)} models of their host-paced records' median, {scope}")
 
 
 def samples_from_rows(rows: Iterable, backend: str, model: str, execution: str = "") -> list[Sample]:
@@ -165,14 +132,14 @@ def samples_from_rows(rows: Iterable, backend: str, model: str, execution: str =
 
 def _copy_bound_taken_off_s(row) -> float:
     """The part of a measured layer's layout copies' bound that _work_time_s takes off its time (0: none)."""
-    copy_s = getattr(row, "layout_copy_s", 0.0) if policy.LAYOUT_COPIES else 0.0
+    copy_s = getattr(row, "layout_copy_s", 0.0)
     return min(copy_s, row.time_s - row.predicted_time_s) if copy_s and row.time_s > row.predicted_time_s else 0.0
 
 
 def _work_time_s(row) -> float:
-    """A measured layer's time without its layout copies (LAYOUT_COPIES; never below its CARM bound): what its
-    efficiency is learned from."""
-    copy_s = getattr(row, "layout_copy_s", 0.0) if policy.LAYOUT_COPIES else 0.0
+    """A measured layer's time without its layout copies' bound (never below its CARM bound): what its efficiency is
+    learned from (the calibration takes the copies off at its own data-movement time, Calibration._work_sample)."""
+    copy_s = getattr(row, "layout_copy_s", 0.0)
     return max(row.time_s - copy_s, row.predicted_time_s) if copy_s else row.time_s
 
 
@@ -192,53 +159,6 @@ def bound_sums(rows: Sequence) -> tuple[float, float]:
     known = bounded_rows(rows)
     return (sum(r.predicted_time_s for r in known if r.type in MATMUL_CLASSES),
             sum(r.predicted_time_s for r in known if r.type not in MATMUL_CLASSES))
-
-
-def _fusable(layer_type: str) -> bool:
-    """Elementwise, activation and normalization layers: what XLA fuses into the epilogue of the op before them."""
-    return layer_class(layer_type) == "elementwise" or "BatchNormalization" in (layer_type, SIMILAR_CLASS.get(layer_type))
-
-
-def fused_bound_s(rows: Sequence) -> float:
-    """The CARM bounds of the known rows a compiler fuses into a matmul: in model order, the elementwise,
-    activation and normalization layers directly after a matmul-class layer or after another such fused layer
-    (conv -> BatchNormalization -> ReLU; the residual Add after a block's last BatchNormalization)."""
-    total, chain = 0.0, False
-    for r in rows:
-        if getattr(r, "known", True) and r.type in MATMUL_CLASSES:
-            chain = True
-        elif chain and getattr(r, "known", True) and _fusable(r.type) and getattr(r, "predicted_time_s", None):
-            total += r.predicted_time_s
-        else:
-            chain = False
-    return total
-
-
-def chained_bound_s(rows: Sequence) -> float:
-    """The CARM bound a compiler saves by fusing each run of consecutive elementwise, activation and
-    normalization layers (model order) into one kernel: per run, its members' bounds less its largest (the
-    fused kernel reads the run's inputs and writes its output once, about its largest member's traffic)."""
-    total, run = 0.0, []
-    for r in list(rows) + [None]:
-        if r is not None and getattr(r, "known", True) and _fusable(r.type) and getattr(r, "predicted_time_s", None):
-            run.append(r.predicted_time_s)
-            continue
-        if r is not None and not getattr(r, "known", True):
-            continue   # an unknown layer neither joins nor ends a run: its bound is not counted
-        total += sum(run) - max(run, default=0.0)
-        run = []
-    return total
-
-
-# What a fusion form (JIT_FUSION_FORMS) leaves out of the non-matmul bound: the WholeSample field that holds it
-# for a record, and the function that computes it from a model's rows.
-FUSION_SAVED = {"epilogue": ("fused_other_bound_s", fused_bound_s), "chain": ("chained_other_bound_s", chained_bound_s)}
-
-
-def compiled_counts(rows: Sequence) -> tuple[int, float, int, float]:
-    """The WholeSample fields a compiled fit reads from a model's rows, in field order: kernel_calls,
-    fused_other_bound_s, bounded_calls, chained_other_bound_s."""
-    return kernel_calls(rows), fused_bound_s(rows), len(bounded_rows(rows)), chained_bound_s(rows)
 
 
 def kernel_calls(rows: Sequence) -> int:
@@ -264,7 +184,7 @@ def whole_from_run(run, rows: Sequence, model: str) -> list[WholeSample]:
         if m is not None and m.time_s:
             out.append(WholeSample(run.backend, m.execution, m.time_s, mm, other, len(measured), model, n_mm,
                                    graph if m.execution == "eager" else None, rows_dtype(rows), *bound_sums(rows),
-                                   run.batch_size, run.layout, "", *compiled_counts(rows)))
+                                   run.batch_size, run.layout, "", kernel_calls(rows), len(bounded_rows(rows))))
     return out
 
 

@@ -11,24 +11,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from carm_advisor.calibration.policy import (
-    CELL_STATISTIC,
-    CELL_STATISTICS,
     DISPATCH_OVERLAP_NORM,
     DISPATCHED_EXECUTIONS,
-    EAGER_HOST,
-    EAGER_HOST_FORMS,
-    JIT_FLOOR_BUSY,
-    JIT_FUSION,
-    JIT_FUSION_FORMS,
-    JIT_HOST,
-    JIT_HOST_FORMS,
-    JIT_OTHER_SHARE,
-    JIT_PER_DTYPE,
-    JIT_SPLIT_E,
-    KIN_DTYPES,
-    KIN_DTYPES_OF,
-    LAYOUT_COPY_FORM,
-    LAYOUT_COPY_FORMS,
     MIN_SAMPLES,
     NEAR_SIZES,
     REPLAYED_EXECUTIONS,
@@ -43,6 +27,11 @@ from carm_advisor.calibration.whole import WholeModelFits
 from carm_advisor.errors import ProfileError
 
 SCHEMA = "carm-advisor/calibration/1"
+CELL_EFFICIENCY = "time_weighted"   # what to_dict's buckets call "efficiency": summed bound / summed time
+# Whole-model fields the shipped files hold and no fit reads (what XLA's fusion of the non-matmul layers would take
+# off their bound): left out on loading. Taking it off predicted jit whole-model time at 11.0-34.5% against 10.2%
+# with every layer's bound (n=88; nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz, validation.jit_gpu_choice).
+UNREAD_WHOLE_FIELDS = frozenset({"fused_other_bound_s", "chained_other_bound_s"})
 
 
 @dataclass
@@ -50,28 +39,8 @@ class Calibration(WholeModelFits):
     samples: list[Sample] = field(default_factory=list)
     whole: list[WholeSample] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
-    jit_host: str = JIT_HOST   # JIT_HOST_FORMS: how a jit call's host time meets its GPU time
-    jit_other_share: float = JIT_OTHER_SHARE   # the non-matmul layers' share of a compiled model's bound
-    jit_fusion: str = JIT_FUSION   # JIT_FUSION_FORMS: which fused layers' traffic a compiled model's bound leaves out
-    jit_split_e: bool = JIT_SPLIT_E  # JIT_HOST "max": an efficiency for the matmul-class bound, another for the rest
-    jit_floor_busy: bool = JIT_FLOOR_BUSY  # the launch floors count as busy in a jit call's GPU share
-    jit_per_dtype: bool = JIT_PER_DTYPE  # a compiled fit over the records of the compute dtype predicted only
-    cell_statistic: str = CELL_STATISTIC  # CELL_STATISTICS: a cell's efficiency from its samples
-    kin_dtypes: bool = KIN_DTYPES  # a kin dtype's cell of the same size (KIN_DTYPES_OF) before another size
-    layout_copy_form: str = LAYOUT_COPY_FORM  # LAYOUT_COPY_FORMS: what one layout copy pass takes
-    eager_host: str = EAGER_HOST  # EAGER_HOST_FORMS: a torch eager model's host time per layer call
 
     def __post_init__(self) -> None:
-        if self.jit_host not in JIT_HOST_FORMS:
-            raise ValueError(f"jit_host must be one of {JIT_HOST_FORMS}, not {self.jit_host!r}")
-        if self.jit_fusion not in JIT_FUSION_FORMS:
-            raise ValueError(f"jit_fusion must be one of {JIT_FUSION_FORMS}, not {self.jit_fusion!r}")
-        if self.cell_statistic not in CELL_STATISTICS:
-            raise ValueError(f"cell_statistic must be one of {CELL_STATISTICS}, not {self.cell_statistic!r}")
-        if self.layout_copy_form not in LAYOUT_COPY_FORMS:
-            raise ValueError(f"layout_copy_form must be one of {LAYOUT_COPY_FORMS}, not {self.layout_copy_form!r}")
-        if self.eager_host not in EAGER_HOST_FORMS:
-            raise ValueError(f"eager_host must be one of {EAGER_HOST_FORMS}, not {self.eager_host!r}")
         self._index: dict[tuple, list[Sample]] | None = None
         self._copy_base: "Calibration | None" = None
         self._whole_fits: dict[tuple, WholeFit | None] = {}
@@ -89,16 +58,20 @@ class Calibration(WholeModelFits):
             self._index = index
         return self._index
 
-    # ---- layout copies (LAYOUT_COPY_FORM) ---------------------------------------------------------
+    # ---- layout copies ------------------------------------------------------------------------
+    # One copy pass takes its CARM bound over the efficiency the calibration learned for the backend's pure data
+    # movement (ZeroPadding2D, Concatenate, Reshape) at the pass's size and dtype, floor included. The VGG16 tuning
+    # trials on torch eager channels_last, time: 32.8% with no copies, 24.6% with them at the roof, 4.2% at the
+    # data-movement efficiency (nvidia-h200-tuning-prediction-check-*-2026-12-05.json); H100 channels_last whole
+    # models no fit had seen 20.2% -> 7.0% (nvidia-h100-80gb-hbm3-power-model-layout-copies-*-2026-12-06.json.xz).
     def _copy_pass_time_s(self, backend: str, dtype: str, pass_bound_s: float) -> float:
-        """One layout copy pass of CARM bound `pass_bound_s`: the bound ("roof"), or the time the calibration's
-        data-movement cell gives it ("data_movement": learned from the samples that carry no copies, so no sample's
-        copies feed their own efficiency; the bound where no cell covers it)."""
-        if self.layout_copy_form == "roof" or not pass_bound_s > 0:
+        """One layout copy pass of CARM bound `pass_bound_s`: the time the calibration's data-movement cell gives it
+        (learned from the samples that carry no copies, so no sample's copies feed their own efficiency; the bound
+        where no cell covers it)."""
+        if not pass_bound_s > 0:
             return pass_bound_s
         if self._copy_base is None:
-            self._copy_base = replace(self, samples=[s for s in self.samples if not s.layout_copy_s],
-                                      layout_copy_form="roof")
+            self._copy_base = replace(self, samples=[s for s in self.samples if not s.layout_copy_s])
         found = self._copy_base.estimate(backend, "Permute", dtype, pass_bound_s)
         return found.time_s(pass_bound_s) if found and found.efficiency > 0 else pass_bound_s
 
@@ -111,9 +84,9 @@ class Calibration(WholeModelFits):
         return passes * self._copy_pass_time_s(backend, dtype, copy_bound_s / passes)
 
     def _work_sample(self, s: Sample) -> Sample:
-        """A sample as its cell learns it: under "data_movement", its measured time has its copies taken off at
-        their data-movement time instead of their bound (never below its CARM bound)."""
-        if self.layout_copy_form == "roof" or not s.layout_copy_s:
+        """A sample as its cell learns it: its measured time has its copies taken off at their data-movement time
+        instead of their bound (never below its CARM bound)."""
+        if not s.layout_copy_s:
             return s
         extra_s = self.copies_time_s(s.backend, s.layer_class, s.dtype, s.layout_copy_s) - s.layout_copy_s
         return replace(s, measured_time_s=max(s.bound_time_s, s.measured_time_s - extra_s))
@@ -134,12 +107,14 @@ class Calibration(WholeModelFits):
                  and (reach is None or abs(k[3] - size) <= reach)]
         return min(found, key=lambda k: (abs(k[3] - size), -k[3])) if found else None
 
-    def _cell_eff(self, cell: list[Sample]) -> float:
-        """A cell's efficiency (cell_statistic): the median of its samples', or their summed bound over their
-        summed time."""
-        if self.cell_statistic == "time_weighted":
-            return sum(s.bound_time_s for s in cell) / sum(s.measured_time_s for s in cell)
-        return statistics.median(s.efficiency for s in cell)
+    @staticmethod
+    def _cell_eff(cell: list[Sample]) -> float:
+        """A cell's efficiency: its samples' summed bound over their summed time, the efficiency at which its layers
+        take their summed time (a whole model's time is a sum of layers; bound / the median efficiency misses that
+        sum where efficiencies spread). Whole models the cells predict, leave one model out (n=88): time 10.6%
+        against 11.1% for the median, energy per sample 10.8% against 15.5%
+        (nvidia-h200-power-model-cell-statistic-2026-12-04.json.xz, validation.cell_statistic_choice)."""
+        return sum(s.bound_time_s for s in cell) / sum(s.measured_time_s for s in cell)
 
     def floor_s(self, backend: str, cls: str | None = None,
                 executions: Sequence[str] = DISPATCHED_EXECUTIONS) -> float | None:
@@ -181,14 +156,16 @@ class Calibration(WholeModelFits):
     def estimate(self, backend: str, layer_type: str, dtype: str, bound_time_s: float) -> Estimate | None:
         """The calibration of one layer, from the first of (each needs a cell of >= MIN_SAMPLES):
         1. its own cell (backend, class, dtype, size);
-        1b. where kin_dtypes: the same backend, class and size in a dtype of the same Tensor Core rate (KIN_DTYPES_OF);
         2. the same backend, class and dtype, nearest size;
         3. the same backend and class, another dtype, nearest size;
         3b. a similar class (SIMILAR_CLASS: LayerNormalization -> BatchNormalization, ...), this dtype then any;
         4. the same backend, family (matmul or memory-bound) and dtype, then any dtype, nearest size;
         5. another backend's cell as in 1-3, times the backend ratio learned where both have cells;
         6. every sample of the backend pooled (one is enough);
-        None: no calibration, the CARM bound stands alone. The floor (floor_s) applies to 1-6."""
+        None: no calibration, the CARM bound stands alone. The floor (floor_s) applies to 1-6.
+        The other 16-bit dtype (float16 and bfloat16 run at one Tensor Core rate) is not taken before another size of
+        the layer's own dtype: it lowered whole-model time 11.0% -> 9.5% (n=96) but raised per-layer power to 11.2%
+        (nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz, validation.kin_dtype_choice)."""
         cls = layer_class(layer_type)
         size = size_bucket(bound_time_s)
         cells = self._cells()
@@ -196,10 +173,6 @@ class Calibration(WholeModelFits):
         own = (backend, cls, dtype, size)
         if len(cells.get(own, [])) >= MIN_SAMPLES:
             return Estimate(self._cell_eff(cells[own]), own, len(cells[own]), "cell", floor)
-        for kin in KIN_DTYPES_OF.get(dtype, ()) if self.kin_dtypes else ():
-            key = (backend, cls, kin, size)
-            if len(cells.get(key, [])) >= MIN_SAMPLES:
-                return Estimate(self._cell_eff(cells[key]), key, len(cells[key]), f"kin dtype {kin}, same size", floor)
         steps = [
             ("nearest size", lambda k: k[:3] == (backend, cls, dtype)),
             ("other dtype", lambda k: k[:2] == (backend, cls)),
@@ -241,19 +214,19 @@ class Calibration(WholeModelFits):
         return row.predicted_time_s / wall if wall else found.effective_efficiency(row.predicted_time_s)
 
     def dispatched_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, dtype: str | None,
-                          host_s: float | None, norm: float | None = None) -> float | None:
+                          host_s: float | None) -> float | None:
         """The wall time per call of a layer dispatched alone from the host (DISPATCHED_EXECUTIONS: jax, each
         layer jitted alone): the GPU's time as the compiled model runs it (in_model_time_s) and the host's
         time per call (`host_s`: the class's floor, floor_s), which overlap (asynchronous dispatch):
-        (gpu ** p + host ** p) ** (1 / p), p = `norm` (default DISPATCH_OVERLAP_NORM; inf: the larger). None
-        where either is unknown (the layer's cell efficiency then stands)."""
+        (gpu ** p + host ** p) ** (1 / p), p = DISPATCH_OVERLAP_NORM. None where either is unknown (the layer's
+        cell efficiency then stands)."""
         if not host_s or not bound_time_s:
             return None
         gpu = self.in_model_time_s(layer_type, bound_time_s, backend, DISPATCHED_EXECUTIONS[0], dtype)
         if not gpu:
             return None
-        p = DISPATCH_OVERLAP_NORM if norm is None else norm
-        return max(gpu, host_s) if math.isinf(p) else (gpu ** p + host_s ** p) ** (1 / p)
+        p = DISPATCH_OVERLAP_NORM
+        return (gpu ** p + host_s ** p) ** (1 / p)
 
     def describe(self, row, backend: str | None) -> str:
         """Which key, how many samples and which fallback calibrate this row ("none": the bound stands alone)."""
@@ -285,7 +258,7 @@ class Calibration(WholeModelFits):
                        provenance={**self.provenance, "fitted_on": sorted(keep)})
 
     def summary(self) -> dict[str, Any]:
-        """Per key: the efficiency a cell of those samples gives (cell_statistic), their median efficiency and count
+        """Per key: the efficiency a cell of those samples gives (_cell_eff), their median efficiency and count
         (what a reader checks; the samples are the truth)."""
         return {"/".join(str(k) for k in key): {"efficiency": self._cell_eff(v),
                                                 "median_efficiency": statistics.median(s.efficiency for s in v),
@@ -293,9 +266,8 @@ class Calibration(WholeModelFits):
                 for key, v in sorted(self._buckets().items(), key=lambda kv: str(kv[0]))}
 
     def to_dict(self) -> dict[str, Any]:
-        # cell_statistic says what the buckets' "efficiency" is; loading takes the product's (CELL_STATISTIC): a model
-        # choice, not data
-        return {"schema": SCHEMA, "provenance": self.provenance, "cell_statistic": self.cell_statistic,
+        # "cell_statistic" says what the buckets' "efficiency" is (_cell_eff): a description, not read back
+        return {"schema": SCHEMA, "provenance": self.provenance, "cell_statistic": CELL_EFFICIENCY,
                 "sample_fields": list(SAMPLE_FIELDS), "buckets": self.summary(),
                 "samples": [_sample_dict(s) for s in self.samples], "whole": [asdict(w) for w in self.whole]}
 
@@ -312,7 +284,8 @@ class Calibration(WholeModelFits):
                                f"{data.get('schema') if isinstance(data, dict) else type(data).__name__!r}")
         try:
             samples = [Sample(**s) for s in data.get("samples", [])]
-            whole = [WholeSample(**w) for w in data.get("whole", [])]
+            whole = [WholeSample(**{k: v for k, v in w.items() if k not in UNREAD_WHOLE_FIELDS})
+                     for w in data.get("whole", [])]
         except TypeError as exc:
             raise ProfileError(f"Expected calibration samples in {origin}, Received: {exc}") from None
         return cls(samples, whole, dict(data.get("provenance") or {}))

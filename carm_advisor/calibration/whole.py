@@ -10,12 +10,10 @@ from typing import Sequence
 
 from carm_advisor.calibration.policy import BOUND_EXECUTIONS, KERNEL_FLOOR_EXECUTIONS, MATMUL_CLASSES, is_kernel
 from carm_advisor.calibration.samples import (
-    FUSION_SAVED,
     WholeFit,
     WholeSample,
     bound_sums,
     bounded_rows,
-    eager_host_per_call_s,
     kernel_calls,
     less_floor,
     rows_dtype,
@@ -38,39 +36,22 @@ class WholeModelFits:
             coef = (statistics.median(ratios),) * 2 if ratios else (1.0, 1.0)
         return float(coef[0]), float(coef[1])
 
-    def _compiled_other(self, w: WholeSample) -> float:
-        """A record's non-matmul CARM bound as a compiled fit counts it (jit_fusion: less what fusion saves)."""
-        saved = FUSION_SAVED.get(self.jit_fusion)
-        return w.other_bound_s - ((getattr(w, saved[0]) or 0.0) if saved else 0.0)
-
-    def _bound_of(self, w: WholeSample) -> float:
-        return w.matmul_bound_s + self.jit_other_share * self._compiled_other(w)
+    @staticmethod
+    def _bound_of(w: WholeSample) -> float:
+        """A record's CARM bound as a compiled fit counts it: every layer's at its full weight. Against half the
+        non-matmul layers' bound or none, jit whole-model time 8.7% against 22.0% and 29.1% (n=49), and one
+        efficiency for every layer against one for the matmul-class layers and one for the rest, 10.2% against
+        10.6% (n=88) (nvidia-h200-power-model-jit-host-2026-12-04.json.xz, validation.jit_other_share_choice;
+        nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz, validation.jit_gpu_choice)."""
+        return w.matmul_bound_s + w.other_bound_s
 
     def _log_error(self, fit: WholeFit, records: list[WholeSample]) -> float:
         """Sum over `records` of |log(the compiled fit's time / the measured time)|, from their CARM bounds."""
         total = 0.0
         for w in records:
-            t = fit.compiled_time_s(w.matmul_bound_s, self._compiled_other(w), w.kernel_calls, w.compiled_calls)[1]
+            t = fit.compiled_time_s(w.matmul_bound_s, w.other_bound_s, w.kernel_calls, w.compiled_calls)[1]
             total += abs(math.log(t / w.time_s)) if t > 0 and w.time_s > 0 else math.inf
         return total
-
-    def _compiled_sums(self, rows: Sequence) -> tuple[float, float]:
-        """The rows' matmul-class and other CARM bounds as a compiled fit counts them (jit_fusion: less what
-        fusion saves)."""
-        mm, other = bound_sums(rows)
-        saved = FUSION_SAVED.get(self.jit_fusion)
-        return mm, other - (saved[1](rows) if saved else 0.0)
-
-    def _other_label(self) -> str:
-        """How a compiled fit counts the non-matmul bound, in words (its share, jit_fusion)."""
-        share = "" if self.jit_other_share == 1 else f"{self.jit_other_share:g} x "
-        return share + {"none": "other bound", "epilogue": "other bound less the layers fused into a matmul",
-                        "chain": "other bound with each fused run at its largest layer"}[self.jit_fusion]
-
-    def _bound_label(self) -> str:
-        """A compiled fit's bound, in words."""
-        return ("CARM bound" if self.jit_other_share == 1 and self.jit_fusion == "none"
-                else f"(matmul bound + {self._other_label()})")
 
     def _efficiencies(self, records: list[WholeSample], t0: float, kernel_s: float) -> list[float]:
         """bound / (whole - t0 - kernels x kernel_s) of each record whose time exceeds its fixed costs."""
@@ -105,39 +86,45 @@ class WholeModelFits:
 
     def _bound_fit(self, found: list[WholeSample], dtype: str | None, execution: str,
                    model: str | None = None, kernels: int | None = None) -> WholeFit | None:
-        """Compiled execution (jit, torch.compile): whole = t0 + (matmul bound + JIT_OTHER_SHARE x other bound)
-        / e. t0 is the fixed cost per call (_fixed_cost, from batch series); e is one efficiency shared by every
-        model: the median over the models of each model's median bound / (whole - t0), so that a model measured
-        many times (the tuning trials are VGG16's) counts as one (of this compute dtype if jit_per_dtype and
-        there are any, else of every dtype).
-        A measurement outranks a model: for a `model` that has records of its own here (of this dtype where
+        """Compiled execution (jit, torch.compile) from the records' CARM bounds, one fit over every compute dtype.
+        jit: max(layer calls x h, bound / e + kernels x the launch floor) (_host_max_fit): the host dispatches the
+        next call while the GPU runs this one, so a small batch is host-paced and a large one GPU-paced. Against one
+        fixed cost per call added (t0 + bound / e + kernels x floor, _additive_fit), leave one model out over the jit
+        records, time 8.7% against 20.8% (n=49), later records 15.3% against 21.7% (n=39)
+        (nvidia-h200-power-model-jit-host-2026-12-04.json.xz, validation.jit_host_choice). The additive form stays
+        for torch.compile (the tuner's synchronous trials), for a model whose own batch series it fits better, and
+        where the host max has no fit. One e over every dtype, against one per dtype: 10.2% against 16.9% (n=88;
+        nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz, validation.jit_dtype_choice)."""
+        usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None]
+        if not usable:
+            return None
+        k = self.kernel_floor(execution)
+        if execution not in KERNEL_FLOOR_EXECUTIONS:
+            return self._additive_fit(usable, dtype, execution, model, kernels)
+        fit, own, series = self._host_max_fit(usable, execution, k, model, kernels, dtype)
+        if fit is not None and not series:
+            return fit
+        # a model's own batch series decide its form too: a synchronous call (the tuner's trials) pays a fixed
+        # cost per call on top of the GPU's time, which the additive form fits and the host max does not.
+        # No host max fit (no record counts its layer calls; no record the GPU paced: e unknown): additive.
+        additive = self._additive_fit(usable, dtype, execution, model, kernels)
+        if fit is None or (additive is not None and self._log_error(additive, own) < self._log_error(fit, own)):
+            return additive if additive is None or fit is None else replace(
+                additive, source=f"{additive.source}; additive: it fits {model}'s own records better than the host max")
+        return fit
+
+    def _additive_fit(self, chosen: list[WholeSample], dtype: str | None, execution: str,
+                      model: str | None = None, kernels: int | None = None) -> WholeFit | None:
+        """whole = t0 + CARM bound / e + kernels x the launch floor. t0 is the fixed cost per call (_fixed_cost,
+        from batch series); e is one efficiency shared by every model: the median over the models of each model's
+        median bound / (whole - t0), so that a model measured many times (the tuning trials are VGG16's) counts as
+        one. A measurement outranks a model: for a `model` that has records of its own here (of this dtype where
         it has any), e is the median of its own, and t0 its own batch series' intercept where it has one (the
         other models' median otherwise); where every own record lies at or below that t0, the other models' fit.
         Own records are those of this name and, where both are known, of `kernels` kernels (kernel_calls): a
         name is no identity ("functional", "model" from model.keras), and a model of another architecture
         under it must not take its t0 and e."""
-        # a fusion form needs what fusion saves: a sample written before that field (None) is left out, not
-        # taken as saving nothing
-        saved = FUSION_SAVED.get(self.jit_fusion)
-        usable = [w for w in found if w.matmul_bound_s is not None and w.other_bound_s is not None
-                  and (saved is None or getattr(w, saved[0]) is not None)]
-        if not usable:
-            return None
-        same = [w for w in usable if self.jit_per_dtype and dtype and w.dtype == dtype]
-        chosen = same or usable
         k = self.kernel_floor(execution)
-        if self.jit_host == "max" and execution in KERNEL_FLOOR_EXECUTIONS:
-            fit, own, series = self._host_max_fit(chosen, execution, k, model, kernels, dtype)
-            if fit is not None and not series:
-                return fit
-            # a model's own batch series decide its form too: a synchronous call (the tuner's trials) pays a fixed
-            # cost per call on top of the GPU's time, which the additive form fits and the host max does not.
-            # No host max fit (no record counts its layer calls; no record the GPU paced: e unknown): additive.
-            additive = replace(self, jit_host="additive")._bound_fit(found, dtype, execution, model, kernels)
-            if fit is None or (additive is not None and self._log_error(additive, own) < self._log_error(fit, own)):
-                return additive if additive is None or fit is None else replace(
-                    additive, source=f"{additive.source}; additive: it fits {model}'s own records better than the host max")
-            return fit
         t0, series = self._fixed_cost(chosen, k)
         by_model: dict[str, list[float]] = {}
         for w in chosen:
@@ -147,8 +134,7 @@ class WholeModelFits:
             return None
         e = statistics.median(statistics.median(v) for v in by_model.values())
         over = f"median over {len(by_model)} models of"
-        own_records = [w for w in chosen if model and w.model == model
-                       and (not kernels or not w.kernel_calls or w.kernel_calls == kernels)]
+        own_records = self._own_records(chosen, model, kernels)
         own_dtype = [w for w in own_records if dtype and w.dtype == dtype]
         if own_records:   # of this compute dtype where it has any (tensor cores or not: e differs by dtype)
             own_records = own_dtype or own_records
@@ -158,18 +144,14 @@ class WholeModelFits:
             if own:   # else (every own record at or below t0) the other models' fit, its t0 with its e
                 e, t0, series, chosen = statistics.median(own), own_t0, own_series, own_records
                 over = f"{model}'s own {dtype + ' ' if own_dtype else ''}measurements: median of"
-        which = f"{len(chosen)} {dtype} {execution} records" if same else f"{len(chosen)} {execution} records" + (
-            f" of every dtype (none in {dtype})" if self.jit_per_dtype and dtype else "")
+        which = f"{len(chosen)} {execution} records"
         studies = sum(1 for w in chosen if w.source.startswith("study"))
         which += f" ({studies} of them tuning trials)" if studies else ""
-        share = self.jit_other_share
-        bound = self._bound_label()
         fixed = (f"{t0 * 1e3:.2f} ms + " if t0 else "")
         t0_src = (f"; fixed cost: median intercept of {series} batch series" if series else "; no batch series: no fixed cost")
-        kernels = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
-        return WholeFit(1.0 / e, share / e, None, len(chosen), 0.0,
-                        f"{execution}: {fixed}{bound} / {e:.2f}{kernels} ({over} "
-                        f"{which}{t0_src})", e, t0, k)
+        floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
+        return WholeFit(1.0 / e, 1.0 / e, None, len(chosen), 0.0,
+                        f"{execution}: {fixed}CARM bound / {e:.2f}{floor} ({over} {which}{t0_src})", e, t0, k)
 
     # The grids _host_max_fit searches: host time per layer call (s) and the efficiency e (log-spaced).
     HOST_GRID_S = tuple(i * 0.25e-6 for i in range(201))          # 0 .. 50 us
@@ -196,48 +178,27 @@ class WholeModelFits:
         return float(h[i]), float(e[j])
 
     def _grid_arrays(self, records: list[WholeSample], k: float) -> tuple:
-        """The grid fits' per-record arrays: layer calls, matmul bound, the rest's bound at its share, kernels x
-        k, measured time, and the weight that makes each model's records weigh one model."""
+        """The grid fits' per-record arrays: layer calls, matmul bound, the rest's bound, kernels x k, measured time,
+        and the weight that makes each model's records weigh one model."""
         import numpy as np
 
         counts: dict[str, int] = {}
         for w in records:
             counts[w.model] = counts.get(w.model, 0) + 1
         return (np.array([w.compiled_calls for w in records], float), np.array([w.matmul_bound_s for w in records]),
-                np.array([self.jit_other_share * self._compiled_other(w) for w in records]),
+                np.array([w.other_bound_s for w in records]),
                 np.array([w.kernel_calls * k for w in records]), np.array([w.time_s for w in records]),
                 np.array([1.0 / counts[w.model] for w in records]))
 
-    SPLIT_GRID = tuple(math.exp(math.log(0.05) + i * (math.log(5.0) - math.log(0.05)) / 119) for i in range(120))
-
-    def _grid_fit_split(self, records: list[WholeSample], k: float, prior: tuple[float, float, float] | None = None,
-                        host_s: float | None = None) -> tuple[float, float, float]:
-        """(h, e_matmul, e_other) as _grid_fit, predicted = max(layer calls x h, matmul bound / e_matmul + the
-        rest's bound / e_other + kernels x k), on a coarser efficiency grid (SPLIT_GRID, 4% steps)."""
-        import numpy as np
-
-        n, mm, other, fixed, t, weight = self._grid_arrays(records, k)
-        h = np.array(self.HOST_GRID_S if host_s is None else (host_s,))
-        e = np.array(self.SPLIT_GRID)
-        gpu = (mm[None, None, :] / e[:, None, None] + other[None, None, :] / e[None, :, None]
-               + fixed[None, None, :])                                                # (e_matmul, e_other, record)
-        loss = np.array([(np.abs(np.log(np.maximum(hi * n, gpu) / t)) * weight).sum(-1) for hi in h])
-        if prior is not None:
-            h0, m0, o0 = prior
-            loss = loss + 1e-3 * (np.abs(np.log(e / m0))[None, :, None] + np.abs(np.log(e / o0))[None, None, :]
-                                  + np.abs(h - h0)[:, None, None] / max(h0, 1e-6))
-        i, j, l = np.unravel_index(int(loss.argmin()), loss.shape)
-        return float(h[i]), float(e[j]), float(e[l])
-
     def _host_max_fit(self, chosen: list[WholeSample], execution: str, k: float, model: str | None,
                       kernels: int | None, dtype: str | None = None) -> tuple[WholeFit | None, list[WholeSample], bool]:
-        """jit under JIT_HOST "max": whole = max(layer calls x h, bound / e + kernels x k), h and e fitted
+        """jit: whole = max(layer calls x h, bound / e + kernels x k), h and e fitted
         together over every model's records (_grid_fit). A measurement outranks a model: a `model` with records
         of its own (by name and, where both are known, kernel count, as _bound_fit; of `dtype` where it has any:
         e differs by dtype) refits on those: both where they span two batch sizes or more (a host-paced small
         batch and a GPU-paced large one tell h from e), else e alone at the shared h (records at one batch size
-        cannot: ResNet50's at batch 64 made h 17 us a call and its batch 16 1.4x too slow, measured by --verify in
-        the sixth session); the shared fit stands for what they leave free.
+        cannot: ResNet50's at batch 64 made h 17 us a call and its batch 16 1.4x too slow, measured by --verify);
+        the shared fit stands for what they leave free.
         Returns (the fit, the own records it used, whether they span batch sizes); the fit is None where no
         record counts its layer calls or none was paced by the GPU under the shared fit (e unknown)."""
         records = [w for w in chosen if w.compiled_calls > 0]
@@ -246,31 +207,20 @@ class WholeModelFits:
         series = len({w.batch_size for w in own if w.batch_size > 0}) >= 2
         if not records:
             return None, own, series
-        if self.jit_split_e:
-            h, e, e_other = self._grid_fit_split(records, k)
-        else:
-            h, e = self._grid_fit(records, k)
-            e_other = e
-        share = self.jit_other_share
-        shared = WholeFit(1.0 / e, share / e_other, None, len(records), kernel_floor_s=k, host_per_layer_s=h)
-        if not any(shared.compiled_time_s(w.matmul_bound_s, self._compiled_other(w), w.kernel_calls, 0)[0]
+        h, e = self._grid_fit(records, k)
+        shared = WholeFit(1.0 / e, 1.0 / e, None, len(records), kernel_floor_s=k, host_per_layer_s=h)
+        if not any(shared.compiled_time_s(w.matmul_bound_s, w.other_bound_s, w.kernel_calls, 0)[0]
                    > h * w.compiled_calls for w in records):
             return None, own, series
         over = f"{len(records)} {execution} records of {len({w.model for w in records})} models"
-        if own and self.jit_split_e:
-            h, e, e_other = self._grid_fit_split(own, k, prior=(h, e, e_other), host_s=None if series else h)
-        elif own:
-            h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
-            e_other = e
         if own:
+            h, e = self._grid_fit(own, k, prior=(h, e), host_s=None if series else h)
             over = (f"{model}'s own {len(own)} {execution} records, the shared fit where they leave a parameter free"
                     if series else f"{model}'s own {len(own)} {execution} records at one batch size for e, the "
                     "shared fit for h")
         floor = f" + kernels x {k * 1e6:.1f} us (measured launch floor, GPU side)" if k else ""
-        gpu = (f"{self._bound_label()} / {e:.2f}" if not self.jit_split_e else
-               f"matmul bound / {e:.2f} + {self._other_label()} / {e_other:.2f}")
-        return WholeFit(1.0 / e, share / e_other, None, len(own or records), 0.0,
-                        f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), {gpu}{floor}) "
+        return WholeFit(1.0 / e, 1.0 / e, None, len(own or records), 0.0,
+                        f"{execution}: max(layer calls x {h * 1e6:.2f} us (host), CARM bound / {e:.2f}{floor}) "
                         f"(fitted on {over})", e, 0.0, k, h), own, series
 
     @staticmethod
@@ -282,9 +232,7 @@ class WholeModelFits:
     def whole_fit(self, backend: str, execution: str, dtype: str | None = None, model: str | None = None,
                   kernels: int | None = None) -> WholeFit | None:
         # the samples are not to be changed in place once fitted (as _cells' index); what may change is keyed
-        key = (backend, execution, dtype, model, kernels, self.jit_host, self.jit_other_share, self.jit_fusion,
-               self.jit_split_e, self.jit_per_dtype, self.eager_host, len(self.whole),
-               self.kernel_floor(execution))
+        key = (backend, execution, dtype, model, kernels, len(self.whole), self.kernel_floor(execution))
         if key not in self._whole_fits:
             self._whole_fits[key] = self._whole_fit(backend, execution, dtype, model, kernels)
         return self._whole_fits[key]
@@ -293,7 +241,7 @@ class WholeModelFits:
                    kernels: int | None = None) -> WholeFit | None:
         """How the whole model relates to its layers on this backend and execution, from the records:
         cuda_graph: a * matmul + b * other (the layers' GPU times, sequenced by the graph);
-        jit, torch.compile: t0 + CARM bound / e (_bound_fit), not from the layers jitted alone: each of those
+        jit, torch.compile: from the CARM bound (_bound_fit), not from the layers jitted alone: each of those
           pays a dispatch the compiled model pays once;
         eager: max(the GPU's time, calls * host time per call). The GPU's time is the cuda_graph fit
           where there is one; the host time per call is the FASTEST whole / calls over the records
@@ -318,7 +266,7 @@ class WholeModelFits:
             return w.graph_time_s or (w.matmul_sum_s + w.other_sum_s)
 
         host_bound = [w for w in found if w.layer_calls and w.time_s > 1.3 * gpu_of(w)]
-        dispatch, how = eager_host_per_call_s(host_bound, self.eager_host, dtype)
+        dispatch, how = self.host_per_call_s(host_bound)
         graph = [w for w in self.whole if w.backend == backend and w.execution == "cuda_graph" and w.time_s > 0]
         if graph:
             a, b = self._gpu_fit(graph, 0.0)
@@ -329,13 +277,26 @@ class WholeModelFits:
         host = f"host {dispatch * 1e6:.0f} us per call ({how})" if dispatch else "no host-paced record"
         return WholeFit(a, b, dispatch, len(found), 0.0, f"eager: max({gpu_source}, {host})")
 
+    @staticmethod
+    def host_per_call_s(host_paced: Sequence[WholeSample]) -> tuple[float | None, str]:
+        """(the host's time per layer call of a torch eager model, how it was taken) from the records the host paced:
+        the least time per call of any of them. The host's pace varies from machine to machine and run to run more
+        than a median follows: on fourteen H100 eager records of seven models no fit had seen, the least gives 13.8%
+        and the median over models 41.6% (nvidia-h100-80gb-hbm3-prediction-accuracy-eager-host-2026-12-06.json); on
+        the H200 records it was compared on first, 31.9% against 17.3%
+        (nvidia-h200-prediction-accuracy-eager-host-2026-12-06.json.xz)."""
+        per_call = [w.time_s / w.layer_calls for w in host_paced if w.layer_calls]
+        if not per_call:
+            return None, "no host-paced record"
+        return min(per_call), f"fastest of {len(per_call)} host-paced records"
+
     def whole_time_s(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float | None:
         """The calibrated whole-model time from the rows' calibrated times (jit: their CARM bounds), or None
         without a fit; `model` names the model the rows are of (its own records first, whole_fit)."""
         kernels = kernel_calls(rows)
         fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
         if fit is not None and fit.bound_efficiency is not None:
-            mm, other = self._compiled_sums(rows)
+            mm, other = bound_sums(rows)
             return fit.compiled_time_s(mm, other, kernels, len(bounded_rows(rows)))[1] if mm + other > 0 else None
         times = [(r.type, r.calibrated_time_s) for r in rows if getattr(r, "calibrated_time_s", None)]
         if fit is None or not times:
@@ -351,37 +312,34 @@ class WholeModelFits:
 
     def compiled_gpu_share(self, rows: Sequence, backend: str, execution: str, model: str | None = None) -> float:
         """The share of a compiled call (jit) the GPU is busy: its GPU time over the whole time where the fit
-        has a host term (JIT_HOST "max": a host-paced small batch), else 1; without the launch floors in the
-        GPU time where jit_floor_busy is off."""
+        has a host term (a host-paced small batch), else 1. The kernels' launch floors count as busy: jit whole-model
+        power 8.7% against 10.8% with them at the constant power (n=88;
+        nvidia-h200-power-model-jit-gpu-time-2026-12-04.json.xz, validation.jit_floor_choice)."""
         kernels = kernel_calls(rows)
         fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernels)
-        mm, other = self._compiled_sums(rows)
+        mm, other = bound_sums(rows)
         if fit is None or not fit.host_per_layer_s or not mm + other > 0:
             return 1.0
         gpu, whole = fit.compiled_time_s(mm, other, kernels, len(bounded_rows(rows)))
-        busy = gpu if self.jit_floor_busy else gpu - fit.kernel_floor_s * kernels
-        return min(1.0, busy / whole)
+        return min(1.0, gpu / whole)
 
     def in_model_time_s(self, layer_type: str, bound_time_s: float | None, backend: str, execution: str,
                         dtype: str | None = None, model: str | None = None,
-                        kernels: int | None = None, with_floor: bool = True) -> float | None:
+                        kernels: int | None = None) -> float | None:
         """A layer's GPU time as a compiled model (jit, torch.compile: BOUND_EXECUTIONS) runs it: its share
         of the whole-model fit, factor x its CARM bound plus the GPU-side launch floor if it is a kernel of
         its own (is_kernel); the fixed cost per model call is not shared out. None without such a fit. What
         the GPU works per call of the layer jitted alone too: the rest of that call is host dispatch.
         `model` and `kernels` (its name and kernel_calls, as whole_fit): the fit of the model the layer is in,
         its own records first, so that a whole model's layers share the fit of its whole time
-        (compiled_gpu_share); without them, the fit over every model. `with_floor` False: the GPU's working
-        time alone, without the launch floor (jit_floor_busy off: the floors at the constant power)."""
+        (compiled_gpu_share); without them, the fit over every model."""
         if execution not in BOUND_EXECUTIONS or not bound_time_s or bound_time_s <= 0:
             return None
         fit = self.whole_fit(backend, execution, dtype, model, kernels)
         if fit is None or fit.bound_efficiency is None:
             return None
         factor = fit.matmul_factor if layer_type in MATMUL_CLASSES else fit.other_factor
-        # (under a fusion form, JIT_FUSION not "none", each non-matmul layer keeps its whole bound here: the
-        # layers' times then sum above the fit's GPU time; only the forms' time errors decide jit_gpu_choice)
-        return factor * bound_time_s + (fit.kernel_floor_s if with_floor and is_kernel(layer_type) else 0.0)
+        return factor * bound_time_s + (fit.kernel_floor_s if is_kernel(layer_type) else 0.0)
 
     def whole_describe(self, backend: str, execution: str, rows: Sequence | None = None, model: str | None = None) -> str:
         """How the whole-model calibrated prediction is made ("none": no record of this backend and execution);
