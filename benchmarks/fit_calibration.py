@@ -1,4 +1,4 @@
-"""Fit the calibration (carm_advisor/calibration.py) from recorded RunMeasurement files.
+"""Fit the calibration (carm_advisor/calibration/) from recorded RunMeasurement files.
 
     python benchmarks/fit_calibration.py --records DIR_OR_FILE [...] [--studies DB ...] --out carm_advisor/profiles/nvidia_h200_calibration.json
 
@@ -8,8 +8,8 @@ layout (shapes only) to get the CARM bound of every layer. The shipped H200 file
 script, never by hand.
 
 --studies DB (repeatable): Optuna SQLite files of measured tuning trials; each distinct measured inference
-configuration becomes a whole-model sample (calibration.whole_from_studies: torch eager -> "eager",
-torch.compile -> "torch.compile", jax xla -> "jit"). The H200 studies so far tuned VGG16 only: a VGG16
+configuration becomes a whole-model sample (tuning_studies.whole_from_studies: torch eager -> "eager",
+torch.compile -> "torch.compile", jax xla -> "jit"). The H200 studies tuned VGG16 only: a VGG16
 whole-model prediction from such a calibration is in-sample.
 
 The newest benchmarks/results/<gpu>-launch-floor-*.json of the records' GPU (launch_floor()) gives the jit
@@ -28,27 +28,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def record_files(paths: list[str]) -> list[Path]:
-    """RunMeasurement JSON files under the given files and folders (each once), in the order given."""
-    from carm_advisor.measure.records import SCHEMA
+    """RunMeasurement JSON files under the given files and folders (learn.record_files)."""
+    from carm_advisor.learn import record_files as found
 
-    found: list[Path] = []
-    for p in map(Path, paths):
-        for f in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
-            if f.resolve() in {g.resolve() for g in found}:
-                continue   # named twice (a folder and a file in it): one record is one sample set
-            try:
-                if json.loads(f.read_text()).get("schema") == SCHEMA:
-                    found.append(f)
-            except (OSError, ValueError, AttributeError):
-                continue
-    return found
+    return found(paths)
 
 
 def load_runs(paths: list[str]) -> list:
-    from carm_advisor.measure.records import RunMeasurement
+    """The RunMeasurements under `paths` that name their model (learn.load_records)."""
+    from carm_advisor.learn import load_records
 
-    runs = [RunMeasurement.from_json(f) for f in record_files(paths)]
-    return [r for r in runs if r.model_name]
+    return load_records(paths)
 
 
 def add_studies(calibration, studies: list[str], profile=None) -> None:

@@ -1,9 +1,9 @@
 """What XLA runs for one jitted Keras call (jax): every kernel of ONE call with its GPU time and HBM bytes,
 from Nsight Compute, split into matmul-class kernels (cuDNN / cuBLAS / CUTLASS calls) and XLA's own fusions,
 beside the CARM bounds of the model's layers (matmul-class and the rest, the rest also with each run of fused
-elementwise/normalization layers counted at its largest member: calibration.chained_bound_s).
+elementwise/normalization layers counted at its largest member: chained_bound_s).
 
-It answers what the whole-model fit (calibration.JIT_HOST "max": bound / e) cannot tell apart: whether a model
+It answers what the whole-model fit (calibration/whole.py, jit: bound / e) cannot tell apart: whether a model
 runs faster than its CARM bound because its matmuls beat VGG16's efficiency or because XLA's fusions move less
 than the layers' bytes.
 
@@ -81,10 +81,33 @@ def parse_kernels(text: str) -> list[dict]:
     return out
 
 
+def chained_bound_s(rows) -> float:
+    """The CARM bound a compiler saves by fusing each run of consecutive elementwise, activation and normalization
+    layers (model order) into one kernel: per run, its members' bounds less its largest (the fused kernel reads the
+    run's inputs and writes its output once, about its largest member's traffic). An unknown layer neither joins nor
+    ends a run."""
+    from carm_advisor.calibration import SIMILAR_CLASS, layer_class
+
+    def fusable(layer_type: str) -> bool:
+        return layer_class(layer_type) == "elementwise" or "BatchNormalization" in (layer_type,
+                                                                                    SIMILAR_CLASS.get(layer_type))
+
+    total, run = 0.0, []
+    for r in list(rows) + [None]:
+        if r is not None and getattr(r, "known", True) and fusable(r.type) and getattr(r, "predicted_time_s", None):
+            run.append(r.predicted_time_s)
+            continue
+        if r is not None and not getattr(r, "known", True):
+            continue
+        total += sum(run) - max(run, default=0.0)
+        run = []
+    return total
+
+
 def carm_bounds(model_name: str, precision: str, batch_size: int) -> dict:
     """The CARM bounds of the model's layers (the embedded profile, jax's math mode) as the calibration sums
     them: matmul-class, the rest, what fused runs save (chained_bound_s), and the rest's bytes."""
-    from carm_advisor.calibration import MATMUL_CLASSES, bound_sums, bounded_rows, chained_bound_s
+    from carm_advisor.calibration import MATMUL_CLASSES, bound_sums, bounded_rows
     from carm_advisor.carm.placement import DEFAULT_MATH_MODE
     from carm_advisor.models.loader import load_model
     from carm_advisor.predict import Predictor

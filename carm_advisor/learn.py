@@ -4,7 +4,9 @@ samples taken from them, for this GPU's cache (a measured analysis) or a shipped
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
+from pathlib import Path
 from typing import Iterable
 
 from carm_advisor.calibration import (
@@ -19,6 +21,7 @@ from carm_advisor.calibration import (
     whole_from_run,
 )
 from carm_advisor.carm.roofline import CARM
+from carm_advisor.measure.records import SCHEMA as RECORD_SCHEMA
 from carm_advisor.measure.records import RunMeasurement
 from carm_advisor.models.loader import image_data_format, load_model
 from carm_advisor.predict import Predictor, resolve_math_mode
@@ -114,8 +117,8 @@ def learn_from(run, rows: list[LayerRow], model_name: str) -> None:
 
 
 def rebuilt_model(model_name: str, precision: str, layout: str):
-    """A recorded model built again on the CPU, in a fresh Keras session: auto-named layers ("conv2d_7") take their
-    number from a per-process counter, and only a fresh session gives the names the recording process gave (a model
+    """A recorded model built again on the CPU after keras.backend.clear_session(): auto-named layers ("conv2d_7") take
+    their number from a per-process counter, and only a cleared one gives the names the recording process gave (a model
     built first there); a model built after others (InceptionV3 after Xception) matched few of its measured layers."""
     import keras
 
@@ -133,6 +136,28 @@ def rows_for_run(run, profile=None, model=None) -> list:
     rows = Predictor(profile, resolve_math_mode(run.backend, run.math_mode), backend=run.backend).rows(model, run.batch_size)
     merge_measurements(rows, run, profile)
     return rows
+
+
+def record_files(paths: Iterable[str | Path]) -> list[Path]:
+    """RunMeasurement JSON files (schema carm-advisor/measurements/1) under the given files and folders, each once,
+    in the order given (a folder's files sorted); other files are skipped."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        for f in sorted(p.rglob("*.json")) if p.is_dir() else [p]:
+            if f.resolve() in {g.resolve() for g in found}:
+                continue   # named twice (a folder and a file in it): one record is one sample set
+            try:
+                if json.loads(f.read_text()).get("schema") == RECORD_SCHEMA:
+                    found.append(f)
+            except (OSError, ValueError, AttributeError):
+                continue
+    return found
+
+
+def load_records(paths: Iterable[str | Path]) -> list[RunMeasurement]:
+    """The RunMeasurements under `paths` (record_files) that name their model."""
+    runs = [RunMeasurement.from_json(f) for f in record_files(paths)]
+    return [r for r in runs if r.model_name]
 
 
 def fit_runs(runs: Iterable, profile=None) -> Calibration:

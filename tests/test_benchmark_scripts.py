@@ -1,4 +1,4 @@
-"""The helpers of the benchmark scripts that run on the GPU machine, checked here on recorded text."""
+"""The functions of the benchmark scripts that run on the GPU machine, checked here on recorded text."""
 
 import importlib.util
 import json
@@ -68,11 +68,11 @@ def test_summarize_counter_detail_handles_rows_without_ratios_and_splits_over_fr
 
 def test_summarize_form_choice_rows_print_a_dash_where_a_side_has_no_records():
     mod = _load("summarize")
-    pmv = _load("power_model_validation")
-    row = {"source": "nvidia-h200-records-2026-12-03-w05", "calibrated_leave_one_model_out": {
-        "duty_lomo_dispatch_times_power_err": -0.10, "duty_lomo_in_model_power_err": 0.04}}
-    rows = mod._form_choice_rows({"whole_model_jit_choice": pmv.whole_model_jit_choice([row])})
-    # choosing: one row, 10.0% vs 4.0%; no test record: dashes (it raised a TypeError on None)
+    # validation.whole_model_jit_choice as the result files hold it: one choosing row, no test record
+    side = {"dispatch_times_power_median_abs_err": 0.10, "in_model_power_median_abs_err": 0.04, "n": 1}
+    none = {"dispatch_times_power_median_abs_err": None, "in_model_power_median_abs_err": None, "n": 0}
+    rows = mod._form_choice_rows({"whole_model_jit_choice": {"choosing": side, "test": none, "chosen": "in_model"}})
+    # choosing: 10.0% vs 4.0%; no test record: dashes (it raised a TypeError on None)
     assert rows[-1].endswith("10.0% vs 4.0% (n=1), on the test records - vs - (n=0).")
 
 
@@ -95,12 +95,12 @@ def test_summarize_prints_the_duty_busy_forms_and_the_layout_test():
     rows = mod._duty_busy_rows({"in_use": "capped", "headline": "uncapped", "candidates": {"capped": form}})
     assert rows[1] == "What the duty curve scales: this run's headline uncapped, in use capped (every record):"
     assert rows[-1] == "| capped | 11.3% (n=10) | 10.8% | 8.3% | 7.5% (n=4) |"
-    test = {"test": "-s13", "whole_models_channels_last": {"n": 2, "time_median_abs_err": 0.154, "rows": []},
+    test = {"test": "later records", "whole_models_channels_last": {"n": 2, "time_median_abs_err": 0.154, "rows": []},
             "layers_with_copies": {"windows": {"n": 3, "time_median_abs_err": 0.4, "time_median_signed_err": -0.25}},
             "paired_layouts": {"vgg16 float32 b32": {"measured_last_over_first": 1.369,
                                                      "calibrated_last_over_first": 1.147}}}
     rows = mod._layout_test_rows(test)
-    assert rows[1] == ("The layout copies' test (-s13, torch channels_last): whole-model time 15.4% (n=2); "
+    assert rows[1] == ("The layout copies' test (later records, torch channels_last): whole-model time 15.4% (n=2); "
                        "layers with copies: windows 40.0% (signed -25.0%, n=3)")
     assert rows[-1] == "| vgg16 float32 b32 | 1.37 | 1.15 |"
     assert mod._duty_busy_rows(None) == [] and mod._layout_test_rows(None) == []
@@ -142,7 +142,7 @@ def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_th
     assert proc.returncode != 0 and "KERAS_BACKEND=jax" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_summarize_session_test_rows_print_the_four_figures_and_the_whole_models_by_group():
+def test_summarize_test_rows_print_the_four_figures_and_the_whole_models_by_group():
     mod = _load("summarize")
     targets = {"layer_power": 0.10, "layer_energy_given_time": 0.15, "model_power": 0.07,
                "model_energy_per_sample_calibrated_time": 0.15}
@@ -153,8 +153,9 @@ def test_summarize_session_test_rows_print_the_four_figures_and_the_whole_models
           "models": {"n": 3, "power_median_abs_err": 0.0703, "energy_per_sample_median_abs_err": 0.2004},
           "models_by_backend_model": {"torch vgg16": group}, "targets": targets}
     empty = {"layers": {"n": 0}, "models": {"n": 0}, "models_by_backend_model": {}, "targets": targets}
-    rows = mod._session_test_rows({"session_tests": {"-s9": st, "-s10": empty}})
-    assert "Test -s9, its rows alone:" in rows and not any("-s10" in r for r in rows)   # an empty test: no table
+    # the result files key each set of test records by its folders' tag (benchmarks/results/INDEX.md)
+    rows = mod._session_test_rows({"session_tests": {"first": st, "second": empty}})
+    assert "Test first, its rows alone:" in rows and not any("second" in r for r in rows)   # an empty test: no table
     assert "| per-layer power | 14.1% | 1056 | <= 10% |" in rows
     assert "| whole-model power | 7.0% | 3 | <= 7% |" in rows
     assert "| torch vgg16 | 3 | 8.0% (-8.0%) | 88.6% (+88.6%) | 100.8% (+100.8%) |" in rows
@@ -193,3 +194,17 @@ def test_summarize_compare_reads_a_result_written_outside_the_results_folder_and
     assert rows[2].startswith("| copy.json | 6897 | 11.3% |")
     with pytest.raises(SystemExit, match="no result file matches nothing"):
         mod.compare_table("nothing*")
+
+
+def test_xla_kernel_breakdown_counts_each_run_of_fused_layers_at_its_largest():
+    from types import SimpleNamespace
+
+    mod = _load("xla_kernel_breakdown")
+    rows = [SimpleNamespace(type=t, predicted_time_s=s * 1e-3, known=k) for t, s, k in (
+        ("Conv2D", 0.3, True), ("BatchNormalization", 0.1, True), ("ReLU", 0.08, True),   # run: 0.18, keeps 0.1
+        ("MaxPooling2D", 0.2, True),                                                      # ends the run
+        ("BatchNormalization", 0.05, True), ("Add", 0.12, True), ("ReLU", 0.07, True),   # run: 0.24, keeps 0.12
+        ("Dense", 0.4, True), ("Dropout", 0.02, True),                                    # a run of one: saves 0
+        ("Mystery", 1.0, False), ("ReLU", 0.03, True))]                                  # unknown: skipped
+    # saved: (0.18 - 0.1) + (0.24 - 0.12) + (0.05 - 0.03: Dropout and the last ReLU, the unknown layer between)
+    assert mod.chained_bound_s(rows) == pytest.approx((0.08 + 0.12 + 0.02) * 1e-3)

@@ -36,6 +36,7 @@ LAYERS = (
     ("report",),                      # rich text, JSON, charts of a report
     ("predict",),                     # the CARM bound and the calibrated prediction of a model's rows
     ("learn",),                       # a measured run's rows and the samples it teaches
+    ("validation",),                  # the power model and the calibration scored on recorded runs
     ("trials",),                      # one configuration: its space, predictions, runners, worker processes
     ("advise",),                      # analyze, recommendations, --verify
     ("tune",),                        # the Optuna study and its result
