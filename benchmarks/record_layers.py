@@ -227,7 +227,7 @@ def record_one(model, cfg: dict, batch: int, gpu, *, dry: bool, windows: dict, l
     """One configuration's RunMeasurement (see the module docstring for what each backend records)."""
     if cfg["backend"] == "torch":
         from carm_advisor.errors import MeasurementError
-        from carm_advisor.measure.layers import measure_model_graph
+        from carm_advisor.measure.model import measure_model_graph
         from carm_advisor.measure.profiled import profile_run
 
         try:

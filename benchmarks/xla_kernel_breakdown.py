@@ -163,12 +163,15 @@ def child(args) -> int:
     """Warm up; then time `--time-calls` calls (unprofiled), or run one call inside NVTX range RANGE (under ncu)."""
     import keras  # noqa: F401
 
-    from carm_advisor.measure.backend import nvtx_range, sync
-    from carm_advisor.measure.layers import _inference_fn, _model_inputs
+    from carm_advisor.measure import backends
+    from carm_advisor.measure.backends import nvtx_range
+    from carm_advisor.measure.execution import inference_fn
+    from carm_advisor.measure.inputs import model_inputs
     from carm_advisor.models.loader import load_model
 
     model, _ = load_model(args.model, precision=args.precision)
-    call, _ = _inference_fn(model, _model_inputs(model, args.batch_size), "jax")
+    call, _ = inference_fn(model, model_inputs(model, args.batch_size), "jax")
+    sync = backends.get("jax").sync
     for _ in range(3):
         out = call()
     sync(out)

@@ -58,8 +58,7 @@ BACK_TO_BACK = textwrap.dedent("""
     import numpy as np
     import keras
     from carm_advisor.mapping.walker import iter_layer_calls
-    from carm_advisor.measure.layers import _argument_builder, jax_back_to_back_program, layer_runner
-    from carm_advisor.measure.layers import measure_layer_calls
+    from carm_advisor.measure.layers import argument_builder, back_to_back_program, layer_runner, measure_layer_calls
 
     x = keras.Input((16,))
     y = keras.layers.Dense(8, name="dense")(x)
@@ -69,8 +68,8 @@ BACK_TO_BACK = textwrap.dedent("""
     outs = runner.back_to_back()
     single = np.asarray(runner.fn())
     same = all(np.array_equal(np.asarray(o), single) for o in outs)
-    build = _argument_builder(call)
-    program, values = jax_back_to_back_program(call.layer, lambda ts: build(ts), True, 3)
+    build = argument_builder(call)
+    program, values = back_to_back_program(call.layer, lambda ts: build(ts), True, 3)
     hlo = program.lower(values, runner.tensors).compile().as_text()
     dots = sum(1 for line in hlo.splitlines() if " dot(" in line)
     m = measure_layer_calls([call], min_window_s=0.01, repeats=1, warmup=1, progress=False, back_to_back_calls=3)[0]
@@ -100,7 +99,7 @@ BACK_TO_BACK_FAILS = textwrap.dedent("""
     def fails(*args, **kwargs):
         raise MemoryError("RESOURCE_EXHAUSTED: out of memory (3 outputs kept alive)")
 
-    layers.jax_back_to_back_fn = fails
+    layers.back_to_back_fn = fails   # where layer_runner looks it up
     x = keras.Input((16,))
     model = keras.Model(x, keras.layers.Dense(8, name="dense")(x))
     call = [c for c in iter_layer_calls(model, 4) if c.path == "dense"][0]
@@ -124,7 +123,7 @@ def test_a_back_to_back_program_that_fails_leaves_the_layer_jitted_not_eager():
 SUBCLASSED = textwrap.dedent("""
     import numpy as np
     import keras
-    from carm_advisor.measure.layers import measure_model
+    from carm_advisor.measure.model import measure_model
 
     class NoTraining(keras.Model):          # call() takes no training argument
         def __init__(self):

@@ -151,7 +151,7 @@ def test_child_runs_one_call_per_layer_inside_its_range(tmp_path, monkeypatch):
 
     import keras
 
-    from carm_advisor.measure import backend
+    from carm_advisor.measure import backends
 
     inp = keras.Input((6, 6, 2))
     x = keras.layers.Conv2D(3, 3, name="conv")(inp)
@@ -161,7 +161,7 @@ def test_child_runs_one_call_per_layer_inside_its_range(tmp_path, monkeypatch):
     (tmp_path / "layers.json").write_text(json.dumps(["conv", "dense"]))
 
     events: list[str] = []
-    monkeypatch.setattr(backend, "nvtx_functions",
+    monkeypatch.setattr(backends, "nvtx_functions",
                         lambda: (lambda name: events.append(f"push {name}"), lambda: events.append("pop")))
     rc = counters._child(["--model", str(path), "--batch-size", "2", "--layers", str(tmp_path / "layers.json")])
     assert rc == 0
@@ -177,7 +177,7 @@ def test_the_child_walks_a_subclassed_call_of_two_tensors_on_the_shapes_analyze_
 
     from carm_advisor.mapping.given_shapes import call_shapes, given_shapes_json
     from carm_advisor.mapping.walker import iter_layer_calls
-    from carm_advisor.measure import backend
+    from carm_advisor.measure import backends
 
     model = TwoTensors()
     model(keras.ops.zeros((2, 4)), keras.ops.ones((2, 3), dtype="int32"))
@@ -191,7 +191,7 @@ def test_the_child_walks_a_subclassed_call_of_two_tensors_on_the_shapes_analyze_
     (tmp_path / "layers.json").write_text(json.dumps(names))
 
     events: list[str] = []
-    monkeypatch.setattr(backend, "nvtx_functions",
+    monkeypatch.setattr(backends, "nvtx_functions",
                         lambda: (lambda name: events.append(f"push {name}"), lambda: events.append("pop")))
     rc = counters._child(["--model", str(path), "--batch-size", "2", "--layers", str(tmp_path / "layers.json"),
                           "--input-shapes", str(tmp_path / "shapes.json")])

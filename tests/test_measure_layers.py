@@ -15,10 +15,12 @@ import pytest
 
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.walker import iter_layer_calls
-from carm_advisor.measure import backend
-from carm_advisor.measure.layers import layer_runner, measure_layers, measure_model, PRESETS
-from carm_advisor.measure.run import measure_run
+from carm_advisor.measure import backends
+from carm_advisor.measure.layers import layer_runner, measure_layers
+from carm_advisor.measure.model import measure_model, measure_model_graph
 from carm_advisor.measure.records import RunMeasurement
+from carm_advisor.measure.run import measure_run
+from carm_advisor.measure.windows import PRESETS
 from carm_advisor.power.fake import FakeGPU
 
 FAKE_POWER_W = 250.0
@@ -169,9 +171,9 @@ def test_math_mode_reads_tensorflow_tf32_flag():
     was = tf.config.experimental.tensor_float_32_execution_enabled()
     try:
         tf.config.experimental.enable_tensor_float_32_execution(True)
-        on = backend.math_mode("tensorflow")
+        on = backends.get("tensorflow").math_mode()
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        off = backend.math_mode("tensorflow")
+        off = backends.get("tensorflow").math_mode()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(was)
     assert (on["conv"], on["matmul"]) == ("tf32", "tf32")
@@ -181,15 +183,15 @@ def test_math_mode_reads_tensorflow_tf32_flag():
 
 
 def test_backend_queries_on_a_cpu_machine():
-    assert backend.active_backend() == keras.backend.backend()
-    assert backend.has_gpu() is False and backend.device_name() == "cpu"
-    assert backend.math_mode("numpy")["conv"] == "fp32"
+    assert backends.active_backend() == keras.backend.backend() == backends.get().name
+    assert backends.get().has_gpu() is False and backends.get().device_name() == "cpu"
+    assert backends.get("numpy").math_mode()["conv"] == "fp32"
     with pytest.raises(MeasurementError, match="backend"):
-        backend.math_mode("mxnet")
+        backends.get("mxnet")
 
 
 def test_synchronizer_keeps_the_last_outputs_for_the_sync():
-    syncer = backend.Synchronizer("tensorflow")
+    syncer = backends.Synchronizer(backends.get("tensorflow"))
     tracked = syncer.track(lambda: keras.ops.ones((2,)))
     out = tracked()
     assert syncer.last_outputs is out
@@ -207,10 +209,11 @@ def test_counters_without_ncu_leave_intensity_analytic(model, monkeypatch):
 
 def test_counters_from_ncu_are_attached_to_their_layer_by_name(model, monkeypatch):
     from carm_advisor.measure import counters
+    from carm_advisor.measure import run as run_module
 
     measured = {"conv": counters.LayerCounters(name="conv", kernels=1, flops_by_path={"tensor_tf32": 800.0},
                                                sm_bytes_by_space={"global": 100.0})}
-    monkeypatch.setattr(counters, "measure_counters", lambda m, batch_size, only=None: measured)
+    monkeypatch.setattr(run_module, "measure_counters", lambda m, batch_size, only=None: measured)   # measure_run's
     result = measure_run(model, batch_size=2, counters=True, training_step=False, only=["conv", "add"],
                          model_min_window_s=0.02, model_repeats=1, **FAST)
     assert result.intensity_source == "counters"
@@ -222,7 +225,7 @@ def test_counters_from_ncu_are_attached_to_their_layer_by_name(model, monkeypatc
 
 
 class FakeCapture:
-    """Stands in for backend.capture_cuda_graph: records what it captured; its replay runs fn and counts."""
+    """Stands in for Backend.capture_cuda_graph: records what it captured; its replay runs fn and counts."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -247,15 +250,16 @@ def fake_torch_gpu(monkeypatch):
     """The active backend reads as torch on a CUDA GPU; device sync, no_grad and versions are no-ops."""
     import contextlib
 
-    monkeypatch.setattr(backend, "active_backend", lambda: "torch")
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
-    monkeypatch.setattr(backend, "sync", lambda outputs=None, b=None: None)
-    monkeypatch.setattr(backend, "inference_context", lambda b=None: contextlib.nullcontext())
-    monkeypatch.setattr(backend, "backend_version", lambda b=None: "2.11.0")
-    monkeypatch.setattr(backend, "device_name", lambda b=None: "NVIDIA H200")
-    monkeypatch.setattr(backend, "math_mode", lambda b=None: {"conv": "tf32", "matmul": "fp32", "gpu": True})
+    torch_backend = backends.get("torch")
+    monkeypatch.setattr(backends, "active_backend", lambda: "torch")
+    monkeypatch.setattr(torch_backend, "has_gpu", lambda: True)
+    monkeypatch.setattr(torch_backend, "sync", lambda outputs=None: None)
+    monkeypatch.setattr(torch_backend, "inference_context", lambda: contextlib.nullcontext())
+    monkeypatch.setattr(torch_backend, "version", lambda: "2.11.0")
+    monkeypatch.setattr(torch_backend, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(torch_backend, "math_mode", lambda: {"conv": "tf32", "matmul": "fp32", "gpu": True})
     capture = FakeCapture()
-    monkeypatch.setattr(backend, "capture_cuda_graph", capture)
+    monkeypatch.setattr(torch_backend, "capture_cuda_graph", capture)
     return capture
 
 
@@ -271,14 +275,15 @@ def fake_torch_gpu(monkeypatch):
     ],
 )
 def test_cuda_graphs_only_for_torch_inference_on_a_cuda_gpu(monkeypatch, backend_name, gpu, graphs, training, expected):
-    from carm_advisor.measure.layers import uses_cuda_graphs
+    from carm_advisor.measure.execution import uses_cuda_graphs
 
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: gpu)
+    for name in ("torch", "jax", "tensorflow"):
+        monkeypatch.setattr(backends.get(name), "has_gpu", lambda: gpu)
     assert uses_cuda_graphs(backend_name, graphs=graphs, training=training) is expected
 
 
 def test_torch_gpu_runner_replays_the_captured_layer_call(model, monkeypatch):
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    monkeypatch.setattr(backends.get("torch"), "has_gpu", lambda: True)
     capture = FakeCapture()
     call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
     runner = layer_runner(call, backend="torch", capture=capture, warmup=5)
@@ -291,7 +296,7 @@ def test_torch_gpu_runner_replays_the_captured_layer_call(model, monkeypatch):
 
 
 def test_failed_capture_falls_back_to_eager_with_a_warning_naming_the_layer(model, monkeypatch):
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    monkeypatch.setattr(backends.get("torch"), "has_gpu", lambda: True)
     call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
     with pytest.warns(RuntimeWarning, match="'conv'.*CUDA graph.*eagerly"):
         runner = layer_runner(call, backend="torch", capture=FakeCapture(fail=True))
@@ -302,9 +307,9 @@ def test_failed_capture_falls_back_to_eager_with_a_warning_naming_the_layer(mode
 def test_graphs_false_or_no_gpu_never_captures(model, monkeypatch):
     capture = FakeCapture()
     call = next(c for c in iter_layer_calls(model, 2) if c.path == "conv")
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: True)
+    monkeypatch.setattr(backends.get("torch"), "has_gpu", lambda: True)
     assert layer_runner(call, backend="torch", graphs=False, capture=capture).execution == "eager"
-    monkeypatch.setattr(backend, "has_gpu", lambda b=None: False)
+    monkeypatch.setattr(backends.get("torch"), "has_gpu", lambda: False)
     assert layer_runner(call, backend="torch", capture=capture).execution == "eager"
     assert layer_runner(call, backend="tensorflow", capture=capture).execution == "eager"
     assert capture.captured == []
@@ -338,19 +343,17 @@ def test_one_layer_failing_capture_is_eager_the_others_stay_graphs(model, fake_t
             raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
         return real(fn, warmup=warmup)
 
-    monkeypatch.setattr(backend, "capture_cuda_graph", second_fails)
+    monkeypatch.setattr(backends.get("torch"), "capture_cuda_graph", second_fails)
     with pytest.warns(RuntimeWarning, match="'skip'"):
         result = measure_layers(model, batch_size=2, only=["conv", "skip", "add"], **FAST)
     assert [m.execution for m in result.layers] == ["cuda_graph", "eager", "cuda_graph"]
 
 
 def test_model_graph_is_none_off_torch_and_none_with_warning_when_capture_fails(model, fake_torch_gpu, monkeypatch):
-    from carm_advisor.measure.layers import measure_model_graph
-
     with pytest.warns(RuntimeWarning, match="model 'tiny'"):
         assert measure_model_graph(model, batch_size=2, capture=FakeCapture(fail=True),
                                    min_window_s=0.02, repeats=1) is None
-    monkeypatch.setattr(backend, "active_backend", lambda: "tensorflow")
+    monkeypatch.setattr(backends, "active_backend", lambda: "tensorflow")
     assert measure_model_graph(model, batch_size=2, min_window_s=0.02, repeats=1) is None
 
 
@@ -385,7 +388,7 @@ def test_record_with_unknown_model_execution_raises(run):
 def test_real_cuda_graph_replay_recomputes_the_captured_torch_work():
     torch = pytest.importorskip("torch")
     a = torch.randn(64, 64, device="cuda")
-    replay = backend.capture_cuda_graph(lambda: a * 2.0, warmup=2)
+    replay = backends.get("torch").capture_cuda_graph(lambda: a * 2.0, warmup=2)
     a.fill_(3.0)  # the graph reads a's memory at replay time, not at capture time
     replay()
     torch.cuda.synchronize()
@@ -397,13 +400,13 @@ def test_whole_model_inputs_take_the_batch_asked_for_also_where_the_model_fixes_
     that batch too, or samples/s and samples/J would divide a batch-3 time by another batch."""
     import keras
 
-    from carm_advisor.measure.layers import _model_inputs
+    from carm_advisor.measure.inputs import model_inputs
 
     inputs = keras.Input((16,), batch_size=3)
     model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
-    assert tuple(_model_inputs(model, 8).single(model, "x").shape) == (8, 16)
+    assert tuple(model_inputs(model, 8).single(model, "x").shape) == (8, 16)
     free = keras.Input((16,))
-    assert tuple(_model_inputs(keras.Model(free, keras.layers.Dense(4)(free)), 8).args[0].shape) == (8, 16)
+    assert tuple(model_inputs(keras.Model(free, keras.layers.Dense(4)(free)), 8).args[0].shape) == (8, 16)
 
 
 class SeenModel(keras.Model):
@@ -472,12 +475,12 @@ def test_a_call_of_several_tensors_is_measured_whole_on_the_input_shapes_given_w
 
 def test_the_ids_of_a_subclassed_model_stay_inside_its_embedding():
     from carm_advisor.mapping.given_shapes import call_shapes
-    from carm_advisor.measure.layers import _model_inputs
+    from carm_advisor.measure.inputs import model_inputs
 
     model = TwoInputsModel()
     model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
     with call_shapes(model, [keras.Input((400,), dtype="int32"), (None, 3)]):
-        x = _model_inputs(model, 16)
+        x = model_inputs(model, 16)
     ids = keras.ops.convert_to_numpy(x.args[0])
     assert ids.shape == (16, 400) and ids.min() >= 0 and ids.max() < 50 and len(np.unique(ids)) > 2   # drawn over the vocabulary
 
@@ -490,12 +493,12 @@ def test_a_subclassed_model_never_called_is_refused_in_one_line():
 def test_analyze_measures_a_subclassed_model_of_several_tensors_whole_and_per_layer_on_its_input_shapes(monkeypatch):
     """On a GPU (faked: NVML sees one, the FakeGPU gives power) analyze() used to stop at the whole-model
     measurement of any subclassed model: it had no known inputs. It measures it on the shapes it maps it on."""
-    import carm_advisor.power.nvml as nvml
+    import carm_advisor.advise.analyze as analysis
     from carm_advisor import analyze
 
-    monkeypatch.setattr(nvml, "gpu_count", lambda: 1)
-    monkeypatch.setattr(backend, "has_gpu", lambda *a: True)
-    monkeypatch.setattr(backend, "device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(analysis, "gpu_count", lambda: 1)   # where analyze looks it up
+    monkeypatch.setattr(backends.get(), "has_gpu", lambda: True)
+    monkeypatch.setattr(backends.get(), "device_name", lambda: "NVIDIA H200")
     model = TwoInputsModel()
     model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
     gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
@@ -509,7 +512,7 @@ def test_analyze_measures_a_subclassed_model_of_several_tensors_whole_and_per_la
     # the two layers; the keras.ops between them too where each call is timed alone (not torch's one profiled
     # pass, whose ranges wrap layer calls: a subclassed call() makes new ops each time, and the report says so)
     measured = {row.name for row in report.layers if row.measured and row.time_s > 0}
-    assert measured == ({"embed", "proj"} if backend.active_backend() == "torch" else {"embed", "mean", "proj", "add"})
+    assert measured == ({"embed", "proj"} if backends.active_backend() == "torch" else {"embed", "mean", "proj", "add"})
 
 
 class OptionalArgument(SeenModel):
@@ -545,10 +548,10 @@ def test_an_optional_call_argument_left_at_its_default_is_no_reason_to_refuse_th
 def test_ids_of_a_subclassed_model_built_on_floats_are_whole_numbers_its_embedding_can_take():
     """Standard-normal floats cast to negative ids (a CUDA index error on torch); whole numbers in [0, 256) are
     valid ids for a 1000-word vocabulary and exact in float16 and bfloat16."""
-    from carm_advisor.measure.layers import _model_inputs
+    from carm_advisor.measure.inputs import model_inputs
 
     model = TokensAsFloats()
     model(np.zeros((2, 50), "float32"))
-    ids = keras.ops.convert_to_numpy(_model_inputs(model, 40).single(model, "x"))
+    ids = keras.ops.convert_to_numpy(model_inputs(model, 40).single(model, "x"))
     assert ids.shape == (40, 50) and ids.min() >= 0 and ids.max() < 256 and np.array_equal(ids, np.round(ids))
     assert len(np.unique(ids)) > 100

@@ -86,22 +86,20 @@ def test_identical_layer_calls_are_measured_once_and_mapped_back():
 ])
 def test_analyze_measures_torch_with_one_profiled_pass_unless_asked_or_it_fails(monkeypatch, method, failing, expected):
     import carm_advisor.advise.analyze as analysis
-    import carm_advisor.measure.backend as backend
-    import carm_advisor.measure.run as run_module
     import carm_advisor.measure.profiled as profiled
-    import carm_advisor.power.nvml as nvml
     from carm_advisor.errors import MeasurementError
+    from carm_advisor.measure import backends
 
     def fake_profile_run(*a, **k):
         if failing:
             raise MeasurementError("no kernels")
         return "profile_run"
 
-    monkeypatch.setattr(nvml, "gpu_count", lambda: 1)
-    monkeypatch.setattr(backend, "has_gpu", lambda *a: True)
-    monkeypatch.setattr(backend, "active_backend", lambda: "torch")
+    monkeypatch.setattr(analysis, "gpu_count", lambda: 1)   # analyze looks both up in its own namespace
+    monkeypatch.setattr(analysis, "measure_run", lambda *a, **k: "measure_run")
+    monkeypatch.setattr(backends, "active_backend", lambda: "torch")
+    monkeypatch.setattr(backends.get("torch"), "has_gpu", lambda: True)
     monkeypatch.setattr(profiled, "profile_run", fake_profile_run)
-    monkeypatch.setattr(run_module, "measure_run", lambda *a, **k: "measure_run")
     options = {"gpu": object(), "training_step": False, "method": method}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -82,7 +82,7 @@ def test_accuracy_figures_by_hand():
     ("Exception: shapes (3,) and (4,) are incompatible", False),
 ])
 def test_out_of_memory_errors_are_recognised(text, oom):
-    from carm_advisor.measure.backend import is_out_of_memory
+    from carm_advisor.measure.backends import is_out_of_memory
 
     assert is_out_of_memory(RuntimeError(text)) is oom
 

@@ -19,7 +19,7 @@ from carm_advisor.mapping import map_model
 from carm_advisor.mapping.given_shapes import call_shapes
 from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
 from carm_advisor.mapping.walker import fixed_batch_sizes
-from carm_advisor.measure.backend import active_backend, has_gpu
+from carm_advisor.measure import backends
 from carm_advisor.measure.run import measure_run
 from carm_advisor.models.builder import layer_policies, model_policy
 from carm_advisor.power.nvml import gpu_count, open_gpu
@@ -201,7 +201,7 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
 
 def _gpu_usable() -> bool:
     """An NVIDIA GPU that NVML and the Keras backend both see: where analyze() measures."""
-    return gpu_count() > 0 and bool(has_gpu())
+    return gpu_count() > 0 and bool(backends.get().has_gpu())
 
 
 def _can_verify() -> bool:
@@ -394,7 +394,7 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
         # torch: one profiled pass; jax: each distinct layer jitted once (one XLA program hides layers)
         from carm_advisor.measure import profiled
 
-        if active_backend() == "torch":
+        if backends.active_backend() == "torch":
             try:
                 return profiled.profile_run(model, batch_size=batch_size, gpu=gpu, progress=progress)
             except MeasurementError as exc:  # the profiler could not attribute kernels: time layers alone
@@ -402,7 +402,7 @@ def _load_or_measure(model, batch_size, measure, from_measurements, counters, pr
 
                 warnings.warn(f"carm_advisor: one-pass profile failed ({exc}); timing each layer alone",
                               RuntimeWarning, stacklevel=3)
-        if active_backend() == "jax":
+        if backends.active_backend() == "jax":
             return profiled.measure_distinct_layers(model, batch_size=batch_size, gpu=gpu, progress=progress)
     return measure_run(model, batch_size=batch_size, gpu=gpu, counters=counters, progress=progress, **options)
 

@@ -41,7 +41,8 @@ from typing import Collection, Sequence
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.given_shapes import build_on_given_shapes, call_shapes_json, given_shapes_json
 from carm_advisor.mapping.walker import iter_layer_calls
-from carm_advisor.measure.backend import active_backend, inference_context, nvtx_range, sync
+from carm_advisor.measure import backends
+from carm_advisor.measure.backends import nvtx_range
 from carm_advisor.measure.layers import layer_runner
 
 RANGE_PREFIX = "carm:"
@@ -302,7 +303,7 @@ def measure_counters(
             shapes_path = tmpdir / "input_shapes.json"
             shapes_path.write_text(shapes)
             child += ["--input-shapes", str(shapes_path)]
-        env = dict(os.environ, KERAS_BACKEND=active_backend())
+        env = dict(os.environ, KERAS_BACKEND=backends.active_backend())
         profile = subprocess.run(profile_command(ncu, report, len(names), child, metrics), env=env,
                                  capture_output=True, text=True, timeout=timeout_s)
         if profile.returncode != 0:
@@ -341,7 +342,7 @@ def _child(argv: Sequence[str] | None = None) -> int:
     if args.layout:
         keras.config.set_image_data_format(args.layout)
 
-    backend = active_backend()
+    framework = backends.get()
     model = keras.saving.load_model(args.model, compile=False)
     names = json.loads(Path(args.layers).read_text())
     shapes = Path(args.input_shapes).read_text() if args.input_shapes else None
@@ -351,15 +352,15 @@ def _child(argv: Sequence[str] | None = None) -> int:
     absent = [n for n in names if n not in calls]
     if absent:
         raise MeasurementError(f"Expected the reloaded model to have layers {absent}, Received: {sorted(calls)}")
-    with inference_context(backend):
+    with framework.inference_context():
         for index, name in enumerate(names):
-            runner = layer_runner(calls[name], training=False, backend=backend)
+            runner = layer_runner(calls[name], training=False, backend=framework.name)
             for _ in range(args.warmup):
                 out = runner.fn()
-            sync(out if args.warmup else None, backend)
+            framework.sync(out if args.warmup else None)
             with nvtx_range(f"{RANGE_PREFIX}{index}"):
                 out = runner.fn()
-                sync(out, backend)  # the range closes after the layer's kernels were launched and ran
+                framework.sync(out)  # the range closes after the layer's kernels were launched and ran
             del runner, out
     return 0
 

@@ -28,28 +28,22 @@ import dataclasses
 import json
 import statistics
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.types import LayerCall
 from carm_advisor.mapping.walker import iter_layer_calls
-from carm_advisor.measure import backend as _backend
-from carm_advisor.measure.layers import (
-    _expecting,
-    _model_inputs,
-    _progress,
-    _run_record,
-    measure_layer_calls,
-    measure_model,
-    measure_model_graph,
-    trace_settings,
-)
+from carm_advisor.measure import backends
+from carm_advisor.measure.backends import Launch, Range
+from carm_advisor.measure.device import run_record
+from carm_advisor.measure.execution import trace_settings
+from carm_advisor.measure.inputs import ModelInputs, model_inputs
+from carm_advisor.measure.layers import measure_layer_calls
+from carm_advisor.measure.model import measure_model, measure_model_graph
 from carm_advisor.measure.records import LayerMeasurement, RunMeasurement
+from carm_advisor.measure.windows import expecting, progress_bar
 from carm_advisor.power._base import GPU
-
-if TYPE_CHECKING:
-    from carm_advisor.measure.layers import ModelInputs
 
 # Range names carry this prefix so that attribution ignores every other annotation in the trace.
 RANGE_PREFIX = "carm::"
@@ -60,25 +54,6 @@ LAYER_ENERGY_NOTE = (
 
 
 # ---- attribution (pure: tested with hand-made event lists) -------------------------------------
-
-
-@dataclass(frozen=True)
-class Range:
-    """One layer range on the CPU timeline (us) of one thread."""
-
-    name: str
-    thread: int
-    start_us: float
-    end_us: float
-
-
-@dataclass(frozen=True)
-class Launch:
-    """An op that launched GPU kernels: when it started (CPU us, thread) and its kernels' GPU us."""
-
-    thread: int
-    t_us: float
-    gpu_us: float
 
 
 def attribute_kernels(ranges: Sequence[Range], launches: Iterable[Launch]) -> tuple[list[float], float]:
@@ -171,52 +146,34 @@ def named_layer_ranges(calls: Sequence[LayerCall], open_range: Callable[[str], A
                 del layer.__dict__["call"]
 
 
-# ---- the torch pass -----------------------------------------------------------------------------
-
-
-def _events_to_ranges_and_launches(events) -> tuple[list[Range], list[Launch]]:
-    """torch.profiler FunctionEvents -> layer ranges (CPU) and kernel launches (CPU op + its kernels)."""
-    from torch.autograd import DeviceType
-
-    ranges, launches = [], []
-    for e in events:
-        if e.device_type != DeviceType.CPU:
-            continue
-        if e.name.startswith(RANGE_PREFIX):
-            ranges.append(Range(e.name[len(RANGE_PREFIX):], e.thread, e.time_range.start, e.time_range.end))
-            continue  # a range's own GPU-side annotation span is not kernel work
-        gpu_us = sum(k.duration for k in e.kernels if not k.name.startswith(RANGE_PREFIX))
-        if gpu_us > 0:
-            launches.append(Launch(e.thread, e.time_range.start, gpu_us))
-    return ranges, launches
+# ---- the profiled pass ------------------------------------------------------------------------------
 
 
 def profile_pass(model, x: ModelInputs, calls: Sequence[LayerCall], *, iterations: int = 5, warmup: int = 2
                  ) -> tuple[dict[str, tuple[float, float | None]], float, str]:
-    """Run the model on `x` (measure.layers.ModelInputs) eagerly under torch.profiler, one range per layer call.
+    """Run the model on `x` (measure.inputs.ModelInputs) eagerly under the backend's profiler, one range per
+    layer call (Backend.profile: torch.profiler).
 
     Returns (name -> (time_s, spread)), the GPU s per call launched outside every layer range, and
     the source of the times ("kernels" on a CUDA GPU, "cpu-ranges" on a CPU).
     """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    cuda = bool(torch.cuda.is_available())
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with torch.no_grad(), named_layer_ranges(calls, record_function) as ranges_ctl:
+    framework = backends.get()
+    with framework.inference_context(), named_layer_ranges(calls, framework.profiler_range) as ranges_ctl:
         for _ in range(max(int(warmup), 1)):  # cuDNN autotuning and allocations stay out of the trace
             ranges_ctl.reset()
             x.call(model, training=False)
-        _backend.sync(backend="torch")
-        with profile(activities=activities) as prof:
+        framework.sync()
+
+        def profiled_iterations() -> None:
             for _ in range(iterations):
                 ranges_ctl.reset()
                 x.call(model, training=False)
-            _backend.sync(backend="torch")
-    ranges, launches = _events_to_ranges_and_launches(prof.events())
+
+        trace = framework.profile(profiled_iterations, RANGE_PREFIX)
+    ranges, launches = trace.ranges, trace.launches
     if not ranges:
         raise MeasurementError("Expected the profiler to record one range per layer, Received: none")
-    if cuda:
+    if trace.kernels:
         per_range_us, outside_us = attribute_kernels(ranges, launches)
         source = "kernels"
         if not any(per_range_us):  # CUPTI gave no kernel activity: nothing to attribute, say so
@@ -246,17 +203,18 @@ def profile_run(
     """One profiled pass for every layer's time, then the whole model eager (and replayed from a CUDA
     graph on a GPU), in one record. torch only; layer energy by time share (see the module docstring).
     """
-    if _backend.active_backend() != "torch":
+    framework = backends.get()
+    if not framework.layer_profiler:
         raise MeasurementError(
-            f"Expected the torch backend for a one-pass profile, Received: {_backend.active_backend()} "
+            f"Expected the torch backend for a one-pass profile, Received: {framework.name} "
             "(jax measures each layer jitted alone: measure.run.measure_run)"
         )
     start_s = time.perf_counter()
     calls = list(iter_layer_calls(model, batch_size))
-    with _progress(progress) as bar:
+    with progress_bar(progress) as bar:
         task = bar.add_task("profiled pass", total=3 if graph else 2)
-        with _expecting(f"model '{model.name}' to run under the profiler on batch {batch_size}"):
-            x = _model_inputs(model, batch_size)
+        with expecting(f"model '{model.name}' to run under the profiler on batch {batch_size}"):
+            x = model_inputs(model, batch_size)
             times, outside_s, source = profile_pass(model, x, calls, iterations=iterations, warmup=warmup)
         bar.update(task, advance=1, description="whole model (eager)")
         inference, _ = measure_model(model, batch_size=batch_size, gpu=gpu, training_step=False,
@@ -282,7 +240,7 @@ def profile_run(
             energy_j=e, power_w=(e / t) if e is not None else None, sm_clock_mhz=reference.sm_clock_mhz,
             execution="profiled",
         ))
-    run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
+    run = run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers, run.inference, run.inference_graph = layers, inference, graph_m
     run.settings = {
         "method": "profiled", "layer_time_source": source, "iterations": iterations, "warmup": warmup,
@@ -326,7 +284,7 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
     measured = {m.name: m for m in measure_layer_calls(reps, gpu=gpu, min_window_s=window_s, repeats=repeats,
                                                       warmup=warmup, progress=progress,
                                                       back_to_back_calls=back_to_back_calls)} if reps else {}
-    run = _run_record(model, batch_size=batch_size, gpu=gpu, command=command)
+    run = run_record(model, batch_size=batch_size, gpu=gpu, command=command)
     run.layers = [dataclasses.replace(measured[mapping[c.path]], name=c.path) for c in calls]
     if whole_model:
         run.inference, _ = measure_model(model, batch_size=batch_size, gpu=gpu, training_step=False,
@@ -336,7 +294,7 @@ def measure_distinct_layers(model, *, batch_size: int, gpu: GPU | None = None, w
                     "warmup": warmup, "distinct_layer_calls": len(reps), "layer_calls": len(calls),
                     "deduplicated": "identical calls (class, config, input shapes and dtypes) measured once",
                     **trace_settings(run.backend)}
-    if back_to_back_calls > 0 and run.backend == "jax":
+    if back_to_back_calls > 0 and backends.get(run.backend).jit_execution:
         run.settings["back_to_back_calls"] = back_to_back_calls
     run.wall_s = time.perf_counter() - start
     return run

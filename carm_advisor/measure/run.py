@@ -4,17 +4,14 @@ step, a CUDA-graph replay), and Nsight Compute's counters where asked for, in on
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Collection
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from carm_advisor.measure.counters import measure_counters
-from carm_advisor.measure.layers import (
-    MeasureOptions,
-    RunWindows,
-    _measure_layers,
-    _measure_model,
-    _measure_model_graph,
-)
+from carm_advisor.measure.layers import measure_layers_with
+from carm_advisor.measure.model import measure_model_graph_with, measure_model_with
 from carm_advisor.measure.records import RunMeasurement
+from carm_advisor.measure.windows import MeasureOptions, RunWindows
 from carm_advisor.power._base import GPU
 
 if TYPE_CHECKING:
@@ -49,10 +46,11 @@ def measure_run(
     """
     start_s = time.perf_counter()
     o = MeasureOptions.resolve(**windows)
-    run = _measure_layers(model, batch_size, gpu, o, progress=progress, only=only, command=command, graphs=graphs)
-    run.inference, run.training_step = _measure_model(model, batch_size, gpu, o, training_step=training_step)
+    run = measure_layers_with(model, batch_size, gpu, o, progress=progress, only=only, command=command,
+                              graphs=graphs)
+    run.inference, run.training_step = measure_model_with(model, batch_size, gpu, o, training_step=training_step)
     if graphs:
-        run.inference_graph = _measure_model_graph(model, batch_size, gpu, o)
+        run.inference_graph = measure_model_graph_with(model, batch_size, gpu, o)
     run.settings.update(model_window_s=o.model_window_s, model_repeats=o.model_repeats)
     if counters:
         run.attach_counters(measure_counters(model, batch_size=batch_size, only=only))

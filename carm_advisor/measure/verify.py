@@ -20,7 +20,7 @@ from pathlib import Path
 
 from carm_advisor.carm.fitting import COUNTER_TOLERANCE
 from carm_advisor.errors import MeasurementError
-from carm_advisor.measure.backend import nvtx_range
+from carm_advisor.measure.backends import nvtx_range
 from carm_advisor.measure.counters import export_command, ncu_path, parse_ncu_csv, profile_command
 from carm_advisor.measure.kernels import KernelLibrary
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Callable
 
-from carm_advisor.measure.layers import measure_model, measure_model_graph
+from carm_advisor.measure.model import measure_model, measure_model_graph
 from carm_advisor.models.loader import load_model
 from carm_advisor.power.nvml import gpu_count, open_gpu
 

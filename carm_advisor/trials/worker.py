@@ -27,14 +27,14 @@ from collections import OrderedDict
 from typing import Any
 
 from carm_advisor.errors import MeasurementError
-from carm_advisor.measure import backend as _backend
-from carm_advisor.measure.backend import float32_math, has_gpu, inference_context, is_out_of_memory
-from carm_advisor.measure.layers import (
-    _functional_inputs,
-    _model_int_high,
+from carm_advisor.measure import backends
+from carm_advisor.measure.backends import is_out_of_memory
+from carm_advisor.measure.inputs import (
+    functional_inputs,
     functional_structure,
     ids_as_floats,
     ids_high,
+    model_int_high,
     subclassed_call_specs,
 )
 from carm_advisor.models.builder import build, model_spec
@@ -51,7 +51,7 @@ class Worker:
         import keras
 
         self.keras = keras
-        self.backend = _backend.active_backend()
+        self.backend = backends.active_backend()
         self.spec = model_spec(message["model"])
         self.settings = WorkerSettings(**message.get("settings", {}))
         self.gpu = self._open_gpu()
@@ -62,16 +62,16 @@ class Worker:
 
     def _open_gpu(self):
         try:
-            return open_visible_gpu() if has_gpu() and gpu_count() > 0 else None
+            return open_visible_gpu() if backends.get().has_gpu() and gpu_count() > 0 else None
         except Exception:  # no NVML: times only
             return None
 
     def info(self) -> dict[str, Any]:
-        device = {"backend": self.backend, "backend_version": _backend.backend_version(self.backend),
-                  "backend_device": _backend.device_name(self.backend), "energy": self.gpu is not None}
+        device = {"backend": self.backend, "backend_version": backends.get(self.backend).version(),
+                  "backend_device": backends.get(self.backend).device_name(), "energy": self.gpu is not None}
         if self.gpu is not None:
             device["name"] = self.gpu.name()
-        return {"ok": True, "device": device, "math_mode": _backend.math_mode(self.backend)}
+        return {"ok": True, "device": device, "math_mode": backends.get(self.backend).math_mode()}
 
     # --- models and inputs ------------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ class Worker:
         if layout not in self.reference_outputs:
             k = self.settings.accuracy_samples
             x = self.keras.tree.map_structure(lambda a: a[:k], self.host_inputs(layout, max(k, 1)))
-            with float32_math(False), inference_context(self.backend):
+            with backends.get(self.backend).float32_math(False), backends.get(self.backend).inference_context():
                 y = self.reference(layout)(_on_device(x), training=False)
             self.reference_outputs[layout] = np.asarray(self.keras.ops.convert_to_numpy(_first(y)), dtype="float64")
         return self.reference_outputs[layout]
@@ -129,7 +129,7 @@ class Worker:
         s = self.settings
         keras = self.keras
         try:
-            with _backend.float32_math(cfg.tf32, self.backend):
+            with backends.get(self.backend).float32_math(cfg.tf32):
                 model = self.model_for(cfg.keras_policy, cfg.layout)
                 x_host = self.host_inputs(cfg.layout, cfg.batch_size)
                 x = _on_device(x_host)
@@ -160,7 +160,7 @@ class Worker:
                 if weights is not None:
                     model.set_weights(weights)
         finally:
-            _backend.reset_compiled(self.backend)
+            backends.get(self.backend).reset_compiled()
             if s.idle_gap_s > 0:
                 time.sleep(s.idle_gap_s)  # the GPU cools to its idle state between configurations
         return {
@@ -180,7 +180,7 @@ def _host_inputs(model, batch_size: int, seed: int):
     import keras
     import numpy as np
 
-    inputs = _functional_inputs(model)
+    inputs = functional_inputs(model)
     if inputs:
         specs = functional_structure(model, inputs)
     else:   # a subclassed model: the arguments the mapping traces its call() on (predict_on_batch passes one)
@@ -193,7 +193,7 @@ def _host_inputs(model, batch_size: int, seed: int):
                              "been called once: a measured study cannot feed a call() of several tensors (a "
                              "predicted one maps it on input_shapes / --call-shape)")
         specs = args[0][0]
-    high = _model_int_high(model)
+    high = model_int_high(model)
     whole = ids_as_floats(model)
     index = iter(range(10**6))
 
@@ -205,7 +205,7 @@ def _host_inputs(model, batch_size: int, seed: int):
             return rng.integers(0, 2, shape).astype(bool)
         if "int" in dtype:
             return rng.integers(0, max(high, 1), shape).astype(dtype)
-        if whole:   # ids Keras recorded no dtype for (measure.layers.ids_as_floats)
+        if whole:   # ids Keras recorded no dtype for (measure.inputs.ids_as_floats)
             return rng.integers(0, ids_high(high), shape).astype(dtype if "float" in dtype else "float32")
         return rng.standard_normal(shape).astype(dtype if "float" in dtype else "float32")
 
