@@ -3,7 +3,8 @@
 The package reads top-down: every unit (a folder of carm_advisor, or a module at its root) sits on one layer
 of LAYERS and imports only units of lower layers; no two files import each other through a chain (no cycle),
 and no module is longer than MAX_LINES. carm/ is pure math: it imports itself, errors, the standard library and
-numpy. pynvml lives in the NVML module alone; ctypes and TensorFlow's load_op_library in the kernel loader alone.
+numpy. pynvml lives in the NVML module alone; ctypes and TensorFlow's load_op_library in the kernel loader alone;
+torch, jax and tensorflow in measure/backends/ (one module per Keras backend) and the kernel loader and builder.
 Each checker is proven able to fail on a synthetic package that breaks its rule.
 """
 
@@ -20,6 +21,8 @@ import carm_advisor
 PACKAGE_DIR = Path(carm_advisor.__file__).parent
 NVML_MODULE = "carm_advisor.power.nvml"
 KERNEL_LOADER = "carm_advisor.measure.kernels"
+FRAMEWORK_HOMES = ("carm_advisor.measure.backends", KERNEL_LOADER, "carm_advisor.measure.build")
+FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow")
 MAX_LINES = 600
 
 # Lowest first. A unit imports only units on lower lines; units on one line do not import each other.
@@ -99,6 +102,10 @@ RULES = {
     f"load_op_library only in {KERNEL_LOADER}": (
         lambda module: module != KERNEL_LOADER,
         lambda name: name == "load_op_library" or name.endswith(".load_op_library"),
+    ),
+    f"{', '.join(FRAMEWORKS)} only in {', '.join(FRAMEWORK_HOMES)}": (
+        lambda module: not _within(module, *FRAMEWORK_HOMES),
+        lambda name: _within(name, *FRAMEWORKS),
     ),
 }
 
@@ -251,6 +258,17 @@ def test_the_rule_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_p
     _write(tmp_path, "carm_advisor/power/energy.py", "def read():\n    from pynvml import nvmlInit\n")
     _write(tmp_path, "carm_advisor/measure/kernels.py", "import ctypes\nimport tensorflow as tf\ntf.load_op_library('x')\n")
     _write(tmp_path, "carm_advisor/measure/tf_op.py", "import ctypes.util\ndef load(tf):\n    return tf.load_op_library('y')\n")
+    # allowed: a framework in measure/backends/ and the kernel builder; packages whose names merely start alike
+    _write(tmp_path, "carm_advisor/measure/backends/torch.py",
+           "def f():\n    import torch\n    from torch.profiler import profile\n")
+    _write(tmp_path, "carm_advisor/measure/backends/jax.py", "def f():\n    import jax.numpy as jnp\n")
+    _write(tmp_path, "carm_advisor/measure/build.py", "def f():\n    import tensorflow as tf\n")
+    _write(tmp_path, "carm_advisor/models/extra.py", "import torchvision\nimport jaxtyping\n")
+    # broken: a framework anywhere else, inside a function too, and in a module named only like the folder
+    _write(tmp_path, "carm_advisor/measure/layers.py",
+           "def f():\n    import jax\n    from torch.autograd import DeviceType\n")
+    _write(tmp_path, "carm_advisor/measure/backends_extra.py", "from jaxlib import xla_client\n")
+    _write(tmp_path, "carm_advisor/advise/analyze.py", "import tensorflow as tf\n")
 
     found = rule_violations(pkg)
     assert found == {
@@ -261,6 +279,12 @@ def test_the_rule_checker_reports_every_rule_broken_in_a_synthetic_package(tmp_p
         f"pynvml only in {NVML_MODULE}": ["carm_advisor/power/energy.py:2 uses pynvml.nvmlInit"],
         f"ctypes only in {KERNEL_LOADER}": ["carm_advisor/measure/tf_op.py:1 uses ctypes.util"],
         f"load_op_library only in {KERNEL_LOADER}": ["carm_advisor/measure/tf_op.py:3 uses load_op_library"],
+        f"{', '.join(FRAMEWORKS)} only in {', '.join(FRAMEWORK_HOMES)}": [
+            "carm_advisor/advise/analyze.py:1 uses tensorflow",
+            "carm_advisor/measure/backends_extra.py:1 uses jaxlib.xla_client",
+            "carm_advisor/measure/layers.py:2 uses jax",
+            "carm_advisor/measure/layers.py:3 uses torch.autograd.DeviceType",
+        ],
     }
 
 
