@@ -144,7 +144,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
             bound_s = predict_at_clock(carm, pm, work, f0_mhz, f0_mhz).time_s
             busy = busy_power_w(carm, pm, work)
             excluded = exclusion(run, layer, min_layer_window_s)
-            kept.append((layer, work, bound_s, busy, excluded))
+            kept.append((layer, bound_s, busy, excluded))
             if excluded is None and not layer.get("gpu_time_s_leave_one_model_out"):   # GPU-paced: the curves' data
                 u = replay_share(layer)
                 obs = DutyObservation(layer["time_s"], layer["power_w"], pm.constant_w + (busy - pm.constant_w) * u,
@@ -170,7 +170,7 @@ def validate(runs: list[dict], carm, pm, f0_mhz: float, min_layer_window_s: floa
     pm_in = dataclasses.replace(pm, duty=in_sample, duty_tensor_core=tc_in) if in_sample is not None else None
     layers, whole = [], []
     for run, kept in zip(runs, per_run):
-        rows, measured_t, bound_t = _score_layers(run, kept, pm, lomo_pm.get(run["model"]), pm_in)
+        rows, measured_t, bound_t = _score_layers(run, kept, lomo_pm.get(run["model"]), pm_in)
         layers += rows
         row = _score_whole(run, rows, measured_t, bound_t, carm, pm, lomo_pm.get(run["model"]))
         if row is not None:
@@ -197,10 +197,10 @@ def _layer_power(pm, layer: dict, busy_w: float, bound_s: float, time_s: float) 
                            output_elements=layer.get("output_elements"), path=layer["path"])
 
 
-def _score_layers(run: dict, kept: list, pm, lomo_pm, pm_in) -> tuple[list[dict], float, float]:
+def _score_layers(run: dict, kept: list, lomo_pm, pm_in) -> tuple[list[dict], float, float]:
     """The per-layer rows of one run, and its measured layers' summed time and CARM bound time."""
     rows, measured_t, bound_t = [], 0.0, 0.0
-    for layer, _, bound_s, busy, excluded in kept:
+    for layer, bound_s, busy, excluded in kept:
         t, t_cal = layer["time_s"], layer.get("calibrated_time_s_leave_one_model_out")
         pred = {HEADLINE: _layer_power(lomo_pm, layer, busy, bound_s, t_cal) if lomo_pm and t_cal else None,
                 "carm_point": busy,
