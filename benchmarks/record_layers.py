@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="models whose torch layers are also replayed alone (real per-layer power)")
     parser.add_argument("--torch-layout", choices=("channels_first", "channels_last"), default=LAYOUT["torch"],
                         help="image data format of the torch records (channels_last: Keras' torch backend copies each "
-                             "convolution's and pooling layer's input to and from NCHW, calibration.LAYOUT_COPIES)")
+                             "convolution's and pooling layer's input to and from NCHW, calibration.layout_copy_passes)")
     parser.add_argument("--whole-only", type=_csv, default=[],
                         help="models whose jax record holds the whole model only (no layer jitted alone); torch records are one profiled pass either way and ignore it")
     parser.add_argument("--layer-window-s", type=float, default=0.05,
