@@ -9,12 +9,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.report.console import make_console, wants_full_width
 from carm_advisor.results import measured_gain
 from carm_advisor.units import count, named_list, plural, seconds, si
 
-__all__ = ["si", "seconds", "plural", "header", "layer_table", "recommendations_table", "ceilings_table",
-           "renderables", "print_report"]
+__all__ = ["bound_label", "ceilings_table", "header", "layer_table", "plural", "print_report",
+           "recommendations_table", "renderables", "seconds", "si"]
 
 
 def _watts(value: float | None) -> str:
@@ -25,11 +26,18 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _bound_text(bound: str, labels: dict) -> Text:
+def bound_label(bound: str) -> str:
+    """What a person reads for a bound key: "compute:tc_tf32" -> "TF32 Tensor Core", "memory:hbm" -> "HBM" (the
+    roofs' labels, carm.roofline); "above-roof", "none" and "unknown" as they are. The JSON keeps the keys."""
     kind, _, key = bound.partition(":")
-    label = labels.get(key, {}).get("label", key)
+    names = {"compute": COMPUTE_PATHS, "memory": MEMORY_LEVELS}.get(kind)
+    return names.get(key, key) if names is not None and key else bound
+
+
+def _bound_text(bound: str) -> Text:
+    kind = bound.partition(":")[0]
     style = {"compute": "green", "memory": "yellow"}.get(kind, "red" if bound == "above-roof" else "dim")
-    return Text(label if key else bound, style=style)
+    return Text(bound_label(bound), style=style)
 
 
 def header(report) -> Panel:
@@ -173,7 +181,7 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
             continue
         else:
             ai = "-" if r.ai is None else f"{r.ai:.3g}" + ("*" if r.ai_source == "counters" else "")
-            cells = [r.name, r.type, si(r.flops), ai, _bound_text(r.bound, report.ceilings),
+            cells = [r.name, r.type, si(r.flops), ai, _bound_text(r.bound),
                      si(r.attainable_flops_per_s, "FLOP/s")]
             if measured:
                 eff = r.efficiency

@@ -3,26 +3,29 @@ the layers that moved roof, the CARM pruning, the predicted clock recommendation
 
 from __future__ import annotations
 
-from typing import Iterator
+import math
+from collections.abc import Iterator
 
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.report.render import POWER_LEGEND, POWER_MARK, bound_label
 from carm_advisor.trials.space import TrialConfig
 from carm_advisor.tune.objectives import OBJECTIVES
-from carm_advisor.tune.records import throughput, value_of
-from carm_advisor.units import plural
+from carm_advisor.tune.records import TOP1_CAVEAT, throughput, value_of
+from carm_advisor.units import count, plural
 
 
 def _fmt(value, digits: int = 4) -> str:
-    if value is None or value != value:
+    if value is None or math.isnan(value):
         return "-"
     return f"{value:.{digits}g}"
 
 
 def _pct(value) -> str:
-    return "-" if value is None or value != value else f"{value * 100:.1f}%"
+    return "-" if value is None or math.isnan(value) else f"{value * 100:.1f}%"
 
 
 def _label(source: str, value_policy: str | None = None) -> str:
@@ -32,6 +35,17 @@ def _label(source: str, value_policy: str | None = None) -> str:
                     "applies; nothing ran)")
         return "PREDICTED (CARM bound on the recorded profile; nothing ran)"
     return {"measured": "MEASURED", "fake": "FAKE (made-up figures for testing)"}.get(source, source.upper())
+
+
+def _pace(result) -> str:
+    """The best against the baseline in throughput (samples/s) and in time per batch, said apart: at a larger batch
+    the best can serve more samples a second while each batch takes longer (latency)."""
+    base, best = result.baseline, result.best
+    if result.slowdown is None or not (base.measurement.get("time_s") and best.measurement.get("time_s")):
+        return ""
+    per_batch = best.measurement["time_s"] / base.measurement["time_s"]
+    return (f"throughput {1 / result.slowdown:.2f}x the baseline's (samples/s), "
+            f"time per batch {per_batch:.2f}x the baseline's (latency)")
 
 
 def render(result) -> Iterator:
@@ -63,9 +77,12 @@ def render(result) -> Iterator:
     row("value source", lambda t: t.value_source or result.source)
     row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
     row("spread over windows", spread, only_with_a_value=result.source == "predicted")
-    row("samples/J", lambda t: _fmt(value_of(OBJECTIVES["samples_per_joule"], t), 3))
-    row("samples/s", lambda t: _fmt(throughput(t), 4))
-    row("power W", lambda t: _fmt(t.measurement.get("power_w"), 3))
+    # samples/J and samples/s as analyze prints counts (units.count); the objective's own row is not repeated
+    if o.name != "samples_per_joule":
+        row("samples/J", lambda t: count(value_of(OBJECTIVES["samples_per_joule"], t)))
+    if o.name != "throughput":
+        row("samples/s", lambda t: count(throughput(t)))
+    row("power (W)", lambda t: _fmt(t.measurement.get("power_w"), 3))
     row("output error vs float32", lambda t: _fmt(t.measurement.get("output_error"), 2),
         only_with_a_value=result.source == "predicted")   # a measured best whose error failed shows "-"
     def top1(t):
@@ -82,17 +99,18 @@ def render(result) -> Iterator:
     if gain is not None:
         summary.append(f"gain {gain:.2f}x in {o.name}", style="bold green" if gain > 1 else "bold")
         spj = result.gain("samples_per_joule")
-        if spj is not None and spj == spj:
+        if spj is not None and not math.isnan(spj):
             summary.append(f"   {spj:.2f}x samples/J")
-        if result.slowdown:
-            summary.append(f"   slowdown {result.slowdown:.2f}x" + (" (faster than the baseline)" if result.slowdown < 1 else ""))
+        pace = _pace(result)
+        if pace:
+            summary.append(f"   {pace}")
         if caveat:
             summary.append(f"; a prediction {caveat}", style="yellow")
     if result.gain_note:
         summary.append(result.gain_note, style="bold")
     for d in result.keras_defaults:
         g = d["gain"].get(o.name)
-        if g is None or g != g:
+        if g is None or math.isnan(g):
             continue
         summary.append(("\n" if summary.plain else "")
                        + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "
@@ -107,8 +125,11 @@ def render(result) -> Iterator:
     evaluated = c.get(result.source, c["measured"])   # a predicted study counts them as "predicted"
     verb = {"measured": "measured", "predicted": "predicted (nothing measured)"}.get(
         result.source, f"evaluated ({result.source})")
+    # Two counts of the CARM bound's pruning, each with what it counts: trials this search proposed and did not run,
+    # and configurations of the whole space a blind search would have run although they cannot beat the best.
     summary.append(f"\n{evaluated} configurations {verb}, {plural(c['repeats_reused'], 'repeat')} reused, "
-                   f"{c['pruned_by_carm']} pruned by the CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
+                   f"{c['pruned_by_carm']} of the {plural(c['trials'], 'trial')} the search proposed pruned by their "
+                   f"CARM bound (not run), {c['pruned_out_of_memory']} out of memory, "
                    f"{c['failed']} failed, {c['infeasible']} infeasible")
     if c.get("uncalibrated_not_ranked"):
         summary.append(f" ({c['uncalibrated_not_ranked']} of them with only a CARM bound: not ranked against "
@@ -116,18 +137,14 @@ def render(result) -> Iterator:
     if result.source == "predicted" and result.value_policy:
         summary.append(f"\nvalues: {result.value_policy}")
     b = result.blind_search
-    summary.append(f"\nthe whole space has {b['grid_size']} configurations (clocks aside): the CARM bound rules out "
-                   f"{b['ruled_out_by_carm_bound']} of them against the best found")
+    summary.append(f"\nof the {b['grid_size']} configurations of the whole space (clocks aside), the CARM bound rules out "
+                   f"{b['ruled_out_by_carm_bound']} against the best found: a blind search would have run them")
     if has_top1:
-        from carm_advisor.tune.records import TOP1_CAVEAT
-
         summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
     for w in result.warnings:
         summary.append(f"\nwarning: {w}", style="yellow")
     if result.budget_stopped:
         summary.append("\nstopped before the time budget: rerun the same command to resume the study")
-    from rich.console import Group
-
     yield Panel(Group(lines, table, summary), title="carm_advisor tune", subtitle=f"{result.wall_s:.0f} s")
     if result.next_best:
         nb = Table(title=f"next best ({result.source})", box=None)
@@ -148,16 +165,14 @@ def render(result) -> Iterator:
             pf.add_row(t.config.label(), *[_fmt(v) for v in t.values])
         yield pf
     if result.layer_changes:
-        from carm_advisor.report.render import POWER_LEGEND, POWER_MARK
-
         capped = any(ch.get("power_limited_before") or ch.get("power_limited_after") for ch in result.layer_changes)
         lc = Table(title="layers baseline -> best (CARM bound, per sample)", box=None, caption_justify="left",
                    caption=Text(POWER_LEGEND + "; the speed-up is of the bound times", style="yellow") if capped else None)
         for col in ("layer", "roof before", "roof after", "bound speed-up"):
             lc.add_column(col, justify="right" if col == "bound speed-up" else "left")
         for ch in result.layer_changes:
-            lc.add_row(ch["layer"], str(ch["bound_before"]) + (POWER_MARK if ch.get("power_limited_before") else ""),
-                       str(ch["bound_after"]) + (POWER_MARK if ch.get("power_limited_after") else ""),
+            lc.add_row(ch["layer"], bound_label(str(ch["bound_before"])) + (POWER_MARK if ch.get("power_limited_before") else ""),
+                       bound_label(str(ch["bound_after"])) + (POWER_MARK if ch.get("power_limited_after") else ""),
                        f"{ch['speedup']:.2f}x")
         yield lc
     clock = result.clock_recommendation
