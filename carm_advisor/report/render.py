@@ -200,28 +200,74 @@ def layer_table(report, top: int | None = None, width: int = 200) -> Table:
         cells_of.append(cells)
     names = [name for name, _ in columns]
     droppable = [n for n in _DROP_FIRST if n in names and not (n == "bound time" and not measured)]
-    dropped: set[str] = set()
-    while True:
+    dropped: list[str] = []
+    stacked = False   # the class under the name in one column, instead of a column of its own
+    sequential = _sequential_legend(recurrent_layers(report.layers))
+    full_width = _natural_width(_layers_table(columns, cells_of, set()))
+
+    def build() -> Table:
         power = Text(POWER_LEGEND, style="yellow") if capped and "bound time" not in dropped else None
         # the recurrent legend whatever rows `top` shows: the header's time carries the mark too
-        table = _layers_table(columns, cells_of, dropped,
-                              _legend(_sequential_legend(recurrent_layers(report.layers)), power))
-        natural = Console(width=10_000).measure(table).maximum   # unwrapped width
-        if natural <= width or not droppable:
-            return table
-        dropped.add(droppable.pop(0))
+        return _layers_table(columns, cells_of, set(dropped),
+                             _legend(sequential, power, _left_out_note(columns, dropped, full_width)), stacked)
+
+    table = build()
+    # The lesser columns go while the table is wider than the terminal unwrapped.
+    while droppable and _natural_width(table) > width:
+        dropped.append(droppable.pop(0))
+        table = build()
+    # Names are never broken: while the table cannot fit even with every label wrapped at its spaces, columns with
+    # the class moves under the name, then columns with no figure in any row go, then the attainable performance.
+    empty = [name for i, (name, _) in enumerate(columns) if name not in dropped and i > 1
+             and cells_of and all(str(cells[i]) == "-" for cells in cells_of)]
+    for step in ("stack", *empty, "attainable"):
+        if _narrowest_width(columns, cells_of, set(dropped), stacked) <= width:
+            break
+        if step == "stack":
+            stacked = True
+        elif step in names and step not in dropped:
+            dropped.append(step)
+        table = build()
+    return table
 
 
-def _layers_table(columns, cells_of, dropped: set[str], caption: Text | None = None) -> Table:
+def _natural_width(table: Table) -> int:
+    """The table's width with nothing wrapped."""
+    return Console(width=10_000).measure(table).maximum
+
+
+def _narrowest_width(columns, cells_of, dropped: set[str], stacked: bool) -> int:
+    """The table's width with each roof label wrapped at every space and nothing else wrapped: the narrowest it
+    gets without breaking a name or a figure (rich's own minimum would break them at their spaces too)."""
+    at = [name for name, _ in columns].index("bound")
+    words = [[*cells[:at], Text("\n".join(str(cells[at]).split())), *cells[at + 1:]] for cells in cells_of]
+    return _natural_width(_layers_table(columns, words, dropped, stacked=stacked))
+
+
+def _left_out_note(columns, dropped: list[str], full_width: int) -> Text | None:
+    """Which columns a narrow terminal left out, in the table's order, and how to see them."""
+    if not dropped:
+        return None
+    names = [name for name, _ in columns if name in dropped]
+    return Text(f"columns left out at this width: {', '.join(names)}; a terminal of {full_width} columns "
+                f"(COLUMNS={full_width}) or the JSON report (--json) shows every column", style="dim")
+
+
+def _layers_table(columns, cells_of, dropped: set[str], caption: Text | None = None, stacked: bool = False) -> Table:
     table = Table(title="Layers on the CARM", header_style="bold", expand=False, pad_edge=False, caption=caption,
                   caption_justify="left")
-    keep = [i for i, (name, _) in enumerate(columns) if name not in dropped]
+    keep = [i for i, (name, _) in enumerate(columns) if name not in dropped and not (stacked and name == "type")]
     for i in keep:
         name, just = columns[i]
-        # Names and labels wrap (fold inside a long name) rather than end in an ellipsis.
-        table.add_column(name, justify=just, overflow="fold", no_wrap=i > 1 and name != "bound")
+        # A layer's name and class stay whole (no_wrap: the table leaves columns out rather than break them); a
+        # roof's label wraps at its spaces; the figures stay on one line.
+        table.add_column("layer / type" if stacked and i == 0 else name, justify=just, overflow="fold",
+                         no_wrap=name != "bound")
     for cells in cells_of:
-        table.add_row(*[cells[i] for i in keep])
+        row = [cells[i] for i in keep]
+        if stacked:
+            row[0] = Text.assemble(str(cells[0]), "\n", (str(cells[1]), "dim"))
+        table.add_row(*row)
     return table
 
 
