@@ -29,7 +29,7 @@ from __future__ import annotations
 from carm_advisor.calibration import MATMUL_CLASSES, whole_model_execution
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.results import LayerRow, Recommendation
-from carm_advisor.units import named_list
+from carm_advisor.units import named_list, seconds, si
 
 # A layer this far below its roof (measured / attainable) with this share of the measured time is named.
 FAR_BELOW = 0.25
@@ -111,8 +111,8 @@ def dispatch_overhead(report) -> Recommendation | None:
     calls = sum(1 for r in report.layers if r.known)
     return Recommendation(
         title="Remove the framework's per-layer dispatch: compile the model or replay it from a CUDA graph",
-        detail=(f"Measured: {eager['time_s'] * 1e3:.1f} ms per call eagerly, {graph['time_s'] * 1e3:.1f} ms for the same "
-                f"GPU work replayed from one CUDA graph: {overhead * 1e3:.1f} ms ({overhead / eager['time_s']:.0%}) is "
+        detail=(f"Measured: {seconds(eager['time_s'])} per call eagerly, {seconds(graph['time_s'])} for the same "
+                f"GPU work replayed from one CUDA graph: {seconds(overhead)} ({overhead / eager['time_s']:.0%}) is "
                 f"Python/Keras dispatch of {calls} layer calls, during which the GPU waits. torch.compile "
                 "(model.compile(jit_compile=True)), a CUDA graph of the inference step, or the jax backend (jitted) remove it."),
         expected_gain=f"{speedup:.2f}x faster" + (f", {energy:.2f}x less energy" if energy else "") + " (measured)",
@@ -179,8 +179,8 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
         f"; {other} raised to its CARM bound" if capped else "") + (f"; {POWER_BASIS}" if energy else "")
     return [Recommendation(
         title=f"Run on the {other} backend" + (" (XLA-compiled)" if other == "jax" else ""),
-        detail=(f"{backend}: {now_t[0] * 1e3:.2f} ms per call ({'measured' if now_t[2] else 'calibrated'}); {other}: "
-                f"{alt_t[0] * 1e3:.2f} ms" + (f", {alt_t[1]:.2f} J at {alt_t[1] / alt_t[0]:.0f} W" if alt_t[1] else "")
+        detail=(f"{backend}: {seconds(now_t[0])} per call ({'measured' if now_t[2] else 'calibrated'}); {other}: "
+                f"{seconds(alt_t[0])}" + (f", {si(alt_t[1], 'J')} at {alt_t[1] / alt_t[0]:.0f} W" if alt_t[1] else "")
                 + f" (calibrated from recorded runs of this GPU: {calib.provenance.get('records', ['?'])[0]}, ...). "
                 f"Set KERAS_BACKEND={other}; the model code stays the same."),
         expected_gain=f"{speedup:.2f}x faster" + (f", {energy:.2f}x less energy" if energy else "") + f" ({source})",
@@ -260,7 +260,7 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     title = f"Compile the model with {name} (stays on the {backend} backend)"
     once = ("The first call compiles (seconds; again for each new input shape): paid once per process, "
             "not per call.")
-    change = {"compile": "torch.compile" if backend == "torch" else "xla"}
+    change = {"compile": compiled_exec}   # the calibration's name of the compiled execution: torch.compile, xla
     if now is None or compiled is None or not bound:
         gap = f"; at most {now[0] / bound:.2f}x, the {now[1]} time against the CARM bound" if now and bound else ""
         if compiled is None:
@@ -286,9 +286,9 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     predicted_energy = energy is not None and not (src_now == "measured" and measured_graph)
     if max(speedup, energy or 0) < MIN_GAIN:
         return None        # the prediction says compiling gains nothing (or loses): no recommendation
-    detail = (f"{backend} now: {t_now * 1e3:.2f} ms per call ({src_now}); compiled: {t_c * 1e3:.2f} ms ({src_c}"
-              + (f"; raised to the CARM bound {bound * 1e3:.2f} ms" if capped else "")
-              + (f"; {e_c:.2f} J at {e_c / t_c:.0f} W, predicted" if predicted_energy and not measured_graph else "")
+    detail = (f"{backend} now: {seconds(t_now)} per call ({src_now}); compiled: {seconds(t_c)} ({src_c}"
+              + (f"; raised to the CARM bound {seconds(bound)}" if capped else "")
+              + (f"; {si(e_c, 'J')} at {e_c / t_c:.0f} W, predicted" if predicted_energy and not measured_graph else "")
               + f"). {how}. {once}")
     label = basis + ("; capped by the gap to the CARM bound" if capped else "") + (
         f"; {POWER_BASIS}" if predicted_energy else "")
