@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Protocol
 from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
 from carm_advisor.carm.dvfs import predicted_time_energy
-from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for, missing_roof_note
 from carm_advisor.carm.power_model import host_paced_fraction
 from carm_advisor.mapping import map_model
 from carm_advisor.mapping.registry import dtype_bytes_of, elems
@@ -101,6 +101,7 @@ class Predictor:
         rows = []
         for c in costs:
             path = compute_path(c, self.math_mode, paths)
+            wanted = compute_path(c, self.math_mode)   # the roof the work runs on, whether the profile has it or not
             level = memory_level(c, l2)
             if level not in levels:   # the slowest slope the profile has: the safe upper bound
                 level = min(levels, key=lambda m: carm.bandwidth_bytes_per_s[m])
@@ -108,7 +109,8 @@ class Predictor:
                 name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
                 ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
                 predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
-                notes=c.notes, channels=_channels(c), analytic_ai=c.ai,
+                notes="; ".join(n for n in (c.notes, missing_roof_note(wanted, path) if path != wanted else "") if n),
+                channels=_channels(c), analytic_ai=c.ai,
                 input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
                 output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )

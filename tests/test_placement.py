@@ -1,6 +1,6 @@
 import pytest
 
-from carm_advisor.carm.placement import DEFAULT_MATH_MODE
+from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, missing_roof, missing_roof_note
 from carm_advisor.mapping.types import OP_ELEMENTWISE, OP_MATMUL, LayerCost
 from carm_advisor.predict import compute_path, memory_level
 
@@ -54,3 +54,13 @@ def test_working_sets_that_fit_the_l2_are_served_from_it():
 
 def test_int8_and_fp8_fall_back_to_a_tensor_core_roof_the_profile_has():
     assert compute_path(cost("Dense", "int8"), DEFAULT_MATH_MODE["torch"], {"fp32", "tc_bf16"}) == "tc_bf16"
+
+
+def test_a_roof_the_profile_lacks_is_named_with_the_one_used_instead():
+    # float32 convolutions under TF32 math on a profile without the TF32 roof land on the FP32 CUDA-core roof
+    placed = compute_path_for("float32", True, "Conv2D", {"conv": "tf32"}, {"fp32", "tc_bf16"})
+    assert placed == "fp32"
+    note = missing_roof_note("tc_tf32", placed)
+    assert note == "placed on FP32 (CUDA cores): the profile has no TF32 Tensor Core roof"
+    assert missing_roof(f"depthwise; {note}") == ("FP32 (CUDA cores)", "TF32 Tensor Core")
+    assert missing_roof("depthwise") is None

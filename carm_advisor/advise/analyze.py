@@ -7,17 +7,17 @@ import os
 import re
 import warnings as pywarnings
 from dataclasses import asdict, is_dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from carm_advisor.advise.recommend import recommend
 from carm_advisor.calibration import Calibration, load_calibration
 from carm_advisor.calibration.policy import whole_model_execution
 from carm_advisor.carm.dvfs import Work, clock_advice
-from carm_advisor.errors import MeasurementError
+from carm_advisor.errors import CarmError, MeasurementError
 from carm_advisor.learn import learn_from, merge_measurements
 from carm_advisor.mapping import map_model
 from carm_advisor.mapping.given_shapes import call_shapes
-from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound
+from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound, memory_bytes_of
 from carm_advisor.mapping.walker import fixed_batch_sizes
 from carm_advisor.measure import backends
 from carm_advisor.measure.run import measure_run
@@ -26,15 +26,9 @@ from carm_advisor.power.nvml import gpu_count, open_gpu
 from carm_advisor.predict import Predictor, resolve_math_mode, whole_batch_range, whole_model_power_w
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import Report
-from carm_advisor.report.render import recurrent_caution, recurrent_layers
+from carm_advisor.report.render import UNFIT, missing_roofs_text, recurrent_caution, recurrent_layers
 from carm_advisor.results import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo
-from carm_advisor.units import named_list
-
-if TYPE_CHECKING:
-    pass
-
-# A measured dot may exceed a roof by measurement noise alone (timer and clock jitter); beyond this
-# the profile or the mapping is wrong and the report says so.
+from carm_advisor.units import named_list, si
 
 
 def ceilings_summary(profile: Profile) -> dict[str, Any]:
@@ -136,12 +130,16 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
         warnings: list[str] = list(pinned_said)
         if run is not None:
             warnings += merge_measurements(rows, run, profile)
+            _check_same_model(rows, run, from_measurements, name or getattr(model, "name", "model"))
         unknown = [r for r in rows if not r.known]
         if unknown:
             warnings.append(
                 f"{len(unknown)} layer(s) have no cost model and are left out of the totals: "
                 + named_list([f"{r.name} ({r.type})" for r in unknown], 5)
             )
+        placed = missing_roofs_text(rows)
+        if placed:   # layers on another roof than the one they run on: the header says it too
+            warnings += placed.split("\n")
         recurrent = recurrent_layers(rows)
         if recurrent:   # in the report's warnings (its JSON too), not only in the legend under the console table
             warnings.append(recurrent_caution(recurrent))
@@ -197,6 +195,22 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
         verify_recommendations(report, runner=verify_runner, model=model,
                                model_spec=model_info.name if key in application_names() else None)
     return report
+
+
+def _check_same_model(rows: list[LayerRow], run, source, model_name: str) -> None:
+    """Refuse measurements most of whose layers are not layers of the model analysed (a recording of another
+    model): its whole-model times would stand in the header as this model's. A VGG16 recording replayed onto
+    ResNet50 matched one of its 22 layers by name (both have 'predictions')."""
+    names = {r.name.split("/")[-1].split(":")[0].split("#")[0] for r in rows} | {r.name for r in rows}
+    matched = [m.name for m in run.layers if m.name in names]
+    if not run.layers or 2 * len(matched) >= len(run.layers):
+        return
+    where = source if isinstance(source, str) else "the measurements"
+    recorded = getattr(run, "model_name", "") or "another model"
+    raise MeasurementError(
+        f"Expected measurements of {model_name}, Received: {where}, a recording of {recorded}: "
+        f"{len(matched)} of its {len(run.layers)} layers ({named_list([m.name for m in run.layers], 3)}) "
+        f"{'is a layer' if len(matched) == 1 else 'are layers'} of {model_name}")
 
 
 def _gpu_usable() -> bool:
@@ -257,18 +271,45 @@ def fixed_batch_warnings(model, batch_size: int) -> list[str]:
 
 def memory_warnings(model, batch_size: int, compute_dtype: str | Mapping[str, str] | None,
                     profile: Profile) -> list[str]:
-    """A warning where one call at this batch size cannot fit in the profile's GPU memory: its LOWER BOUND
-    (mapping/memory.py: weights at their storage dtype + the largest matmul layer's input + output at the batch
-    and compute dtype) exceeds the profile's memory_bytes. None where it may fit."""
+    """A warning where one call at this batch size cannot fit in the profile's GPU memory (unfit_batch); none where
+    it may fit."""
+    why = unfit_batch(model, batch_size, compute_dtype, profile)
+    return [f"{why}; the figures are for a batch that does not fit in its memory"] if why else []
+
+
+def check_batch_fits(model, batch_size: int, precision: str | None = None, profile: Profile | str | None = None,
+                     measure: bool | str = "auto") -> None:
+    """Refuse, before anything is analysed, measured or printed, a batch one call of which cannot fit in the GPU
+    memory of the profile analyze() would place it on (unfit_batch). Where analyze() would measure, the profile
+    is this GPU's, known only then: nothing is checked here (analyze's report says it)."""
+    if profile is None and measure is not False and _gpu_usable():
+        return
+    if not isinstance(profile, Profile):
+        profile = _default_profile(profile, None)
+    why = unfit_batch(model, batch_size, _compute_dtypes_at(model, precision)[0], profile)
+    if why:
+        raise CarmError(why)
+
+
+def unfit_batch(model, batch_size: int, compute_dtype: str | Mapping[str, str] | None, profile: Profile) -> str | None:
+    """Why one call at this batch size cannot fit in the profile's GPU memory, with the largest batch that can, or
+    None where it may fit. The memory is a LOWER BOUND (mapping/memory.py: weights at their storage dtype + the
+    largest matmul layer's input + output at the batch and compute dtype), linear in the batch: no batch above
+    (memory - weights) // (the layer's bytes per sample) fits."""
     try:
         costs = map_model(model, batch_size=batch_size, compute_dtype=compute_dtype)
     except Exception:   # the rows were mapped already; a mapping problem is reported there
-        return []
-    why = does_not_fit(footprint_lower_bound(model, costs), profile)
+        return None
+    footprint = footprint_lower_bound(model, costs)
+    why = does_not_fit(footprint, profile)
     if not why:
-        return []
-    return [f"batch size {batch_size} cannot run on {profile.name}: one call {why}; the figures are for a "
-            f"batch that does not fit in its memory"]
+        return None
+    per_sample = footprint.largest_layer_bytes / batch_size
+    capacity = memory_bytes_of(profile)
+    largest = int((capacity - footprint.weights_bytes) // per_sample) if per_sample and capacity else 0
+    limit = (f"no batch above {largest:,} fits (one call holds {si(per_sample, 'B')} more for each sample)"
+             if largest >= 1 else "its weights alone do not fit")
+    return f"batch size {batch_size} {UNFIT} {profile.name}: one call {why}; {limit}"
 
 
 def calibration_range_warnings(calib, backend: str, batch_size: int) -> list[str]:
@@ -371,10 +412,19 @@ def _default_profile(name: str | None, run) -> Profile:
 
 def _load_or_measure(model, batch_size, measure, from_measurements, counters, progress, options) -> Any:
     if from_measurements is not None:
+        from carm_advisor.measure.records import SCHEMA as MEASUREMENTS_SCHEMA
         from carm_advisor.measure.records import RunMeasurement
 
-        run = from_measurements if not isinstance(from_measurements, (str, bytes)) and hasattr(from_measurements, "layers") \
-            else RunMeasurement.from_json(from_measurements)
+        if not isinstance(from_measurements, (str, bytes)) and hasattr(from_measurements, "layers"):
+            run = from_measurements
+        else:
+            try:
+                run = RunMeasurement.from_json(from_measurements)
+            except UnicodeDecodeError as exc:   # a binary file: read_text fails before JSON is parsed
+                raise MeasurementError(
+                    f"Expected a measurements JSON file (schema '{MEASUREMENTS_SCHEMA}', UTF-8 text), Received: "
+                    f"{from_measurements}, which is not text (byte 0x{exc.object[exc.start]:02x} at offset "
+                    f"{exc.start})") from None
         if run.batch_size != batch_size:
             raise MeasurementError(
                 f"the measurements were taken at batch size {run.batch_size}, the analysis asks for {batch_size}"

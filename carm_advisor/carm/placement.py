@@ -5,6 +5,10 @@ The Keras side (a mapping LayerCost) is adapted to these in carm_advisor.predict
 
 from __future__ import annotations
 
+import re
+
+from carm_advisor.carm.roofline import COMPUTE_PATHS
+
 # What "float32" runs as on each Keras backend by default on Ampere/Hopper, for convolutions and
 # matmuls. torch: cudnn.allow_tf32 defaults to True, cuda.matmul.allow_tf32 to False; TensorFlow
 # enables TF32 execution by default; XLA (jax) uses TF32 for f32 dots and convs at default precision.
@@ -70,3 +74,19 @@ def compute_path_for(
 def memory_level_for(bytes_: int, l2_usable_bytes: int) -> str:
     """HBM unless the whole working set fits in the usable L2 (its inputs were just written there)."""
     return "l2" if 0 < bytes_ <= l2_usable_bytes else "hbm"
+
+
+def missing_roof_note(wanted: str, placed: str) -> str:
+    """What a layer's notes say where the profile lacks the roof its work runs on (compute_path_for fell back):
+    "placed on FP32 (CUDA cores): the profile has no TF32 Tensor Core roof"."""
+    return f"placed on {COMPUTE_PATHS.get(placed, placed)}: the profile has no {COMPUTE_PATHS.get(wanted, wanted)} roof"
+
+
+_MISSING_ROOF = re.compile(r"placed on (.+?): the profile has no (.+?) roof")
+
+
+def missing_roof(notes: str | None) -> tuple[str, str] | None:
+    """(label of the roof a layer was placed on, label of the roof it runs on, which the profile lacks) from its
+    notes (missing_roof_note), None for a layer placed on its own roof."""
+    match = _MISSING_ROOF.search(notes or "")
+    return (match.group(1), match.group(2)) if match else None

@@ -55,12 +55,13 @@ def run(args) -> int:
             check_plot_format(out)
     import_keras_quietly(lean=True)   # without the optional packages Keras imports and the analysis never uses
     timings_s = {"keras_import": time.perf_counter() - started_s}
-    from carm_advisor.advise.analyze import analyze
-    from carm_advisor.errors import ModelLoadError
+    from carm_advisor.advise.analyze import analyze, check_batch_fits
+    from carm_advisor.errors import CarmError, ModelLoadError, ProfileError
     from carm_advisor.models.builder import build, file_at_precision, model_spec
     from carm_advisor.models.loader import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
     from carm_advisor.report.console import make_console
+    from carm_advisor.report.render import header_warnings, print_report
 
     profile = load_profile(args.profile) if args.profile else None
     input_shapes = call_input_shapes(args.call_shape)
@@ -88,30 +89,37 @@ def run(args) -> int:
         if is_file:
             model, precision = file_at_precision(model, args.precision)
     timings_s["model_build"] = time.perf_counter() - phase_s
+    # a batch that cannot fit is refused before the analysis, not reported in impossible times
+    check_batch_fits(model, args.batch_size, precision, profile, measure=False if args.no_measure else "auto")
     phase_s = time.perf_counter()
-    report = analyze(
-        model,
-        batch_size=args.batch_size,
-        profile=profile,
-        precision=precision,
-        measure=False if args.no_measure else "auto",
-        from_measurements=args.from_measurements,
-        counters=args.counters,
-        strict=args.strict,
-        measure_options={"training_step": args.training_step, "method": args.measure_method},
-        name=name,
-        calibration=not args.no_calibration,
-        verify=args.verify,
-        input_shapes=input_shapes,
-    )
+    try:
+        report = analyze(
+            model,
+            batch_size=args.batch_size,
+            profile=profile,
+            precision=precision,
+            measure=False if args.no_measure else "auto",
+            from_measurements=args.from_measurements,
+            counters=args.counters,
+            strict=args.strict,
+            measure_options={"training_step": args.training_step, "method": args.measure_method},
+            name=name,
+            calibration=not args.no_calibration,
+            verify=args.verify,
+            input_shapes=input_shapes,
+        )
+    except ProfileError as exc:   # a profile without a roof the model needs: say which file
+        raise ProfileError(f"{args.profile}: {exc}" if args.profile and args.profile not in str(exc) else str(exc)) \
+            from None
+    unfit = header_warnings(report)   # the GPU this run measured on: its own profile, known only now
+    if unfit and report.measurement is None:
+        raise CarmError(unfit[0].split("; the figures are for")[0])
     timings_s["analysis"] = time.perf_counter() - phase_s
     report.timings_s = timings_s
     if precision is not None:
         report.warnings.append(f"--precision {precision}: {name}'s dtype policies cannot be replaced by a rebuild, "
                                f"so its weights stay as saved; the layers under its own policy are analysed at "
                                f"{precision}'s compute dtype")
-    from carm_advisor.report.render import print_report
-
     if report.measurement is None:   # these flags only change a measurement, and nothing was measured
         why = "--no-measure was given" if args.no_measure else "no NVIDIA GPU is usable here"
         for flag, used in (("--counters", args.counters), ("--training-step", args.training_step),

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.carm.placement import is_convolution, missing_roof
 from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.report.console import make_console, wants_full_width
 from carm_advisor.results import measured_gain
@@ -49,14 +50,18 @@ def header(report) -> Panel:
         source = Text(f"PREDICTED: no measurement here; every time and energy figure is a CARM prediction from the "
                       f"{d.profile_source} profile of {d.profile}", style="bold yellow")
     t = report.totals()
+    # what makes every figure below doubtful, said before them: a batch that cannot fit, a roof the profile lacks
+    misplaced = "\n".join([*header_warnings(report), *filter(None, [missing_roofs_text(report.layers)])])
     lines = Text.assemble(
         (f"{m.name}", "bold"), f"  batch {m.batch_size}  precision {m.precision}  layout {m.layout}  "
-        f"backend {m.backend}  float32 math: conv {m.math_mode.get('conv')}, matmul {m.math_mode.get('matmul')}\n",
+        f"backend {m.backend}{float32_math(report)}\n",
         source, "\n",
+        *((misplaced, "bold red"), "\n") if misplaced else (),
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])}{_sequential_mark(report, t)} ({t['time_source']}, per batch of {m.batch_size})   "
-        f"energy {si(t['energy_j'], 'J')}{' per batch' if t['energy_j'] is not None else ''}   "
-        f"{count(t['samples_per_j'])} samples/J   {_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n",
+        + (f"energy {si(t['energy_j'], 'J')} per batch   {count(t['samples_per_j'])} samples/J   "
+           f"{_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n" if t['energy_j'] is not None else
+           f"energy none ({_no_energy(report)})\n"),
         _predictions_line(t),
     )
     if t.get("calibrated_source") and t.get("calibrated_time_s"):
@@ -67,6 +72,58 @@ def header(report) -> Panel:
         lines.append_text(Text(f"\n{plural(len(unknown), 'layer')} without a cost model, left out of every total "
                                f"above (FLOPs, time, energy): {names}", style="bold red"))
     return Panel(lines, title="carm_advisor", expand=True)
+
+
+def header_warnings(report) -> list[str]:
+    """The report's warnings said in the header, before the figures they make doubtful: a batch that cannot fit."""
+    return [w for w in report.warnings if f" {UNFIT} " in w]
+
+
+def _no_energy(report) -> str:
+    """Why the header has no energy figure."""
+    profile = getattr(report, "profile", None)
+    if profile is not None and profile.power_model is None:
+        return "the profile has no power model"
+    return "no layer has a predicted energy"
+
+
+def float32_math(report) -> str:
+    """'  float32 math: conv tf32, matmul tf32': what float32 convolutions and matmuls run as, for the kinds of layer
+    that compute at float32 here (none: nothing; a mixed model's float32 output layer: that layer, named), each
+    with the roof it was placed on where the profile lacks the one it runs on."""
+    rows = [r for r in report.layers if r.known and r.tensor_core and r.dtype == "float32" and r.flops]
+    parts, notes = [], []
+    for kind, mine in (("conv", [r for r in rows if is_convolution(r.type)]),
+                       ("matmul", [r for r in rows if not is_convolution(r.type)])):
+        if not mine:
+            continue
+        parts.append(f"{kind} {report.model.math_mode.get(kind)}")
+        notes.append("; ".join(sorted({f"placed on {m[0]}: the profile has no {m[1]} roof"
+                                       for r in mine if (m := missing_roof(r.notes))})))
+    if not parts:
+        return ""
+    if len(set(notes)) == 1:   # one note for every kind (or none): said once, after them
+        text = ", ".join(parts) + (f" ({notes[0]})" if notes[0] else "")
+    else:
+        text = ", ".join(part + (f" ({note})" if note else "") for part, note in zip(parts, notes))
+    matmuls = sum(1 for r in report.layers if r.known and r.tensor_core and r.flops)
+    which = "" if len(rows) == matmuls else \
+        f" of its {plural(len(rows), 'float32 layer')} ({named_list([r.name for r in rows], 3)})"
+    return f"  float32 math{which}: {text}"
+
+
+def missing_roofs_text(rows) -> str:
+    """One line per roof the profile lacks that layers run on: how many were placed on which roof instead."""
+    placed: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        m = missing_roof(r.notes) if r.known else None
+        if m:
+            placed.setdefault(m, []).append(r.name)
+    return "\n".join(
+        f"the profile has no {wanted} roof: {plural(len(names), 'layer')} that run on it "
+        f"({named_list(names, 3)}) {'is' if len(names) == 1 else 'are'} placed on {on}, so their times and the "
+        f"totals are those of {on}; `carm-advise ceilings` measures this GPU's roofs"
+        for (on, wanted), names in placed.items())
 
 
 def _sequential_mark(report, totals: dict) -> str:
@@ -130,6 +187,8 @@ def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
         return None
     return Text(f"{SEQUENTIAL_MARK} {recurrent_caution(marked)}", style="yellow")
 
+
+UNFIT = "cannot run on"   # advise.analyze.unfit_batch: "batch size N cannot run on GPU: ..." (said in the header)
 
 POWER_MARK = "\u2021"   # double dagger: a bound time the power limit stretched beyond the roofs' time
 POWER_LIMIT_NOTE = "slowed by the power limit"   # what predict.Predictor writes in such a row's notes
@@ -330,9 +389,11 @@ def renderables(report, top: int | None = None, width: int = 200):
     else:
         yield Text(no_recommendation_text(report))
     recurrent = recurrent_layers(report.layers)
-    legend = recurrent_caution(recurrent) if recurrent else None
+    # said once, as the legend under the layer table or in the header (the JSON keeps them among the warnings)
+    said = {recurrent_caution(recurrent) if recurrent else None, *missing_roofs_text(report.layers).split("\n"),
+            *header_warnings(report)}
     for w in report.warnings:
-        if w != legend:   # said once, as the legend under the layer table (the JSON keeps it among the warnings)
+        if w not in said:
             yield Text(f"warning: {w}", style="bold red")
 
 
