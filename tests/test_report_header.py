@@ -112,3 +112,9 @@ def test_the_json_carries_the_missing_roof_and_the_console_says_it_once(without_
     assert any("the profile has no TF32 Tensor Core roof" in w for w in without_tf32_and_bf16.to_dict()["warnings"])
     text = " ".join(rendered(without_tf32_and_bf16).replace("│", " ").split())
     assert text.count("the profile has no TF32 Tensor Core roof:") == 1
+
+
+def test_the_energy_optimal_clock_is_compared_with_the_top_clock_as_tune_names_it():
+    """The H200 profile's reference clock is its top one, 1980 MHz; tune says 'over the top clock (1980 MHz)'."""
+    text = " ".join(rendered(advisor.analyze(conv_net(), batch_size=64, measure=False, calibration=False)).split())
+    assert "the time of the top clock (1980 MHz)" in text

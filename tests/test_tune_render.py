@@ -100,3 +100,12 @@ def test_the_objective_is_not_shown_twice_under_two_names():
     """Objective samples_per_joule: its row, not a second 'samples/J' row with the same figures."""
     rows = [line.strip("│ ") for line in rendered(study()).splitlines()]
     assert len([r for r in rows if r.startswith(("samples_per_joule", "samples/J"))]) == 1
+
+
+def test_the_clock_advice_names_the_clock_it_is_compared_with_as_analyze_does():
+    """tune said 'over the top clock' and analyze 'the time of the default clock (1980 MHz)' of the same clock (the
+    profile's reference clock, the GPU's top one): one name, with its figure, in both."""
+    clock = {"objective": "samples_per_joule", "source": "predicted", "recommended_sm_clock_mhz": 1005.0,
+             "predicted_gain": 1.08, "clocks": [{"sm_clock_mhz": 1980.0}, {"sm_clock_mhz": 1005.0}]}
+    text = " ".join(rendered(study(clock_recommendation=clock)).split())
+    assert "over the top clock (1980 MHz)" in text

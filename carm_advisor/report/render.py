@@ -383,7 +383,7 @@ def renderables(report, top: int | None = None, width: int = 200):
         curve = (report.clocks.get("voltage_curve") or {}).get("source", "assumed")
         yield Text(f"Energy-optimal SM clock (predicted, voltage curve {curve}): {model_clock['sm_clock_mhz']:.0f} MHz, "
                    f"{model_clock['energy_gain']:.2f}x less energy and {model_clock['slowdown']:.2f}x the time of the "
-                   f"default clock ({model_clock['default_sm_clock_mhz']:.0f} MHz)", style="cyan")
+                   f"top clock ({model_clock['default_sm_clock_mhz']:.0f} MHz)", style="cyan")
     if report.recommendations:
         yield recommendations_table(report)
     else:

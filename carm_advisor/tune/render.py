@@ -178,10 +178,11 @@ def render(result) -> Iterator:
     clock = result.clock_recommendation
     if clock:
         top = clock["clocks"][0]["sm_clock_mhz"] if clock.get("clocks") else None
+        # "the top clock (1980 MHz)", as analyze names the clock its energy-optimal clock is compared with
         if clock["recommended_sm_clock_mhz"] == top:
             yield Text(f"SM clock, PREDICTED (not measured): keep the top clock ({top:g} MHz): no lower clock gives "
                        f"a better {clock['objective']}; source: {clock['source']}")
         else:
             yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
-                       f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock; source: "
-                       f"{clock['source']}")
+                       f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock ({top:g} MHz); "
+                       f"source: {clock['source']}")
