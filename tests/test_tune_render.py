@@ -109,3 +109,12 @@ def test_the_clock_advice_names_the_clock_it_is_compared_with_as_analyze_does():
              "predicted_gain": 1.08, "clocks": [{"sm_clock_mhz": 1980.0}, {"sm_clock_mhz": 1005.0}]}
     text = " ".join(rendered(study(clock_recommendation=clock)).split())
     assert "over the top clock (1980 MHz)" in text
+
+
+def test_the_gain_in_the_objective_is_not_repeated_under_another_name():
+    """Objective samples_per_joule: 'gain 2.00x in samples_per_joule', not again as '2.00x samples/J'; another
+    objective keeps the samples/J gain beside its own (16 -> 32 samples/J: 2.00x)."""
+    text = " ".join(rendered(study()).split())
+    assert "gain 2.00x in samples_per_joule" in text and "2.00x samples/J" not in text
+    other = study(objectives=[OBJECTIVES["throughput"]])
+    assert "2.00x samples/J" in " ".join(rendered(other).split())

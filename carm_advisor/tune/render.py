@@ -98,7 +98,7 @@ def render(result) -> Iterator:
     gain = result.gain()
     if gain is not None:
         summary.append(f"gain {gain:.2f}x in {o.name}", style="bold green" if gain > 1 else "bold")
-        spj = result.gain("samples_per_joule")
+        spj = result.gain("samples_per_joule") if o.name != "samples_per_joule" else None   # not twice
         if spj is not None and not math.isnan(spj):
             summary.append(f"   {spj:.2f}x samples/J")
         pace = _pace(result)
