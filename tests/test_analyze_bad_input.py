@@ -119,3 +119,12 @@ def test_a_truncated_profile_is_one_line(capsys, tmp_path, dense_file):
                                    .read_text()[:2000]), path.open("w"))
     code, _, err = run_cli(capsys, "analyze", dense_file, "--profile", str(path))
     assert_one_line_error(code, err, str(path))
+
+
+@pytest.mark.parametrize("argv, fragment", [(["--top", "0"], "--top: expected a positive integer"),
+                                            (["--input-shape", "0,224,3"], "--input-shape: expected positive dim"),
+                                            (["--batch-size", "1e26"], "--batch-size: expected a positive integer")])
+def test_nonsense_numbers_are_refused_in_one_line(capsys, argv, fragment):
+    code, out, err = run_cli(capsys, "analyze", "resnet50", *argv)
+    assert_one_line_error(code, err, fragment)
+    assert out == ""
