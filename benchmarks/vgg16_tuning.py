@@ -8,7 +8,7 @@ took to come within 2% of the exhaustive grid's best.
     ... --grid --storage $OUT/vgg16-grid.db --budget-s 480 --out $OUT
     # and a study run names the grid files to compare with: --grid-storage A.db --grid-storage B.db
 
-Several GPUs (issue 11): `--gpus 0,1,2,3` runs the study with one worker process per GPU;
+Several GPUs: `--gpus 0,1,2,3` runs the study with one worker process per GPU;
 `--gpus 0,1,2,3 --compare-1-vs-n` runs the same study (same space, trials and seed, fresh storages
 <storage>-1gpu.db and <storage>-<N>gpu.db) on the first GPU alone, then on all N, and writes
 <out>/<gpu>x<N>-vgg16-tuning-<date>.json with both wall times, the speedup against the target (N-GPU
@@ -117,8 +117,9 @@ def main(argv=None) -> int:
     from carm_advisor.models.builder import model_spec
     from carm_advisor.tune.objectives import get_objective
     from carm_advisor.trials.predicted import ConfigPredictor
-    from carm_advisor.trials.runner import FakeRunner, WorkerSettings
-    from carm_advisor.trials.space import PRECISIONS, SearchSpace
+    from carm_advisor.trials.runner import FakeRunner
+    from carm_advisor.trials.space import SearchSpace
+    from carm_advisor.tune.options import TuneOptions
     from carm_advisor.tune.storage import open_storage
     from carm_advisor.tune.study import tune
 
@@ -139,16 +140,16 @@ def main(argv=None) -> int:
     objective = get_objective(OBJECTIVE)
     budget_s = None if args.budget_s is None else max(1.0, args.budget_s - (time.perf_counter() - start_s))
     settings = worker_settings(args)
-    common = dict(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
-                  worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
-                  trial_timeout_s=args.trial_timeout_s, log_dir=args.out,
-                  log=lambda line: print(line, file=sys.stderr, flush=True), runner_factory=args.runner_factory)
+    common = TuneOptions(objective=OBJECTIVE, storage=args.storage, space=space, runner=runner, predictor=predictor,
+                         worker_settings=settings, budget_s=budget_s, progress=sys.stderr.isatty(),
+                         trial_timeout_s=args.trial_timeout_s, log_dir=args.out,
+                         log=lambda line: print(line, file=sys.stderr, flush=True), runner_factory=args.runner_factory)
     if args.compare_1_vs_n:
         if args.grid or not args.gpus or len(args.gpus) < 2:
             raise SystemExit("--compare-1-vs-n needs --gpus with two or more GPUs (and no --grid)")
         return compare_1_vs_n(spec, args, common, objective, start_s)
     if args.gpus:
-        common["gpus"] = args.gpus
+        common = common.replace(gpus=args.gpus)
     if args.grid:
         grid = space.grid()
         study = optuna.create_study(storage=open_storage(args.storage, spec.name), study_name=GRID_STUDY,
@@ -159,11 +160,11 @@ def main(argv=None) -> int:
         for cfg in grid:
             if cfg.key not in have:
                 study.enqueue_trial(cfg.params(), user_attrs={"role": "grid"})
-        result = tune(spec.spec if spec.kind != "callable" else spec.fn, study_name=GRID_STUDY, n_trials=len(grid),
-                      carm_pruning=False, carm_order=False, **common)
+        result = tune(spec.spec if spec.kind != "callable" else spec.fn,
+                      common.replace(study_name=GRID_STUDY, n_trials=len(grid), carm_pruning=False, carm_order=False))
     else:
-        result = tune(spec.spec if spec.kind != "callable" else spec.fn, study_name=STUDY, n_trials=args.trials,
-                      **common)
+        result = tune(spec.spec if spec.kind != "callable" else spec.fn,
+                      common.replace(study_name=STUDY, n_trials=args.trials))
     grid_rows = merged_grid([args.storage] if args.grid else args.grid_storage + [], spec.name, objective)
     doc = summary(result, objective, grid_rows, args)
     doc["wall_s"] = time.perf_counter() - start_s
@@ -183,12 +184,13 @@ def compare_1_vs_n(spec, args, common, objective, start_s: float) -> int:
     stem = Path(args.storage)
     for gpus in (args.gpus[:1], args.gpus):
         storage = str(stem.with_name(f"{stem.stem}-{len(gpus)}gpu{stem.suffix or '.db'}"))
-        options = dict(common, storage=storage, gpus=gpus if len(gpus) > 1 else None)
+        options = common.replace(storage=storage, gpus=gpus if len(gpus) > 1 else None,
+                                 study_name=f"{STUDY}-{len(gpus)}gpu", n_trials=args.trials)
         saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
         if len(gpus) == 1:   # the single-GPU run's workers are pinned like each worker of the N-GPU run
             os.environ.update(CUDA_VISIBLE_DEVICES=str(gpus[0]), CUDA_DEVICE_ORDER="PCI_BUS_ID")
         try:
-            result = tune(model, study_name=f"{STUDY}-{len(gpus)}gpu", n_trials=args.trials, **options)
+            result = tune(model, options)
         finally:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -270,7 +272,7 @@ def merged_grid(files: list[str], model_name: str, objective, json_files: list[s
 def unmeasured_bounds(space, grid_rows: dict[str, dict], predictor, objective, grid_best: dict | None,
                       margin: float = 0.10) -> dict:
     """The CARM bound of every configuration of the space the grids did not measure: where even the best
-    bound, with the tuner's pruning margin for the power model (study.PRUNE_MARGIN), is beaten by the
+    bound, with the tuner's pruning margin for the power model (tune.objective.PRUNE_MARGIN), is beaten by the
     measured grid best, the grid is exhaustive for the question 'which wins'."""
     rows = []
     for cfg in space.grid():
@@ -372,7 +374,7 @@ def summarize(args, start_s: float) -> int:
     from carm_advisor.tune.result import build_result
     from carm_advisor.trials.space import SearchSpace, TrialConfig
     from carm_advisor.tune.storage import open_storage, storage_url
-    from carm_advisor.tune.objective import PRUNE_MARGIN
+    from carm_advisor.tune.options import TuneOptions
 
     for f in [args.storage, *args.grid_storage, *args.grid_json]:
         if not Path(f).is_file():
@@ -390,7 +392,7 @@ def summarize(args, start_s: float) -> int:
     space = SearchSpace(tuple(sp["backends"]), tuple(sp["precisions"]), tuple(sp["batch_sizes"]), tuple(sp["layouts"]),
                         {b: tuple(c) for b, c in sp["compilers"].items()}, tuple(sp.get("sm_clocks_mhz") or ()))
     objectives = [get_objective(n) for n in a.get("objectives", [OBJECTIVE])]
-    run = a.get("run") or {}
+    run = TuneOptions.from_run(a.get("run") or {})
     trials = study.get_trials(deepcopy=False)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
@@ -401,8 +403,8 @@ def summarize(args, start_s: float) -> int:
                           TrialConfig.from_dict(a["baseline"]), source=a.get("source", "measured"),
                           storage_url=storage_url(args.storage, spec.name), wall_s=elapsed_s or 0.0,
                           device={"name": ", ".join(gpus) or None}, command="",
-                          prune_margin=run.get("prune_margin", PRUNE_MARGIN), max_slowdown=run.get("max_slowdown"),
-                          max_output_error=run.get("max_output_error"))
+                          prune_margin=run.prune_margin, max_slowdown=run.max_slowdown,
+                          max_output_error=run.max_output_error)
     grid_rows = merged_grid(args.grid_storage, spec.name, objectives[0], args.grid_json)
     doc = summary(result, objectives[0], grid_rows, args, predictor=predictor)
     doc.update({"summarized_from": {"study": args.storage, "grid_storage": args.grid_storage,

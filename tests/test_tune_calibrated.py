@@ -1,4 +1,4 @@
-"""Predicted studies report the CALIBRATED prediction as each trial's value (issue 10): per compiler the
+"""Predicted studies report the CALIBRATED prediction as each trial's value: per compiler the
 calibration's whole-model execution, energy = calibrated time x the configuration's predicted power,
 a CARM bound only where no calibration applies (labelled, and not ranked against calibrated values).
 Every expected figure is worked out in the comments."""
@@ -198,8 +198,8 @@ def test_cli_no_calibration_reaches_tune(monkeypatch, tmp_path):
     class Stop(Exception):
         pass
 
-    def fake_tune(*args, **kwargs):
-        seen.append(kwargs["calibration"])
+    def fake_tune(model, options):
+        seen.append(options.calibration)
         raise Stop
 
     monkeypatch.setattr(study_mod, "tune", fake_tune)

@@ -1,4 +1,4 @@
-"""Review fixes of the tuner: what counts as 'uncalibrated, not ranked'; the 'uncalibrated' constraint on
+"""The tuner's ranking of calibrated values: what counts as 'uncalibrated, not ranked'; the 'uncalibrated' constraint on
 Optuna without trial.set_constraint (4.x: the sampler's constraints_func); the calibration a worker process
 loads. Every expected figure is worked out in the comments."""
 
@@ -157,4 +157,5 @@ def test_a_calibration_that_cannot_be_saved_is_refused_on_several_gpus(tmp_path)
     p = Table(calibrated=False)
     p.calibration = object()   # no save(): a worker process could not load it
     with pytest.raises(ValueError, match="several GPUs: the workers cannot load this calibration"):
-        _tune(tmp_path, p, gpus=(0, 1))
+        # a fake runner factory: a predicted study names no GPUs (tune refuses them)
+        _tune(tmp_path, p, gpus=(0, 1), runner_factory="multi_support:make")

@@ -97,9 +97,9 @@ def test_a_quantized_file_keeps_its_precision_and_the_warning_names_what_was_dro
     traits = file_traits(model_spec(path))
     assert traits.fixed_precision and "int8_from_float32" in traits.fixed_precision
     from carm_advisor.trials.space import SearchSpace
-    from carm_advisor.tune.study import _narrow_to_file
+    from carm_advisor.tune.study_setup import narrow_to_file
 
-    space, _, notes = _narrow_to_file(SearchSpace(("torch",)), model_spec(path))
+    space, _, notes = narrow_to_file(SearchSpace(("torch",)), model_spec(path))
     assert space.precisions == ("float32", "float32_tf32", "float32_no_tf32")
     assert space.layouts == ("channels_last",)
     assert len(notes) == 1
@@ -265,7 +265,9 @@ def test_a_tune_of_a_file_reads_its_traits_once(tmp_path, monkeypatch):
     path = _save(keras.Model(inputs, keras.layers.Dense(16, dtype="bfloat16", name="out")(inputs)), tmp_path / "f.keras")
     reads = []
     real = builder.file_traits
-    monkeypatch.setattr(builder, "file_traits", lambda spec: reads.append(spec) or real(spec))
+    counted = lambda spec: reads.append(spec) or real(spec)  # noqa: E731
+    monkeypatch.setattr(builder, "file_traits", counted)   # where the predictor reads it
+    monkeypatch.setattr("carm_advisor.tune.study_setup.file_traits", counted)   # where tune() reads it
     result = _tune(path, tmp_path, batch_sizes=(8,))
     assert len(reads) == 1
     ran = [t.config.precision for t in result.trials if t.config is not None]

@@ -280,7 +280,7 @@ def test_unknown_layers_are_named_up_to_four():
     from carm_advisor.errors import MappingError
     from carm_advisor.models.builder import ModelSpec
     from carm_advisor.trials.predicted import Prediction
-    from carm_advisor.tune.study import _check_costed
+    from carm_advisor.tune.study_setup import check_costed
 
     rows = [SimpleNamespace(name=f"l{i}", type="Lambda", known=False) for i in range(6)]
 
@@ -290,7 +290,7 @@ def test_unknown_layers_are_named_up_to_four():
 
     with pytest.raises(MappingError, match=r"no cost model for l0 \(Lambda\), l1 \(Lambda\), l2 \(Lambda\), "
                                            r"l3 \(Lambda\) and 2 more\)"):
-        _check_costed(ModelSpec("model", "", "six"), Nothing(), BASELINE)
+        check_costed(ModelSpec("model", "", "six"), Nothing(), BASELINE)
 
 
 def test_a_predicted_study_says_which_layers_no_value_counts(tmp_path):

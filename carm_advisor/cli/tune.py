@@ -123,29 +123,8 @@ def run(args) -> int:
     from carm_advisor.report.console import make_console
     from carm_advisor.tune.study import tune
 
-    objectives = args.objective or ["gflops_per_watt"]
-    runner = None
-    kwargs = {}
-    if args.heartbeat_s is not None:
-        kwargs["heartbeat_s"] = args.heartbeat_s
-    if args.fake_measure_s is not None:
-        from carm_advisor.models.builder import model_spec
-        from carm_advisor.profiles.profile import load_profile
-        from carm_advisor.trials.predicted import ConfigPredictor
-        from carm_advisor.trials.runner import FakeRunner
-
-        runner = FakeRunner(ConfigPredictor(model_spec(args.model), load_profile(args.profile) if args.profile else None),
-                            delay_s=args.fake_measure_s)
     console = make_console()
-    result = tune(
-        args.model, objective=objectives, n_trials=args.trials, storage=args.storage, study_name=args.study,
-        mode=args.mode, pareto=args.pareto, backends=args.backends, batch_sizes=args.batch_sizes,
-        timeout_s=args.timeout, max_slowdown=args.max_slowdown, max_output_error=args.max_output_error,
-        predict=True if args.predict else "auto", profile=args.profile, apply_clocks=args.apply_clocks,
-        runner=runner, carm_pruning=not args.no_carm_pruning, progress=console.is_terminal, gpus=args.gpus,
-        calibration=False if args.no_calibration else "auto", input_shapes=call_input_shapes(args.call_shape),
-        log=None if console.is_terminal or not args.gpus else (lambda line: print(line, flush=True)), **kwargs,
-    )
+    result = tune(args.model, tune_options(args, console.is_terminal))
     console.print(result)
     if args.json_path:
         result.to_json(args.json_path)
@@ -154,3 +133,28 @@ def run(args) -> int:
         for path in result.plot(args.plot_dir):
             console.print(f"plot written to {path}")
     return 0
+
+
+def tune_options(args, terminal: bool):
+    """The TuneOptions the command line asks for."""
+    from carm_advisor.tune.options import TuneOptions
+
+    runner = None
+    if args.fake_measure_s is not None:
+        from carm_advisor.models.builder import model_spec
+        from carm_advisor.profiles.profile import load_profile
+        from carm_advisor.trials.predicted import ConfigPredictor
+        from carm_advisor.trials.runner import FakeRunner
+
+        profile = load_profile(args.profile) if args.profile else None
+        runner = FakeRunner(ConfigPredictor(model_spec(args.model), profile), delay_s=args.fake_measure_s)
+    options = TuneOptions(
+        objective=tuple(args.objective or ("gflops_per_watt",)), n_trials=args.trials, storage=args.storage,
+        study_name=args.study, mode=args.mode, pareto=args.pareto, backends=args.backends,
+        batch_sizes=args.batch_sizes, timeout_s=args.timeout, max_slowdown=args.max_slowdown,
+        max_output_error=args.max_output_error, predict=True if args.predict else "auto", profile=args.profile,
+        apply_clocks=args.apply_clocks, runner=runner, carm_pruning=not args.no_carm_pruning, progress=terminal,
+        gpus=args.gpus, calibration=False if args.no_calibration else "auto",
+        input_shapes=call_input_shapes(args.call_shape),
+        log=None if terminal or not args.gpus else (lambda line: print(line, flush=True)))
+    return options if args.heartbeat_s is None else options.replace(heartbeat_s=args.heartbeat_s)

@@ -5,9 +5,15 @@
     result = advisor.tune("vgg16", objective="gflops_per_watt", n_trials=30)
     print(result.best.config, result.gain()); result.to_json("vgg16-tune.json"); result.plot("plots/")
 
-Modules: objectives (what is optimised), space (what is searched), builder (rebuilding the model per
-configuration), predicted (every CARM prediction, one adapter), runner and worker (measuring in
-child processes), storage (Optuna storage), study (tune itself), result, render, plots.
+    from carm_advisor.tune import TuneOptions   # the same options as one checked value, to keep and derive
+    options = TuneOptions(objective="gflops_per_watt", n_trials=30)
+    result = advisor.tune("vgg16", options.replace(backends=("torch",)))
+
+Modules: options (TuneOptions: everything tune() takes), objectives (what is optimised), study (tune itself, in
+named steps) and study_setup (what it checks and builds first), objective (the Optuna objective, state and
+callbacks), storage and study_files (where a study and its files live), parallel (several GPUs, joining
+workers), fingerprint (what a resumed study must match), clocks, result, records, render, plots. The space,
+the predictions and the trial runners are trials/.
 """
 
 from importlib import import_module
@@ -15,6 +21,7 @@ from importlib import import_module
 # Imported on first use: the CLI builds its parser from objectives.py without loading Optuna.
 _LAZY = {
     "tune": "carm_advisor.tune.study", "TuneResult": "carm_advisor.tune.result",
+    "TuneOptions": "carm_advisor.tune.options",
     "SearchSpace": "carm_advisor.trials.space", "TrialConfig": "carm_advisor.trials.space",
     "baseline_config": "carm_advisor.trials.space", "installed_backends": "carm_advisor.trials.space",
     "OBJECTIVES": "carm_advisor.tune.objectives", "Objective": "carm_advisor.tune.objectives",

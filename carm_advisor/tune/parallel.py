@@ -35,14 +35,7 @@ import optuna
 from carm_advisor.models.builder import model_spec
 from carm_advisor.power.nvml import gpu_count
 from carm_advisor.trials.predicted import ConfigPredictor
-from carm_advisor.trials.runner import (
-    FakeRunner,
-    PredictedRunner,
-    TrialFailed,
-    TrialOutOfMemory,
-    WorkerRunner,
-    WorkerSettings,
-)
+from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, TrialOutOfMemory, WorkerRunner
 from carm_advisor.trials.space import SearchSpace, TrialConfig
 from carm_advisor.tune.objective import (
     STARTED,
@@ -56,6 +49,7 @@ from carm_advisor.tune.objective import (
     sampler_for,
 )
 from carm_advisor.tune.objectives import get_objective
+from carm_advisor.tune.options import TuneOptions
 from carm_advisor.tune.storage import open_storage
 
 MAX_RESTARTS = 2   # per GPU: a worker dying more often than this says the GPU, not the trial, is the problem
@@ -114,15 +108,16 @@ def runner_from_run(run: dict[str, Any], predictor=None):
     """(predictor, runner) for a worker of this study, from its "run" attributes."""
     if run.get("runner_factory"):
         return load_factory(run["runner_factory"])(run)
+    options = TuneOptions.from_run(run)
     calibration = run.get("calibration", False)   # a path (the study's own calibration) or True/False
-    predictor = predictor or ConfigPredictor(model_spec(run["model"]), run.get("profile"),
+    predictor = predictor or ConfigPredictor(model_spec(run["model"]), options.profile,
                                              calibration=calibration if isinstance(calibration, str) else bool(calibration))
     if run["source"] == "predicted":
         return predictor, PredictedRunner(predictor)
     if run["source"] == "fake":
         return predictor, FakeRunner(predictor, delay_s=run.get("fake_delay_s") or 0.0)
-    settings = WorkerSettings(**run["worker_settings"])
-    return predictor, WorkerRunner(run["model"], predictor, settings, trial_timeout_s=run["trial_timeout_s"])
+    return predictor, WorkerRunner(run["model"], predictor, options.worker_settings,
+                                   trial_timeout_s=options.trial_timeout_s)
 
 
 # ---- one worker ---------------------------------------------------------------------------------
@@ -142,36 +137,39 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     if "run" not in attrs:
         quiet()
         raise ValueError(f"study {study_name!r} was not started by carm-advise tune (no 'run' attribute): "
-                         "nothing to join")
+                           "nothing to join")
     run = dict(attrs["run"], source=attrs["source"])
+    options = TuneOptions.from_run(run)
     objectives = [get_objective(n) for n in attrs["objectives"]]
     space_d = attrs["space"]
     space = SearchSpace(tuple(space_d["backends"]), tuple(space_d["precisions"]), tuple(space_d["batch_sizes"]),
                         tuple(space_d["layouts"]), {b: tuple(c) for b, c in space_d["compilers"].items()},
                         tuple(space_d["sm_clocks_mhz"]))
     baseline = TrialConfig.from_dict(attrs["baseline"])
-    constraints_func = constraints_func_for(run["max_output_error"] is not None or run["max_slowdown"] is not None,
-                                         attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
-    store = open_storage(storage, "study", run["heartbeat_s"])
-    study = optuna.load_study(study_name=study_name, storage=store, sampler=sampler_for(objectives, constraints_func, seed))
+    calibrated = attrs.get("value_policy") == VALUE_POLICY_CALIBRATED
+    constrained = options.max_output_error is not None or options.max_slowdown is not None
+    store = open_storage(storage, "study", options.heartbeat_s)
+    study = optuna.load_study(study_name=study_name, storage=store,
+                              sampler=sampler_for(objectives, constraints_func_for(constrained, calibrated), seed))
     predictor, runner = runner_from_run(run)
     worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     gpu = this_gpu(run["source"])
     try:
         gain_over = _gpu_baseline(study, runner, baseline, objectives, gpu)
-        state = StudyState(study, objectives, baseline, run["max_slowdown"], run["max_output_error"],
-                            rank_calibrated_only=attrs.get("value_policy") == VALUE_POLICY_CALIBRATED)
-        objective_fn = make_objective(state, space, predictor, runner, run["carm_pruning"], run["prune_margin"], None,
-                                       trial_attrs={"gpu": gpu, "worker": worker_id}, shared=True, gain_over=gain_over)
+        state = StudyState(study, objectives, baseline, options.max_slowdown, options.max_output_error,
+                            rank_calibrated_only=calibrated)
+        objective_fn = make_objective(state, space, predictor, runner, options.carm_pruning, options.prune_margin,
+                                      None, trial_attrs={"gpu": gpu, "worker": worker_id}, shared=True,
+                                      gain_over=gain_over)
         target = run["trial_target"]
         callbacks = [optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([log_callback(log, state)] if log else [])
-        options = dict(catch=(TrialFailed,), callbacks=callbacks, gc_after_trial=False)
+        optimize = dict(catch=(TrialFailed,), callbacks=callbacks, gc_after_trial=False)
         if share is not None:
             if share > 0:
-                study.optimize(objective_fn, n_trials=share, **options)
+                study.optimize(objective_fn, n_trials=share, **optimize)
         else:
             while len(study.get_trials(deepcopy=False, states=STARTED)) < target:
-                study.optimize(objective_fn, n_trials=1, **options)
+                study.optimize(objective_fn, n_trials=1, **optimize)
     finally:
         runner.close()
         fail_stale(study)

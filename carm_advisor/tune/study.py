@@ -26,34 +26,38 @@ objectives, model name and content; for a measured study also its GPU model; for
 profile and a hash of the calibration) when it is created;
 tune() refuses (StudyMismatchError, one line) to resume one made with a different fingerprint. The model is
 loaded (or its name checked) before the storage is opened, so a bad model leaves no study file behind.
+
+tune() runs in named steps over one `_Run` (what is resolved so far): the source of the figures
+(_resolve_source), the space, baseline and predictor (_build_space, _build_predictor), the study
+(_open_study, _store_run), the trials (_run_serial, or _run_parallel on several GPUs) and the result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import shlex
 import sys
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 
 from carm_advisor.advise.analyze import mapping_warnings
-from carm_advisor.errors import GPUUnavailableError, MappingError
-from carm_advisor.models.builder import ModelSpec, file_traits, model_spec, narrowing_note
-from carm_advisor.power.nvml import gpu_count, open_gpu
-from carm_advisor.trials.predicted import ConfigPredictor, predicted_device, value_prediction
+from carm_advisor.errors import GPUUnavailableError
+from carm_advisor.models.builder import ModelSpec, model_spec
+from carm_advisor.power.nvml import gpu_count
+from carm_advisor.trials.predicted import ConfigPredictor, predicted_device
 from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, WorkerRunner, WorkerSettings
 from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
 from carm_advisor.tune import clocks as clock_control
 from carm_advisor.tune import parallel
-from carm_advisor.tune.fingerprint import StudyMismatchError, check_fingerprint, study_fingerprint
+from carm_advisor.tune.fingerprint import check_fingerprint, study_fingerprint
 from carm_advisor.tune.objective import (
-    FINISHED,
-    PRUNE_MARGIN,
     STARTED,
     VALUE_POLICY_BOUND,
     VALUE_POLICY_CALIBRATED,
@@ -69,12 +73,20 @@ from carm_advisor.tune.objective import (
     sampler_for,
 )
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
-from carm_advisor.tune.result import build_result
-from carm_advisor.tune.storage import HEARTBEAT_S, open_storage, storage_url
+from carm_advisor.tune.options import MODES, TuneOptions, run_attributes
+from carm_advisor.tune.result import TuneResult, build_result
+from carm_advisor.tune.storage import open_storage, storage_url
 from carm_advisor.tune.study_files import StudyFiles, calibration_ref, portable_model
-from carm_advisor.units import named_list
-
-MODES = ("inference", "training")
+from carm_advisor.tune.study_setup import (
+    check_costed,
+    check_model,
+    enqueue_start,
+    fits_in_memory,
+    measured_gpu_name,
+    narrow_to_file,
+    resume_notes,
+    with_baseline,
+)
 
 
 def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> list[Objective]:
@@ -113,57 +125,60 @@ def _mapping_said_once(fn):
     return wrapper
 
 
+@dataclass
+class _Run:
+    """What tune() has resolved so far, filled in step by step."""
+
+    options: TuneOptions
+    spec: ModelSpec
+    built: Any                       # the keras.Model given, else None
+    objectives: list[Objective]
+    source: str                      # "measured", "predicted" or "fake"
+    parallel: bool                   # several GPUs: one worker process each
+    gpu: Any = None                  # the GPU whose clocks trials lock (apply_clocks), else None
+    clocks: tuple[float, ...] = ()
+    space: SearchSpace | None = None
+    baseline: TrialConfig | None = None
+    traits: Any = None               # a model file's own layout and precision (builder.file_traits)
+    space_notes: list[str] = field(default_factory=list)
+    predictor: Any = None
+    own_predictor: bool = True
+    calibration: Any = None          # options.calibration with "auto" resolved
+    calibrated: bool = False         # a predicted study ranking calibrated values only
+    fits: Any = None                 # fits(config) -> bool in a predicted study with a memory bound
+    notes: list[str] = field(default_factory=list)   # the result's warnings from before the trials
+    url: str = ""
+    store: Any = None
+    study_name: str = ""
+    study: Any = None
+    remaining: int = 0               # trials still to run for the study to hold n_trials
+    target: int = 0                  # trials the study holds at the end, waiting ones not counted
+    start_s: float = 0.0             # time.perf_counter() when tune() was called
+
+
+@dataclass
+class _Outcome:
+    device: dict[str, Any]
+    budget_stopped: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
 @_mapping_said_once
-def tune(
-    model_or_builder: Any,
-    objective: str | Sequence[str] = "gflops_per_watt",
-    n_trials: int = 30,
-    storage: str | None = None,
-    study_name: str | None = None,
-    space: SearchSpace | None = None,
-    mode: str = "inference",
-    *,
-    pareto: bool = False,
-    backends: Iterable[str] | None = None,
-    batch_sizes: Iterable[int] | None = None,
-    timeout_s: float | None = None,
-    budget_s: float | None = None,
-    max_slowdown: float | None = None,
-    max_output_error: float | None = None,
-    baseline: TrialConfig | None = None,
-    predict: bool | str = "auto",
-    profile=None,
-    apply_clocks: bool = False,
-    sm_clocks_mhz: Iterable[float] | None = None,
-    runner=None,
-    predictor=None,
-    calibration: Any = "auto",
-    clock_gpu=None,
-    worker_settings: WorkerSettings | None = None,
-    log_dir: str | None = None,
-    trial_timeout_s: float = 900.0,
-    carm_pruning: bool = True,
-    carm_order: bool = True,
-    prune_margin: float = PRUNE_MARGIN,
-    heartbeat_s: float = HEARTBEAT_S,
-    seed: int = 0,
-    progress: bool = True,
-    log=None,
-    command: str | None = None,
-    gpus: Sequence[int] | None = None,
-    runner_factory: str | None = None,
-    input_shapes=None,
-):
-    """Search the configuration space for the best `objective` and return a TuneResult.
+def tune(model_or_builder: Any, options: TuneOptions | None = None, **overrides: Any) -> TuneResult:
+    """Search the configuration space for the best objective and return a TuneResult.
 
     model_or_builder: a keras.applications name, a .keras file, "module:function", a builder function
-    `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only,
-    or saved to a .keras file for the workers). objective: one name of OBJECTIVES, or two (multi-objective;
-    `pareto=True` pairs energy efficiency with throughput; the result's best is then a member of Optuna's
-    Pareto front, picked as result.best_rule says: tune/result.pick_best). A model none of whose layers the
-    CARM can cost is refused (MappingError, one line) before the storage is opened. predict: "auto" measures on an NVIDIA GPU
-    and predicts elsewhere; True predicts; False insists on measuring. storage / study_name: Optuna's;
-    the same storage and name resume a study (finished trials are kept, not measured again).
+    `f(config)` (built under the trial's dtype policy and layout), or a built model (predicted only, or saved to a
+    .keras file for the workers). options: a TuneOptions (tune/options.py says what each field does); keyword
+    `overrides` replace its fields (`tune("vgg16", objective="gflops_per_watt", n_trials=30)`), an unknown one is a
+    TypeError naming the valid ones.
+
+    Two objectives make a multi-objective study (`pareto=True` pairs energy efficiency with throughput; the
+    result's best is then a member of Optuna's Pareto front, picked as result.best_rule says:
+    tune/result.pick_best). A model none of whose layers the CARM can cost is refused (MappingError, one line)
+    before the storage is opened. The same storage and study name resume a study (finished trials are kept, not
+    measured again).
+
     The saved copy of a built model (and of a Calibration object, without log_dir) is kept as long as the
     study, since the study's "run" attributes name it for workers joining later and for
     fit_calibration.py --studies: beside a SQLite or journal file, in `<file name>.files/<study name>/`
@@ -171,72 +186,87 @@ def tune(
     directory, `carm-tune-<database>-<hash of the URL>.files/<study name>/`; for an in-memory storage
     (sqlite:///:memory:), in a temporary directory removed when tune() returns. A resumed study overwrites
     its own copy. Delete that folder with the study.
-    log: a function given one line per finished trial (for runs without a terminal).
-    calibration: "auto" (default): a predicted study uses the shipped calibration of the profile's GPU model
-    (with this GPU's cache) and reports its predictions as trial values; a measured study orders its first
-    trials by the CARM bound (benchmarks/tuning_prediction_check.py found the calibrated ranking of VGG16's
-    batch sizes on jax inverted against the H200's measurements). True: the calibration in either (a
-    measured study then orders by it); False/None: none (a predicted study reports CARM bounds); a path
-    or a Calibration: that one. Pruning always compares the bound. log_dir: where the workers' logs go (default a temporary directory).
-    runner / predictor / clock_gpu replace the trial runner, the CARM predictor and the GPU whose
-    clocks --apply-clocks locks (tests, calibrated predictions).
-    gpus: NVML indices of the GPUs to measure on at once (default: this process's one GPU); with two or
-    more, one worker process per GPU runs the study (tune/parallel.py). runner_factory: "module:function"
-    giving a worker process its (predictor, runner) from the study's "run" attributes (tests; replaces
-    `runner` there, since an object cannot cross into another process).
-    input_shapes: a subclassed model whose call() takes several tensors (analyze()'s input_shapes): a predicted
-    study maps it on them instead of a lower bound; a measured study refuses them (its workers run the model with
-    predict_on_batch on the one input it was built on).
-    """
-    start_s = time.perf_counter()
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, received: {mode!r}")
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise ValueError(f"n_trials must be a positive integer, received: {n_trials!r}")
-    for name, value in (("max_slowdown", max_slowdown), ("max_output_error", max_output_error)):
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a positive number, received: {value!r}")
-    objectives = resolve_objectives(objective, pareto)
-    spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder)
-    built = model_or_builder if spec.kind == "model" else None
 
-    parallel = gpus is not None and len(gpus) > 1
-    if parallel and ((runner is not None and not isinstance(runner, FakeRunner)) or apply_clocks):
+    calibration "auto": a predicted study uses the shipped calibration of the profile's GPU model (with this GPU's
+    cache) and reports its predictions as trial values; a measured study orders its first trials by the CARM
+    bound (benchmarks/tuning_prediction_check.py found the calibrated ranking of VGG16's batch sizes on jax
+    inverted against the H200's measurements). True: the calibration in either (a measured study then orders by
+    it). Pruning always compares the bound. Several `gpus`: one worker process per GPU runs the study
+    (tune/parallel.py). input_shapes: a predicted study maps a subclassed model on them instead of a lower bound; a
+    measured study refuses them (its workers run the model with predict_on_batch on the one input it was built on).
+    """
+    if options is None:
+        options = TuneOptions()
+    elif not isinstance(options, TuneOptions):
+        raise TypeError(f"tune() takes its options as a TuneOptions or as keywords, received: {options!r} "
+                        "(objective=, n_trials=, ...)")
+    options = options.replace(**overrides)
+    run = _resolve_source(model_or_builder, options)
+    _build_space(run)
+    _build_predictor(run)
+    files = None
+    try:
+        with _optuna_quiet():
+            _open_study(run)
+            files = StudyFiles(run.url, run.study_name, run.store)   # a temporary one goes when tune() returns
+            model_ref = _store_run(run, files)
+            outcome = _run_parallel(run, model_ref) if run.parallel else _run_serial(run, model_ref, files)
+        return _result(run, outcome)
+    finally:
+        if files is not None:
+            files.remove_if_temporary()
+
+
+# ---- the steps ----------------------------------------------------------------------------------
+
+
+def _resolve_source(model_or_builder: Any, o: TuneOptions) -> _Run:
+    """The model, the objectives and where the figures come from; what cannot be done here is refused."""
+    start_s = time.perf_counter()
+    objectives = resolve_objectives(o.objective, o.pareto)
+    spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder)
+    several = o.gpus is not None and len(o.gpus) > 1
+    if several and ((o.runner is not None and not isinstance(o.runner, FakeRunner)) or o.apply_clocks):
         raise ValueError("several GPUs: each worker process builds its own runner (give runner_factory, not runner), "
                          "and --apply-clocks is not supported there yet")
-    if runner_factory is not None:
-        from carm_advisor.tune.parallel import load_factory
-
-        source = getattr(load_factory(runner_factory), "source", "fake")
-    elif runner is not None:
-        source = runner.source
-    elif predict == "auto":
-        source = "measured" if gpu_present() else "predicted"
-    elif predict is True:
-        source = "predicted"
-    elif predict is False:
-        if not gpu_present():
-            raise GPUUnavailableError("measuring needs an NVIDIA GPU; none is visible here (use predict=True / --predict)")
-        source = "measured"
-    else:
-        raise ValueError(f"predict must be 'auto', True or False, received: {predict!r}")
-    if source == "predicted" and mode == "training":
+    source = _source(o)
+    if source == "predicted" and o.mode == "training":
         raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
                          "training needs a GPU to measure")
-    if input_shapes is not None and source != "predicted":
+    if o.input_shapes is not None and source != "predicted":
         raise ValueError("input_shapes is for predicted studies (predict=True / --predict): a measured study runs "
                          "the model with predict_on_batch on the one input it was built on")
-    if apply_clocks and source == "predicted":
+    if o.apply_clocks and source == "predicted":
         raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
-    gpu = clock_control.clock_gpu(apply_clocks, clock_gpu)
-    clocks = tuple(sm_clocks_mhz) if sm_clocks_mhz else (clock_control.default_clocks(gpu) if apply_clocks else ())
+    gpu = clock_control.clock_gpu(o.apply_clocks, o.clock_gpu)
+    clocks = o.sm_clocks_mhz or (clock_control.default_clocks(gpu) if o.apply_clocks else ())
+    return _Run(options=o, spec=spec, built=model_or_builder if spec.kind == "model" else None,
+                objectives=objectives, source=source, parallel=several, gpu=gpu, clocks=clocks, start_s=start_s)
 
-    if space is None:
-        space = SearchSpace.default(backends, batch_sizes, sm_clocks_mhz=clocks,
-                                    require_installed=source != "predicted")
-    traits, space_notes = None, []
-    if spec.keeps_own_layout:   # a file or built model: its own layout, and its own precision where it cannot be rebuilt
-        space, traits, space_notes = _narrow_to_file(space, spec)
+
+def _source(o: TuneOptions) -> str:
+    if o.runner_factory is not None:
+        return getattr(parallel.load_factory(o.runner_factory), "source", "fake")
+    if o.runner is not None:
+        return o.runner.source
+    if o.predict is True:
+        return "predicted"
+    if gpu_present():
+        return "measured"
+    if o.predict is False:
+        raise GPUUnavailableError("measuring needs an NVIDIA GPU; none is visible here (use predict=True / --predict)")
+    return "predicted"
+
+
+def _build_space(run: _Run) -> None:
+    """The search space (narrowed to a model file's own layout and precision) and the baseline in it."""
+    o = run.options
+    space = o.space or SearchSpace.default(o.backends, o.batch_sizes, sm_clocks_mhz=run.clocks,
+                                           require_installed=run.source != "predicted")
+    # A file or built model: its own layout, and its own precision where it cannot be rebuilt.
+    if run.spec.keeps_own_layout:
+        space, run.traits, run.space_notes = narrow_to_file(space, run.spec)
+    baseline = o.baseline
     if baseline is None:
         import keras
 
@@ -244,292 +274,176 @@ def tune(
         layout = keras.config.image_data_format()
         baseline = baseline_config(current if current in space.backends else space.backends[0],
                                    layout if layout in space.layouts else space.layouts[0])
+        traits = run.traits
         if traits is not None and not traits.fixed_precision and traits.policy in space.precisions:
             baseline = dataclasses.replace(baseline, precision=traits.policy)   # a file saved mixed runs mixed
-    space = _with_baseline(space, baseline)
+    run.baseline = baseline
+    run.space = with_baseline(space, baseline)
+
+
+def _build_predictor(run: _Run) -> None:
+    """The predictor (ours, or the one given), the model checked with it, and the study's fingerprint inputs."""
+    o = run.options
+    calibration = o.calibration
     if isinstance(calibration, str) and calibration == "auto":
-        calibration = source == "predicted"
-    own_predictor = predictor is None
-    predictor = predictor or ConfigPredictor(spec, profile, model=built, calibration=calibration,
-                                             policies_fixed=None if traits is None else bool(traits.fixed_precision),
-                                             input_shapes=input_shapes)
+        calibration = run.source == "predicted"
+    run.calibration = calibration
+    run.own_predictor = o.predictor is None
+    traits = run.traits
+    run.predictor = o.predictor or ConfigPredictor(
+        run.spec, o.profile, model=run.built, calibration=calibration,
+        policies_fixed=None if traits is None else bool(traits.fixed_precision), input_shapes=o.input_shapes)
     # A predicted study with a calibration for some of its space: calibrated values, bounds not ranked.
-    calibrated = source == "predicted" and any(
-        getattr(predictor, "calibrates", lambda b, c: False)(b, c) for b in space.backends for c in space.compilers[b])
-
+    space = run.space
+    calibrates = getattr(run.predictor, "calibrates", lambda b, c: False)
+    run.calibrated = run.source == "predicted" and any(calibrates(b, c) for b in space.backends
+                                                       for c in space.compilers[b])
     # The model first: a bad name or file fails here, before a storage file (and its baseline trial) exists.
-    _check_model(spec, predictor, baseline, own_predictor)
-    _check_costed(spec, predictor, baseline)
-    fits = _fits(source, predictor, mode)
-    fingerprint = study_fingerprint(source, mode, objectives, spec, predictor,
-                                    gpu=_measured_gpu_name(gpus if parallel else None) if source == "measured" else None)
+    check_model(run.spec, run.predictor, run.baseline, run.own_predictor)
+    check_costed(run.spec, run.predictor, run.baseline)
+    run.fits = fits_in_memory(run.source, run.predictor, o.mode)
 
-    quiet = quiet_optuna()
-    url = storage_url(storage, spec.name)
-    try:
-        store = open_storage(storage, spec.name, heartbeat_s)
-    except BaseException:
-        quiet()
-        raise
+
+def _open_study(run: _Run) -> None:
+    """Open (or resume) the study: refuse a mismatched one, store what the workers and the result read."""
+    o = run.options
+    fingerprint = study_fingerprint(run.source, o.mode, run.objectives, run.spec, run.predictor,
+                                    gpu=measured_gpu_name(o.gpus if run.parallel else None)
+                                    if run.source == "measured" else None)
+    run.url = storage_url(o.storage, run.spec.name)
+    run.store = open_storage(o.storage, run.spec.name, o.heartbeat_s)
     # "-calibrated": an older bound-valued predicted study in the same file is not resumed into mixed values.
-    study_name = study_name or (f"{spec.name}-{'+'.join(o.name for o in objectives)}-{mode}-{source}"
-                                + ("-calibrated" if calibrated else ""))
+    run.study_name = o.study_name or (f"{run.spec.name}-{'+'.join(ob.name for ob in run.objectives)}-{o.mode}-"
+                                      f"{run.source}" + ("-calibrated" if run.calibrated else ""))
     # Optuna >= 5 takes constraints from trial.set_constraint; older ones from the sampler's constraints_func
     # (a calibrated predicted study always has one: its 'uncalibrated' constraint).
-    constraints_func = constraints_func_for(max_output_error is not None or max_slowdown is not None, calibrated)
-    sampler = sampler_for(objectives, constraints_func, seed)
+    constraints_func = constraints_func_for(o.max_output_error is not None or o.max_slowdown is not None,
+                                            run.calibrated)
+    sampler = sampler_for(run.objectives, constraints_func, o.seed)
     try:
-        study = optuna.create_study(storage=store, study_name=study_name, sampler=sampler, load_if_exists=True,
-                                    directions=[o.direction for o in objectives])
+        study = optuna.create_study(storage=run.store, study_name=run.study_name, sampler=sampler,
+                                    load_if_exists=True, directions=[ob.direction for ob in run.objectives])
     except ValueError as exc:
-        quiet()
-        raise ValueError(f"cannot resume study {study_name!r} in {url}: {exc}") from None
-    try:
-        check_fingerprint(study, fingerprint, url)
-    except BaseException:
-        quiet()
-        raise
+        raise ValueError(f"cannot resume study {run.study_name!r} in {run.url}: {exc}") from None
+    check_fingerprint(study, fingerprint, run.url)
     fail_stale(study)
+    run.notes[:0] = resume_notes(study, run.space, o.n_trials)
+    study.set_user_attr("space", run.space.to_dict())
+    study.set_user_attr("objectives", [ob.name for ob in run.objectives])
+    study.set_user_attr("source", run.source)
+    study.set_user_attr("baseline", run.baseline.to_dict())
+    study.set_user_attr("space_notes", run.space_notes)
+    if run.source == "predicted":
+        study.set_user_attr("value_policy", VALUE_POLICY_CALIBRATED if run.calibrated else VALUE_POLICY_BOUND)
+    run.study = study
+    run.remaining = o.n_trials - finished_count(study)
+    run.target = (sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False))
+                  + max(run.remaining, 0))
+
+
+def _store_run(run: _Run, files: StudyFiles) -> str | None:
+    """Save a built model where another process needs it and store the study's "run" attributes (what a worker
+    joining by storage URL and study name rebuilds the run from); the model as a worker loads it, else None."""
+    o, spec = run.options, run.spec
+    if spec.kind == "callable" or (spec.kind == "model" and not run.parallel and run.source == "predicted"):
+        return None
+    model_ref = portable_model(spec, run.built, files)
+    calibration = calibration_ref(run.calibration, run.predictor, run.own_predictor, run.parallel, o.log_dir,
+                                  run.study_name, files)
+    run.study.set_user_attr("run", run_attributes(
+        o, model=model_ref, trial_target=run.target, calibration=calibration,
+        fake_delay_s=o.runner.delay_s if isinstance(o.runner, FakeRunner) else None))
+    return model_ref
+
+
+def _run_parallel(run: _Run, model_ref: str | None) -> _Outcome:
+    """One worker process per GPU runs the study (tune/parallel.py); workers still running at the timeout or the
+    budget are stopped."""
+    o = run.options
+    if model_ref is None:
+        run.spec.portable()   # raises: this builder cannot run in a worker process
+    parallel.check_gpus_exist(o.gpus, run.source)
+    enqueue_start(run.study, run.space, run.baseline, run.predictor, run.objectives, o.carm_order, run.calibrated,
+                  run.fits)
+    limits_s = [v for v in (o.timeout_s, o.budget_s) if v is not None]
     try:
-        resumed_notes = _resume_notes(study, space, n_trials)
-    except BaseException:
-        quiet()
-        raise
-    study.set_user_attr("space", space.to_dict())
-    study.set_user_attr("objectives", [o.name for o in objectives])
-    study.set_user_attr("source", source)
-    study.set_user_attr("baseline", baseline.to_dict())
-    study.set_user_attr("space_notes", space_notes)
-    if source == "predicted":
-        study.set_user_attr("value_policy", VALUE_POLICY_CALIBRATED if calibrated else VALUE_POLICY_BOUND)
-
-    remaining = n_trials - finished_count(study)
-    target = sum(t.state != optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)) + max(remaining, 0)
-    files = StudyFiles(url, study_name, store)   # beside the storage; a temporary one goes when tune() returns
-    try:
-        # A built model is saved to a file only where another process needs it.
-        model_ref = None if spec.kind == "callable" or (spec.kind == "model" and not parallel and source == "predicted") \
-            else portable_model(spec, built, files)
-        if model_ref is not None:   # what a worker joining by storage URL and study name rebuilds the run from
-            study.set_user_attr("run", {
-                "model": model_ref, "mode": mode, "trial_target": target, "carm_pruning": carm_pruning,
-                "prune_margin": prune_margin, "max_slowdown": max_slowdown, "max_output_error": max_output_error,
-                "profile": profile if isinstance(profile, str) else None, "seed": seed, "heartbeat_s": heartbeat_s,
-                "worker_settings": dataclasses.asdict(dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)),
-                "trial_timeout_s": trial_timeout_s, "runner_factory": runner_factory,
-                "calibration": calibration_ref(calibration, predictor, own_predictor, parallel, log_dir, study_name,
-                                                files),
-                "fake_delay_s": runner.delay_s if isinstance(runner, FakeRunner) else None})
-        if parallel:
-            if model_ref is None:
-                spec.portable()   # raises: this builder cannot run in a worker process
-            from carm_advisor.tune.parallel import check_gpus_exist, launch
-
-            check_gpus_exist(gpus, source)
-            _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated, fits)
-            try:
-                limits_s = [v for v in (timeout_s, budget_s) if v is not None]   # workers still running then are stopped
-                device = launch(url, study_name, gpus, max(remaining, 0), log_dir=log_dir, log=log,
-                                deadline_s=min(limits_s) if limits_s else None)
-                names = {(t.user_attrs.get("gpu") or {}).get("name") for t in study.get_trials(deepcopy=False)} - {None}
-                device["name"] = ", ".join(sorted(names)) or None
-                if source == "predicted":
-                    device.update(predicted_device(predictor))
-            finally:
-                fail_stale(study)
-                quiet()
-            return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                                wall_s=time.perf_counter() - start_s, device=device, command=command or shlex.join(sys.argv),
-                                prune_margin=prune_margin, max_slowdown=max_slowdown, max_output_error=max_output_error,
-                                budget_stopped=bool(device.get("stopped_at_deadline"))), resumed_notes)
-        if runner is None and runner_factory is not None:
-            from carm_advisor.tune.parallel import runner_from_run
-
-            predictor, runner = runner_from_run(study.user_attrs["run"], predictor)
-        if runner is None:
-            if source == "predicted":
-                runner = PredictedRunner(predictor, mode)
-            else:
-                model_ref = model_ref or portable_model(spec, built, files)
-                settings = dataclasses.replace(worker_settings or WorkerSettings(), mode=mode)
-                runner = WorkerRunner(model_ref, predictor, settings, trial_timeout_s=trial_timeout_s, log_dir=log_dir)
-        _enqueue_start(study, space, baseline, predictor, objectives, carm_order, calibrated, fits)
-
-        state = StudyState(study, objectives, baseline, max_slowdown, max_output_error, rank_calibrated_only=calibrated)
-        from carm_advisor.tune.parallel import this_gpu
-
-        # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
-        # configuration whose worker died; a journal has none, so a resumed run there does not wait)
-        objective_fn = make_objective(state, space, predictor, runner, carm_pruning, prune_margin, gpu,
-                                       trial_attrs={"gpu": this_gpu(source)},
-                                       shared=model_ref is not None and isinstance(store, optuna.storages.RDBStorage))
-        deadline_s = None if budget_s is None else start_s + budget_s
-        try:
-            if remaining > 0:
-                with progress_bar(progress, n_trials, state) as callback:
-                    callbacks = [callback, budget_callback(deadline_s, state),   # joined workers count too
-                                 optuna.study.MaxTrialsCallback(target, states=STARTED)] + ([log_callback(log, state)] if log else [])
-                    study.optimize(objective_fn, n_trials=remaining, timeout=timeout_s, catch=(TrialFailed,),
-                                   callbacks=callbacks, gc_after_trial=False)
-        finally:
-            runner.close()
-            fail_stale(study)
-            quiet()
-        return _with_notes(build_result(study, objectives, space, predictor, baseline, source=source, storage_url=url,
-                            wall_s=time.perf_counter() - start_s,
-                            device=predicted_device(predictor) if source == "predicted" else getattr(runner, "device", None) or {},
-                            command=command or shlex.join(sys.argv), prune_margin=prune_margin,
-                            max_slowdown=max_slowdown, max_output_error=max_output_error,
-                            budget_stopped=state.budget_stopped), resumed_notes)
+        device = parallel.launch(run.url, run.study_name, o.gpus, max(run.remaining, 0), log_dir=o.log_dir, log=o.log,
+                                 deadline_s=min(limits_s) if limits_s else None)
+        names = {(t.user_attrs.get("gpu") or {}).get("name") for t in run.study.get_trials(deepcopy=False)} - {None}
+        device["name"] = ", ".join(sorted(names)) or None
+        if run.source == "predicted":
+            device.update(predicted_device(run.predictor))
     finally:
-        files.remove_if_temporary()
+        fail_stale(run.study)
+    return _Outcome(device, budget_stopped=bool(device.get("stopped_at_deadline")))
 
 
-# ---- pieces -------------------------------------------------------------------------------------
+def _run_serial(run: _Run, model_ref: str | None, files: StudyFiles) -> _Outcome:
+    """This process runs the trials (`carm-advise worker` processes may join the study while it runs)."""
+    o = run.options
+    runner = _runner(run, model_ref, files)
+    enqueue_start(run.study, run.space, run.baseline, run.predictor, run.objectives, o.carm_order, run.calibrated,
+                  run.fits)
+    state = StudyState(run.study, run.objectives, run.baseline, o.max_slowdown, o.max_output_error,
+                       rank_calibrated_only=run.calibrated)
+    # shared: `carm-advise worker` processes may join this study while it runs (RDB: heartbeats free a
+    # configuration whose worker died; a journal has none, so a resumed run there does not wait)
+    objective_fn = make_objective(state, run.space, run.predictor, runner, o.carm_pruning, o.prune_margin, run.gpu,
+                                  trial_attrs={"gpu": parallel.this_gpu(run.source)},
+                                  shared=model_ref is not None and isinstance(run.store, optuna.storages.RDBStorage))
+    deadline_s = None if o.budget_s is None else run.start_s + o.budget_s
+    try:
+        if run.remaining > 0:
+            with progress_bar(o.progress, o.n_trials, state) as callback:
+                callbacks = [callback, budget_callback(deadline_s, state),   # joined workers count too
+                             optuna.study.MaxTrialsCallback(run.target, states=STARTED)]
+                callbacks += [log_callback(o.log, state)] if o.log else []
+                run.study.optimize(objective_fn, n_trials=run.remaining, timeout=o.timeout_s, catch=(TrialFailed,),
+                                   callbacks=callbacks, gc_after_trial=False)
+    finally:
+        runner.close()
+        fail_stale(run.study)
+    device = predicted_device(run.predictor) if run.source == "predicted" else getattr(runner, "device", None) or {}
+    return _Outcome(device, budget_stopped=state.budget_stopped)
 
 
-def _resume_notes(study, space: SearchSpace, n_trials: int) -> list[str]:
-    """What a resumed study should tell its user: n_trials is the study's total (no new trial where it already
-    holds that many). A search space other than the one it was stored with is a StudyMismatchError: Optuna
-    refuses new choices for a stored parameter (each new trial would fail), and the stored trials outside the
-    space asked for would be ranked beside it."""
-    finished = sum(t.state in FINISHED for t in study.get_trials(deepcopy=False))
-    notes = []
-    if finished and finished >= n_trials:
-        notes.append(f"the study already holds {finished} finished trials and {n_trials} were asked for in all: "
-                     "nothing new ran (--trials / n_trials counts the study's trials, earlier runs' included); "
-                     "ask for more to search further")
-    stored, now = study.user_attrs.get("space"), space.to_dict()
-    if finished and stored and stored != now:
-        changed = "; ".join(f"{k}: stored {stored.get(k)}, now {now.get(k)}"
-                            for k in sorted(set(stored) | set(now)) if stored.get(k) != now.get(k))
-        raise StudyMismatchError(f"study {study.study_name!r} was made with another search space ({changed}); "
-                                 "Optuna cannot change a stored study's choices: give the same --backends, "
-                                 "--batch-sizes (and other options) to resume it, or a new --study name or "
-                                 "--storage for this space")
-    return notes
+def _runner(run: _Run, model_ref: str | None, files: StudyFiles):
+    """The trial runner of this process: the one given, the runner factory's, or ours for the source."""
+    o = run.options
+    if o.runner is not None:
+        return o.runner
+    if o.runner_factory is not None:
+        run.predictor, runner = parallel.runner_from_run(run.study.user_attrs["run"], run.predictor)
+        return runner
+    if run.source == "predicted":
+        return PredictedRunner(run.predictor, o.mode)
+    model_ref = model_ref or portable_model(run.spec, run.built, files)
+    settings = dataclasses.replace(o.worker_settings or WorkerSettings(), mode=o.mode)
+    return WorkerRunner(model_ref, run.predictor, settings, trial_timeout_s=o.trial_timeout_s, log_dir=o.log_dir)
 
 
-def _with_notes(result, notes: list[str]):
-    result.warnings[:0] = notes
+def _result(run: _Run, outcome: _Outcome) -> TuneResult:
+    o = run.options
+    result = build_result(run.study, run.objectives, run.space, run.predictor, run.baseline, source=run.source,
+                          storage_url=run.url, wall_s=time.perf_counter() - run.start_s, device=outcome.device,
+                          command=o.command or shlex.join(sys.argv), prune_margin=o.prune_margin,
+                          max_slowdown=o.max_slowdown, max_output_error=o.max_output_error,
+                          budget_stopped=outcome.budget_stopped)
+    result.warnings[:0] = run.notes + outcome.notes
     return result
 
 
-def _enqueue_start(study, space: SearchSpace, baseline: TrialConfig, predictor: ConfigPredictor,
-                   objectives: list[Objective], carm_order: bool, calibrated_only: bool = False,
-                   fits=None) -> None:
-    """Baseline first, then per backend and compiler its configuration predicted best (once per study);
-    calibrated_only: only the (backend, compiler) pairs the calibration covers (a predicted calibrated study);
-    fits(config): False for a configuration that cannot fit in the GPU's memory (never picked)."""
-    if study.user_attrs.get("enqueued"):
-        return
-    study.enqueue_trial(baseline.params(), user_attrs={"role": "baseline"}, skip_if_exists=True)
-    if carm_order:
-        primary = objectives[0]
-        for backend in space.backends:
-            configs = [c for c in space.grid() if c.backend == backend and c.key != baseline.key
-                       and (fits is None or fits(c))]
-            if not configs:
-                continue
-            # Per compiler (the calibrated prediction sees it, the bound does not): its best prediction.
-            for compiler in space.compilers[backend]:
-                mine = [c for c in configs if c.compiler == compiler]
-                if not mine or (calibrated_only and not predictor.calibrates(backend, compiler)):
-                    continue
-                values = [primary.value(value_prediction(predictor, c)) for c in mine]
-                pick = mine[primary.select(values)]
-                study.enqueue_trial(pick.params(), user_attrs={"role": "carm_order"}, skip_if_exists=True)
-    study.set_user_attr("enqueued", True)
-
-
-def _check_model(spec: ModelSpec, predictor, baseline: TrialConfig, own_predictor: bool) -> None:
-    """Build (our predictor: it needs the model anyway) or at least name-check the model, so that a model that
-    cannot load stops tune() before any storage is created."""
-    if own_predictor and hasattr(predictor, "model"):
-        predictor.model(baseline.layout)
-    elif spec.kind == "application":
-        from carm_advisor.models.loader import application_names, load_model
-
-        if spec.spec.replace("-", "").replace("_", "") not in application_names():
-            load_model(spec.spec)   # raises ModelLoadError with its one line (known names, a hint)
-
-
-def _check_costed(spec: ModelSpec, predictor, baseline: TrialConfig) -> None:
-    """Refuse, in one line, a model none of whose layers the CARM could cost (unknown layers such as a Lambda,
-    or only views and identities): its bound is no time at all, so there is nothing to rank or prune by
-    (before any storage is created)."""
-    bound = predictor.predict(baseline)
-    if bound.time_s > 0 and math.isfinite(bound.time_s):
-        return
-    rows = list(getattr(bound, "rows", None) or [])
-
-    def named(rs) -> str:
-        return named_list([f"{r.name} ({r.type})" for r in rs], 4)
-
-    unknown = [r for r in rows if not r.known]
-    if unknown:
-        why = f"no layer of the model could be costed (no cost model for {named(unknown)})"
-    elif rows:
-        why = f"no layer of the model does work the CARM can cost ({named(rows)}: views or identities at inference)"
-    else:
-        why = "the model has no layer the CARM can cost"
-    raise MappingError(f"nothing to tune in {spec.name}: {why}, so there is no predicted time to rank or prune "
-                       "configurations by")
-
-
-def _fits(source: str, predictor, mode: str):
-    """fits(config) for a predicted study whose predictor has a memory lower bound, else None."""
-    check = getattr(predictor, "does_not_fit", None)
-    if source != "predicted" or check is None:
-        return None
-    return lambda config: check(config, mode) is None
-
-
-def _measured_gpu_name(gpus: Sequence[int] | None) -> str | None:
-    """The NVML name of the GPU a measured study runs on: this process's (tune/parallel.this_gpu), or, with
-    several GPUs, theirs (distinct names joined by ", "); None where NVML cannot say."""
-    if not gpus:
-        return parallel.this_gpu("measured").get("name")
+@contextlib.contextmanager
+def _optuna_quiet():
+    restore = quiet_optuna()
     try:
-        return ", ".join(sorted({open_gpu(g).name() for g in gpus}))
-    except Exception:   # no NVML: check_gpus_exist refuses the study later in one line
-        return None
-
-
-def _narrow_to_file(space: SearchSpace, spec: ModelSpec) -> tuple[SearchSpace, Any, list[str]]:
-    """The space of a model file or a built model (builder.file_traits): its own layout (where its layers have one) and, where
-    its dtype policies cannot be replaced, the float32 precisions alone (what run it as saved); with the one-line
-    note naming what was left out, why, and how to search it (none where nothing was)."""
-    import keras
-
-    traits = file_traits(spec)
-    layout = traits.layout or keras.config.image_data_format()   # none: no layer has a layout, it changes nothing
-    dropped = [lay for lay in space.layouts if lay != layout] if traits.layout else []
-    precisions = space.precisions
-    if traits.fixed_precision:
-        precisions = tuple(p for p in precisions if p.startswith("float32")) or ("float32",)
-        dropped = [p for p in space.precisions if p not in precisions] + dropped
-    narrowed = SearchSpace(space.backends, precisions, space.batch_sizes, (layout,), space.compilers,
-                           space.sm_clocks_mhz)
-    return narrowed, traits, [narrowing_note(spec, traits, dropped)] if dropped else []
-
-
-def _with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:
-    """The space widened (if need be) so the baseline is one of its points (Optuna can enqueue only those)."""
-    def add(values, value):
-        return tuple(values) if value in values else tuple(values) + (value,)
-
-    compilers = dict(space.compilers)
-    compilers[baseline.backend] = add(compilers[baseline.backend], baseline.compiler)
-    return SearchSpace(add(space.backends, baseline.backend), add(space.precisions, baseline.precision),
-                       tuple(sorted(add(space.batch_sizes, baseline.batch_size))), add(space.layouts, baseline.layout),
-                       compilers, space.sm_clocks_mhz)
-
-
-# ---- clocks -------------------------------------------------------------------------------------
+        yield
+    finally:
+        restore()
 
 
 # Exposed for tests and the benchmark script.
-__all__ = ["tune", "resolve_objectives", "OBJECTIVES", "FakeRunner", "PredictedRunner", "WorkerRunner"]
+__all__ = ["MODES", "OBJECTIVES", "FakeRunner", "PredictedRunner", "TuneOptions", "WorkerRunner",
+           "resolve_objectives", "tune"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -29,8 +29,10 @@ def main(argv=None):
     parser.add_argument("--predict", action="store_true", help="predict only, even on a GPU")
     args = parser.parse_args(argv)
 
-    import carm_advisor as advisor
     from rich.console import Console
+
+    import carm_advisor as advisor
+    from carm_advisor.tune import TuneOptions
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -38,9 +40,10 @@ def main(argv=None):
     here = str(Path(__file__).resolve().parent)
     sys.path.insert(0, here)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    result = advisor.tune("tune_vgg16:vgg16", objective="gflops_per_watt", n_trials=args.trials,
-                          storage=str(out / "vgg16-study.db"), study_name="vgg16-example",
-                          predict=True if args.predict else "auto", progress=sys.stderr.isatty())
+    options = TuneOptions(objective="gflops_per_watt", n_trials=args.trials, storage=str(out / "vgg16-study.db"),
+                          study_name="vgg16-example", predict=True if args.predict else "auto",
+                          progress=sys.stderr.isatty())
+    result = advisor.tune("tune_vgg16:vgg16", options)
     Console().print(result)
     result.to_json(out / "vgg16-tune.json")
     result.plot(out)

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
 from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
+from carm_advisor.tune.options import TuneOptions  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 
 
@@ -26,8 +27,9 @@ if __name__ == "__main__":
     db, n_trials = sys.argv[1], int(sys.argv[2])
     space = SearchSpace(backends=("torch",), precisions=tuple(TABLE), batch_sizes=(32, 64, 128, 256),
                         layouts=("channels_last",), compilers={"torch": ("eager",)})
-    result = tune("vgg16", objective="samples_per_joule", n_trials=n_trials, storage=db, study_name="resume",
-                  space=space, baseline=TrialConfig("torch"), runner=SlowRunner(TABLE),
-                  predictor=TablePredictor({k: v[:2] for k, v in TABLE.items()}), carm_pruning=False,
-                  heartbeat_s=1, progress=False)
+    options = TuneOptions(objective="samples_per_joule", n_trials=n_trials, storage=db, study_name="resume",
+                          space=space, baseline=TrialConfig("torch"), runner=SlowRunner(TABLE),
+                          predictor=TablePredictor({k: v[:2] for k, v in TABLE.items()}), carm_pruning=False,
+                          heartbeat_s=1, progress=False)
+    result = tune("vgg16", options)
     print(result.counts)
