@@ -4,6 +4,9 @@ elsewhere); carm-advise worker: join a running study with this process's GPU."""
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
+from pathlib import Path
 
 from carm_advisor.cli.common import (
     SUBCOMMANDS,
@@ -15,6 +18,7 @@ from carm_advisor.cli.common import (
     positive_float,
     positive_int,
 )
+from carm_advisor.files import OutputPathError, Outputs, check_writable_dir
 
 
 def check_shorthand_model(model: str) -> None:
@@ -109,11 +113,10 @@ def run_worker(args) -> int:
 
 
 def run(args) -> int:
-    from carm_advisor.files import check_output_path, check_writable_dir
     from carm_advisor.tune.storage import storage_url
 
-    if args.json_path:   # output paths and a bad storage are reported before Keras takes seconds to load
-        check_output_path(args.json_path, "--json")
+    outputs = Outputs()   # output paths and a bad storage are reported before Keras takes seconds to load
+    outputs.plan(args.json_path, "JSON result", "--json")
     if args.plot_dir:
         check_writable_dir(args.plot_dir, "--plot")
     storage_url(args.storage, args.model)
@@ -126,12 +129,11 @@ def run(args) -> int:
     console = make_console()
     result = tune(args.model, tune_options(args, console.is_terminal))
     console.print(result)
-    if args.json_path:
-        result.to_json(args.json_path)
+    json_written, plots = write_outputs(result, outputs, args.json_path, args.plot_dir)
+    if json_written:
         console.print(f"result written to {args.json_path}")
-    if args.plot_dir:
-        for path in result.plot(args.plot_dir):
-            console.print(f"plot written to {path}")
+    for path in plots:
+        console.print(f"plot written to {path}")
     return 0
 
 
@@ -158,3 +160,25 @@ def tune_options(args, terminal: bool):
         input_shapes=call_input_shapes(args.call_shape),
         log=None if terminal or not args.gpus else (lambda line: print(line, flush=True)))
     return options if args.heartbeat_s is None else options.replace(heartbeat_s=args.heartbeat_s)
+
+
+def write_outputs(result, outputs, json_path: str | None, plot_dir: str | None) -> tuple[bool, list]:
+    """The JSON result and the plots, renamed into place together once every one is written (files.Outputs), as
+    analyze's are: a full disk or Ctrl-C while drawing leaves every file that was there as it was. The plots are
+    drawn into a hidden folder in `plot_dir` (the same file system) and staged from there."""
+    plots = []
+    with outputs:
+        if json_path:
+            outputs.stage(json_path, lambda tmp: tmp.write_text(result.to_json_text()))
+        if plot_dir:
+            with tempfile.TemporaryDirectory(prefix=".carm-advise-plots.", dir=plot_dir) as scratch:
+                try:
+                    drawn = result.plot(scratch)
+                except OSError as exc:   # a full disk, a folder gone: the path given, not the scratch folder
+                    raise OutputPathError(f"cannot write --plot {plot_dir}: {exc.strerror or exc}") from None
+                for path in drawn:
+                    target = outputs.plan(Path(plot_dir) / path.name, f"plot {path.name}", "--plot")
+                    outputs.stage(target, lambda tmp, path=path: os.replace(path, tmp))
+                    plots.append(target)
+        outputs.commit()
+    return bool(json_path), plots

@@ -142,8 +142,11 @@ class TuneResult:
                 out[key] = out.get(key, 0) + 1
         return out
 
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n"
+
     def to_json(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=True) + "\n")
+        write_text_atomic(path, self.to_json_text())
 
     def plot(self, directory: str | Path) -> list[Path]:
         return plot_study(self, Path(directory))

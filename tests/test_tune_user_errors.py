@@ -1,0 +1,94 @@
+"""What `carm-advise tune` and `carm-advise worker` say to a user who gives them something they cannot do, or stops
+them: one line on stderr (exit 2; 130 for Ctrl-C), never a traceback, an overwritten file or a study file nobody
+asked for; and what a study that stopped early says about why.
+
+The studies are predicted (no GPU) on tests/tune_support/tiny_models.py:tiny_cnn (8x8x3 input, a 3x3 Conv2D of 4
+filters, Dense 5), on the recorded H200 profile, so each takes seconds."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from carm_advisor.cli import main
+
+SUPPORT = Path(__file__).parent / "tune_support"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY = "tiny_models:tiny_cnn"
+
+
+@pytest.fixture(autouse=True)
+def _tiny_models(monkeypatch):
+    monkeypatch.syspath_prepend(str(SUPPORT))
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:   # argparse's own exits
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code, err, fragment, exit_code=2) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == exit_code, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("carm-advise: error:") and fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def predicted(tmp_path, *extra, trials="2"):
+    """A predicted study's arguments, its space added by each test."""
+    return ["tune", TINY, "--predict", "--trials", trials, "--storage", str(tmp_path / "s.db"), *extra]
+
+
+# ---- outputs: atomic together, as analyze's ------------------------------------------------------------------
+
+def _full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_while_drawing_the_plots_leaves_the_json_that_was_there(capsys, tmp_path, monkeypatch):
+    keep = tmp_path / "keep.json"
+    keep.write_text("an earlier result\n")
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    monkeypatch.setattr(importlib.import_module("carm_advisor.tune.plots"), "_save", _full_disk)   # each figure
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--backends", "torch", "--batch-sizes", "32",
+                                              "--json", str(keep), "--plot", str(plots)))
+    one_line(code, err, f"cannot write --plot {plots}: No space left on device")
+    assert keep.read_text() == "an earlier result\n"
+    assert list(plots.iterdir()) == []                                   # no scratch folder or figure left
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db")) == ["keep.json", "plots"]
+
+
+def test_ctrl_c_while_drawing_the_plots_leaves_the_json_that_was_there(capsys, tmp_path, monkeypatch):
+    keep = tmp_path / "keep.json"
+    keep.write_text("an earlier result\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("carm_advisor.tune.plots"), "_save", interrupted)
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--backends", "torch", "--batch-sizes", "32",
+                                              "--json", str(keep), "--plot", str(tmp_path)))
+    assert code == 130 and "Traceback" not in err
+    assert keep.read_text() == "an earlier result\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db")) == ["keep.json"]
+
+
+def test_the_json_and_the_plots_are_written_together(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout, err = run_cli(capsys, *predicted(tmp_path, "--backends", "torch", "--batch-sizes", "32",
+                                                   "--json", str(out), "--plot", str(tmp_path)))
+    assert code == 0, err
+    assert json.loads(out.read_text())["schema"] == "carm-advisor/tune/1"
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert pngs and stdout.count("plot written to") == len(pngs)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # nothing staged left behind
