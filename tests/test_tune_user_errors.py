@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 from pathlib import Path
 
+import optuna
 import pytest
 
 from carm_advisor.cli import main
@@ -92,3 +94,65 @@ def test_the_json_and_the_plots_are_written_together(capsys, tmp_path):
     pngs = sorted(tmp_path.glob("*.png"))
     assert pngs and stdout.count("plot written to") == len(pngs)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # nothing staged left behind
+
+
+# ---- the study file ----------------------------------------------------------------------------------------
+
+def _study_file(path: Path, name: str = "a") -> Path:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    optuna.create_study(storage=f"sqlite:///{path}", study_name=name)
+    return path
+
+
+def test_a_study_file_opened_read_only_is_one_line_naming_it(capsys, tmp_path):
+    path = _study_file(tmp_path / "ro.db")
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--storage", f"sqlite:///file:{path}?mode=ro&uri=true"))
+    line = one_line(code, err, f"the study file {path} is read-only")
+    assert "exceeding max length" not in line and "internal error" not in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes a file without write permission")
+def test_a_study_file_without_write_permission_is_one_line_naming_it(capsys, tmp_path):
+    path = _study_file(tmp_path / "ro.db")
+    path.chmod(0o444)
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--storage", str(path)))
+    one_line(code, err, f"the study file {path} is read-only (no write permission)")
+
+
+@pytest.mark.parametrize("form", ["{}", "journal:{}"])
+def test_a_storage_that_is_a_directory_is_one_line(capsys, tmp_path, form):
+    folder = tmp_path / "studies.db"
+    folder.mkdir()
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--storage", form.format(folder)))
+    one_line(code, err, f"the study file {folder} is a directory")
+
+
+@pytest.mark.parametrize("name, fragment", [("two\nlines", "without control characters"),
+                                            ("", "not empty"), ("x" * 513, "at most 512 characters")])
+def test_a_study_name_optuna_cannot_hold_or_a_terminal_print_is_one_line(capsys, tmp_path, name, fragment):
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--study", name))
+    one_line(code, err, fragment)
+    assert not (tmp_path / "s.db").exists()
+
+
+# ---- carm-advise worker joins an existing study only ---------------------------------------------------------
+
+def test_a_worker_given_a_study_file_that_is_not_there_creates_none(capsys, tmp_path):
+    missing = tmp_path / "missing.db"
+    code, _, err = run_cli(capsys, "worker", "--storage", str(missing), "--study", "s")
+    one_line(code, err, f"no study 's' to join: there is no study file {missing}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_given_an_empty_storage_creates_no_study_file_here(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "worker", "--storage", "", "--study", "s")
+    one_line(code, err, "--storage: a worker joins an existing study")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_given_a_study_name_that_is_not_there_names_those_that_are(capsys, tmp_path):
+    path = _study_file(tmp_path / "s.db", "vgg16-gflops_per_watt")
+    code, _, err = run_cli(capsys, "worker", "--storage", str(path), "--study", "nope")
+    line = one_line(code, err, f"no study 'nope' in sqlite:///{path} (studies there: 'vgg16-gflops_per_watt')")
+    assert "ValueError" not in line

@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
     t.add_argument("--timeout", type=positive_float, help="stop starting trials after this many seconds")
     t.add_argument("--storage", help="Optuna storage: sqlite:///x.db, a .db file, postgresql://..., journal:PATH "
                                      "(default carm-tune-MODEL.db here); the same storage and study resume")
-    t.add_argument("--study", help="study name (default: model, objectives, mode and source)")
+    t.add_argument("--study", type=study_name, help="study name (default: model, objectives, mode and source)")
     t.add_argument("--mode", choices=("inference", "training"), default="inference")
     t.add_argument("--max-slowdown", type=positive_float, help="infeasible if slower than the baseline by more than X times")
     t.add_argument("--max-output-error", type=positive_float,
@@ -80,6 +80,15 @@ def add_parser(sub) -> None:
                                                   "each, e.g. 0,1,2,3 (default: the current GPU)")
     t.add_argument("--heartbeat-s", type=positive_float, default=None, help=argparse.SUPPRESS)
     t.add_argument("--fake-measure-s", type=float, default=None, help=argparse.SUPPRESS)  # tests: FakeRunner
+
+
+def study_name(text: str) -> str:
+    from carm_advisor.tune.options import check_study_name
+
+    try:
+        return check_study_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -103,8 +112,12 @@ def add_worker_parser(sub) -> None:
 
 def run_worker(args) -> int:
     from carm_advisor.tune.parallel import join_study
-    from carm_advisor.tune.storage import storage_url
+    from carm_advisor.tune.storage import StorageError, storage_url
 
+    if not args.storage.strip():   # storage_url would name the default file here: a new, empty study
+        raise StorageError("--storage: a worker joins an existing study; give that study's storage as its result "
+                           "shows it (sqlite:///.../carm-tune-MODEL.db, journal:PATH, postgresql://...), not an "
+                           "empty string")
     url = storage_url(args.storage, "study")
     done = join_study(url, args.study, share=args.share, worker_id=args.worker_id, seed=args.seed,
                       log=lambda line: print(line, flush=True))

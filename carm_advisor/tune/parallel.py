@@ -50,7 +50,7 @@ from carm_advisor.tune.objective import (
 )
 from carm_advisor.tune.objectives import get_objective
 from carm_advisor.tune.options import TuneOptions
-from carm_advisor.tune.storage import open_storage
+from carm_advisor.tune.storage import StorageError, open_storage, storage_file
 
 MAX_RESTARTS = 2   # per GPU: a worker dying more often than this says the GPU, not the trial, is the problem
 
@@ -126,17 +126,27 @@ def runner_from_run(run: dict[str, Any], predictor=None):
 def join_study(storage: str, study_name: str, share: int | None = None, worker_id: str | None = None,
                seed: int | None = None, log=None) -> int:
     """Run trials of an existing study until it has its target (or, given `share`, that many); returns
-    how many trials this worker ran. The whole run is read from the study itself."""
+    how many trials this worker ran. The whole run is read from the study itself; a study that is not there (no
+    study file, or no study of that name in it) is refused (StorageError, one line), and nothing is created."""
+    path = storage_file(storage)
+    if path is not None and not os.path.exists(path):
+        raise StorageError(f"no study {study_name!r} to join: there is no study file {path} (a worker joins a study "
+                           "carm-advise tune started: give that study's --storage, as its result shows it)")
     quiet = quiet_optuna()
     try:
         probe = optuna.load_study(study_name=study_name, storage=open_storage(storage, "study"))
     except KeyError:
         quiet()
-        raise ValueError(f"no study {study_name!r} in {storage}") from None
+        names = optuna.get_all_study_names(open_storage(storage, "study"))
+        raise StorageError(f"no study {study_name!r} in {storage} (studies there: {', '.join(map(repr, names)) or 'none'})"
+                           "; a worker joins a study carm-advise tune started, by the name its result shows") from None
+    except BaseException:
+        quiet()
+        raise
     attrs = probe.user_attrs
     if "run" not in attrs:
         quiet()
-        raise ValueError(f"study {study_name!r} was not started by carm-advise tune (no 'run' attribute): "
+        raise StorageError(f"study {study_name!r} was not started by carm-advise tune (no 'run' attribute): "
                            "nothing to join")
     run = dict(attrs["run"], source=attrs["source"])
     options = TuneOptions.from_run(run)

@@ -14,11 +14,14 @@ neither counted as finished nor waited for. `optuna-dashboard <url>` opens the s
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
 
 import optuna
+
+from carm_advisor.errors import CarmError
 
 HEARTBEAT_S = 5.0
 _SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -72,6 +75,7 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
     url = storage_url(spec, model_name)
     if in_memory(url):
         return optuna.storages.InMemoryStorage()
+    check_storage_file(url)
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -117,3 +121,69 @@ def _sqlite_wal(engine) -> None:
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", on_begin)
     engine.dispose()  # connections opened before the listener are dropped; new ones get the pragmas
+
+
+class StorageError(CarmError):
+    """A study's storage cannot be used as asked: a directory, a read-only study file, no study to join."""
+
+
+def storage_file(url: str) -> str | None:
+    """The absolute path of the file holding the storage (SQLite, journal); None for a server or in memory."""
+    if url.startswith("journal:"):
+        return os.path.abspath(url[len("journal:"):])
+    if not url.startswith("sqlite") or in_memory(url):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    if database.startswith("file:"):   # a SQLite URI filename (?uri=true)
+        database = database[len("file:"):].split("?")[0]
+    return os.path.abspath(database)
+
+
+def check_storage_file(url: str) -> None:
+    """Refuse (StorageError, one line) a study file no trial could be recorded in: a directory, a file this process
+    cannot write, a SQLite file whose folder it cannot write (SQLite writes its -wal and -shm files beside it), a
+    SQLite URL that opens it read-only (mode=ro). A file not there yet is created when the storage opens."""
+    path = storage_file(url)
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise StorageError(f"the study file {path} is a directory: give a file in it (e.g. "
+                           f"{os.path.join(path, 'study.db')}) or a database URL as --storage")
+    if not os.path.exists(path):
+        return
+    why = None
+    if url.startswith("sqlite") and _read_only_url(url):
+        why = "the storage URL opens it with mode=ro"
+    elif not os.access(path, os.W_OK):
+        why = "no write permission"
+    elif url.startswith("sqlite") and not os.access(os.path.dirname(path), os.W_OK | os.X_OK):
+        why = f"its folder {os.path.dirname(path)} is not writable, and SQLite writes its journal files there"
+    if why:
+        raise StorageError(_read_only_message(path, why))
+
+
+def read_only_error(exc: BaseException, url: str) -> StorageError | None:
+    """The one line for a write that failed because SQLite found the database read-only (a read-only file system,
+    a file even root may not write), which Optuna reports as a StorageInternalError about invalid data ("e.g.
+    exceeding max length"); None for a failure of any other cause."""
+    seen = exc
+    while seen is not None:
+        if "readonly database" in str(seen):
+            return StorageError(_read_only_message(storage_file(url) or url, "SQLite: attempt to write a readonly "
+                                                                             "database"))
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _read_only_url(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return u.query.get("mode") == "ro" or "mode=ro" in (u.database or "")
+
+
+def _read_only_message(path: str, why: str) -> str:
+    return (f"the study file {path} is read-only ({why}): a study records every trial in it; make it writable, "
+            "or give another --storage")

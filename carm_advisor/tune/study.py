@@ -75,7 +75,7 @@ from carm_advisor.tune.objective import (
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
 from carm_advisor.tune.options import MODES, TuneOptions, run_attributes
 from carm_advisor.tune.result import TuneResult, build_result
-from carm_advisor.tune.storage import open_storage, storage_url
+from carm_advisor.tune.storage import open_storage, read_only_error, storage_url
 from carm_advisor.tune.study_files import StudyFiles, calibration_ref, portable_model
 from carm_advisor.tune.study_setup import (
     check_costed,
@@ -325,6 +325,11 @@ def _open_study(run: _Run) -> None:
                                     load_if_exists=True, directions=[ob.direction for ob in run.objectives])
     except ValueError as exc:
         raise ValueError(f"cannot resume study {run.study_name!r} in {run.url}: {exc}") from None
+    except optuna.exceptions.StorageInternalError as exc:   # Optuna's words for any failed write
+        refusal = read_only_error(exc, run.url)
+        if refusal is None:
+            raise
+        raise refusal from None
     check_fingerprint(study, fingerprint, run.url)
     fail_stale(study)
     run.notes[:0] = resume_notes(study, run.space, o.n_trials)

@@ -12,7 +12,7 @@ import tempfile
 import optuna
 
 from carm_advisor.models.builder import ModelSpec
-from carm_advisor.tune.storage import in_memory
+from carm_advisor.tune.storage import in_memory, storage_file
 
 
 class StudyFiles:
@@ -35,7 +35,7 @@ class StudyFiles:
     def __init__(self, url: str, study_name: str, store=None) -> None:
         self._temporary = False
         self._path: str | None = None
-        base = _storage_file(url)
+        base = storage_file(url)
         if base is None and (isinstance(store, optuna.storages.InMemoryStorage) or in_memory(url)):
             self._temporary = True
             return
@@ -53,20 +53,6 @@ class StudyFiles:
         if self._temporary and self._path is not None:
             shutil.rmtree(self._path, ignore_errors=True)
             self._path = None
-
-
-def _storage_file(url: str) -> str | None:
-    """The absolute path of the file holding the storage (SQLite, journal); None for a server or in memory."""
-    if url.startswith("journal:"):
-        return os.path.abspath(url[len("journal:"):])
-    if not url.startswith("sqlite") or in_memory(url):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(url).database
-    if database.startswith("file:"):   # a SQLite URI filename (?uri=true)
-        database = database[len("file:"):].split("?")[0]
-    return os.path.abspath(database)
 
 
 def _rdb_label(url: str) -> str:
