@@ -135,6 +135,22 @@ def test_a_study_name_optuna_cannot_hold_or_a_terminal_print_is_one_line(capsys,
     assert not (tmp_path / "s.db").exists()
 
 
+# ---- GPUs ----------------------------------------------------------------------------------------------------
+
+def test_gpus_on_a_machine_without_one_are_refused_before_anything_starts(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(importlib.import_module("carm_advisor.tune.study"), "gpu_present", lambda: False)
+    code, out, err = run_cli(capsys, "tune", TINY, "--gpus", "0,1", "--trials", "1",
+                             "--storage", str(tmp_path / "s.db"))
+    one_line(code, err, "--gpus 0,1: no NVIDIA GPU is visible here, so no GPU worker can start")
+    assert "worker" not in out and not (tmp_path / "s.db").exists()
+
+
+def test_gpus_for_a_predicted_study_are_refused(capsys, tmp_path):
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--gpus", "0,1"))
+    one_line(code, err, "--gpus 0,1 names GPUs to measure on, but this study is predicted (--predict)")
+    assert not (tmp_path / "s.db").exists()
+
+
 # ---- carm-advise worker joins an existing study only ---------------------------------------------------------
 
 def test_a_worker_given_a_study_file_that_is_not_there_creates_none(capsys, tmp_path):

@@ -230,6 +230,8 @@ def _resolve_source(model_or_builder: Any, o: TuneOptions) -> _Run:
         raise ValueError("several GPUs: each worker process builds its own runner (give runner_factory, not runner), "
                          "and --apply-clocks is not supported there yet")
     source = _source(o)
+    if o.gpus is not None and source == "predicted":
+        raise GPUUnavailableError(_predicted_gpus_message(o))
     if source == "predicted" and o.mode == "training":
         raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
                          "training needs a GPU to measure")
@@ -256,6 +258,17 @@ def _source(o: TuneOptions) -> str:
     if o.predict is False:
         raise GPUUnavailableError("measuring needs an NVIDIA GPU; none is visible here (use predict=True / --predict)")
     return "predicted"
+
+
+def _predicted_gpus_message(o: TuneOptions) -> str:
+    """GPUs named for a predicted study: refused, since nothing would run on them (a user naming GPUs expects
+    trials measured there, and a predicted study would silently ignore them)."""
+    gpus = ",".join(map(str, o.gpus))
+    if o.predict is True:
+        return (f"--gpus {gpus} names GPUs to measure on, but this study is predicted (--predict): its trials run "
+                "in this process and use no GPU; drop --gpus, or --predict to measure")
+    return (f"--gpus {gpus}: no NVIDIA GPU is visible here, so no GPU worker can start and nothing can be measured; "
+            "drop --gpus to predict the study from the CARM on this machine, or run it where those GPUs are")
 
 
 def _build_space(run: _Run) -> None:
@@ -376,8 +389,6 @@ def _run_parallel(run: _Run, model_ref: str | None) -> _Outcome:
                                  deadline_s=min(limits_s) if limits_s else None)
         names = {(t.user_attrs.get("gpu") or {}).get("name") for t in run.study.get_trials(deepcopy=False)} - {None}
         device["name"] = ", ".join(sorted(names)) or None
-        if run.source == "predicted":
-            device.update(predicted_device(run.predictor))
     finally:
         fail_stale(run.study)
     return _Outcome(device, budget_stopped=bool(device.get("stopped_at_deadline")))
