@@ -59,11 +59,13 @@ def test_a_profile_file_is_named_by_its_path(tmp_path):
 def test_the_count_of_predicted_configurations_is_not_called_measured(tmp_path):
     result = _tune(tmp_path)
     c = result.to_dict()["counts"]
-    # 4 trials over 2 configurations: each predicted once, the other 2 trials reuse those figures.
-    assert c["trials"] == 4 and c["predicted"] == 2 and c["repeats_reused"] == 2
+    # 4 trials asked over 2 configurations: each predicted once, then the study stops (another trial could only
+    # repeat one of them) and says so.
+    assert c["trials"] == 2 and c["predicted"] == 2 and c["repeats_reused"] == 0
     assert c["measured"] == 0
+    assert "all 2 configurations of the space were predicted; stopped after 2 trials (4 asked for)" in result.warnings
     text = _rendered(result)
-    assert "2 configurations predicted (nothing measured), 2 repeats reused" in text
+    assert "2 configurations predicted (nothing measured), 0 repeats reused" in text
     assert "configurations measured" not in text
 
 

@@ -151,6 +151,49 @@ def test_gpus_for_a_predicted_study_are_refused(capsys, tmp_path):
     assert not (tmp_path / "s.db").exists()
 
 
+# ---- why a study stopped -------------------------------------------------------------------------------------
+
+def test_a_predicted_study_stops_once_every_configuration_of_its_space_is_predicted(capsys, tmp_path):
+    # jax, batch 32: 5 precision names, of which float32 and float32_tf32 run the same on jax (one key), so
+    # 4 precisions x 2 layouts x 1 compiler (xla) = 8 configurations, the baseline among them
+    out = tmp_path / "r.json"
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--backends", "jax", "--batch-sizes", "32", "--json", str(out),
+                                              "--timeout", "90", trials="1000000000"))
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    finished = [t for t in doc["trials"] if t["state"] in ("COMPLETE", "PRUNED")]
+    assert len({t["key"] for t in finished}) == 8
+    assert (f"all 8 configurations of the space were predicted; stopped after {len(finished)} trials "
+            "(1000000000 asked for)") in doc["warnings"]
+    assert not any(w.startswith("stopped at the timeout") for w in doc["warnings"])
+
+
+def test_a_timeout_stop_says_so(capsys, tmp_path):
+    # Optuna checks the timeout after each trial: the first one runs whatever the timeout.
+    out = tmp_path / "r.json"
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--timeout", "0.001", "--json", str(out), trials="50"))
+    assert code == 0, err
+    note = "stopped at the timeout of 0.001 s after 1 of the 50 trials asked for; rerun the same command to resume"
+    assert any(w.startswith(note) for w in json.loads(out.read_text())["warnings"])
+
+
+def test_ctrl_c_during_the_trials_says_where_the_study_is_and_what_it_keeps(capsys, tmp_path, monkeypatch):
+    from carm_advisor.trials.runner import PredictedRunner
+
+    real, calls = PredictedRunner.run, []
+
+    def second_is_interrupted(self, config):
+        calls.append(config)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, config)
+
+    monkeypatch.setattr(PredictedRunner, "run", second_is_interrupted)
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--study", "s", "--no-carm-pruning", trials="5"))
+    one_line(code, err, f"interrupted: study 's' in sqlite:///{tmp_path / 's.db'} keeps its 1 finished trial; "
+                        "rerun the same command to resume it", exit_code=130)
+
+
 # ---- carm-advise worker joins an existing study only ---------------------------------------------------------
 
 def test_a_worker_given_a_study_file_that_is_not_there_creates_none(capsys, tmp_path):

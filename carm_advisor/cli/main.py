@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        fail("interrupted")
+    except KeyboardInterrupt as exc:   # a study says where it is and what it keeps (tune.study.StudyInterrupted)
+        fail("interrupted" + (f": {exc}" if str(exc) else ""))
         return 130
     except Exception as exc:  # a bug of ours: still one line, with a way to see the traceback
         if os.environ.get("CARM_ADVISOR_DEBUG"):

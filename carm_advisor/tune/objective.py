@@ -43,6 +43,7 @@ class StudyState:
         self.max_slowdown = max_slowdown
         self.max_output_error = max_output_error
         self.budget_stopped = False
+        self.space_exhausted = False   # every configuration of the space has a finished trial (space_callback)
         self.trial_s: list[float] = []
 
     def complete(self) -> list:
@@ -310,6 +311,23 @@ def log_callback(log, state: StudyState):
                     f"{m.get('power_w') or 0:.0f} W, compile {m.get('compile_s') or 0:.1f} s, error {m.get('output_error')}")
         value = ", ".join(f"{v:.4g}" for v in trial.values) if trial.values else "-"
         log(f"trial {trial.number} {trial.state.name} {attrs.get('config_key')} {value} ({state.trial_s[-1]:.0f} s) {what}"[:400])
+
+    return callback
+
+
+def evaluated_keys(study) -> set[str]:
+    """The configuration keys with a finished trial: complete, pruned, or failed with an error of its own."""
+    return {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)
+            if t.state in FINISHED or (t.state == optuna.trial.TrialState.FAIL and "error" in t.user_attrs)} - {None}
+
+
+def space_callback(keys: set[str], state: StudyState):
+    """Stop the study once every key of `keys` (the space's configurations) has a finished trial: for a predicted
+    study, whose values are the same every time, another trial can only repeat one."""
+    def callback(study, trial) -> None:
+        if evaluated_keys(study) >= keys:
+            state.space_exhausted = True
+            study.stop()
 
     return callback
 

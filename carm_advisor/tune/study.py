@@ -20,6 +20,8 @@ calibration (--no-calibration) every trial is the bound and all compete. Pruning
 configuration's CARM bound with the best measured (or calibrated) value. A predicted configuration whose
 memory LOWER BOUND (mapping/memory.py) exceeds the profile's memory_bytes is pruned "out_of_memory" before
 that, and never picked as a first trial.
+A predicted study's values are the same every time, so it stops once every configuration of its space has
+a finished trial, and says so. A stop at the timeout is said too.
 
 Resuming: a study stores a fingerprint of what its trial values depend on (study_fingerprint: source, mode,
 objectives, model name and content; for a measured study also its GPU model; for a predicted study also the
@@ -64,6 +66,7 @@ from carm_advisor.tune.objective import (
     StudyState,
     budget_callback,
     constraints_func_for,
+    evaluated_keys,
     fail_stale,
     finished_count,
     log_callback,
@@ -71,6 +74,7 @@ from carm_advisor.tune.objective import (
     progress_bar,
     quiet_optuna,
     sampler_for,
+    space_callback,
 )
 from carm_advisor.tune.objectives import OBJECTIVES, PARETO_DEFAULT, Objective, get_objective
 from carm_advisor.tune.options import MODES, TuneOptions, run_attributes
@@ -87,6 +91,11 @@ from carm_advisor.tune.study_setup import (
     resume_notes,
     with_baseline,
 )
+from carm_advisor.units import plural
+
+
+class StudyInterrupted(KeyboardInterrupt):
+    """Ctrl-C while trials ran: the message says where the study is and what it keeps."""
 
 
 def resolve_objectives(objective: str | Sequence[str], pareto: bool = False) -> list[Objective]:
@@ -194,6 +203,7 @@ def tune(model_or_builder: Any, options: TuneOptions | None = None, **overrides:
     it). Pruning always compares the bound. Several `gpus`: one worker process per GPU runs the study
     (tune/parallel.py). input_shapes: a predicted study maps a subclassed model on them instead of a lower bound; a
     measured study refuses them (its workers run the model with predict_on_batch on the one input it was built on).
+    A predicted study stops once every configuration of its space has a finished trial.
     """
     if options is None:
         options = TuneOptions()
@@ -391,7 +401,9 @@ def _run_parallel(run: _Run, model_ref: str | None) -> _Outcome:
         device["name"] = ", ".join(sorted(names)) or None
     finally:
         fail_stale(run.study)
-    return _Outcome(device, budget_stopped=bool(device.get("stopped_at_deadline")))
+    stopped = bool(device.get("stopped_at_deadline"))
+    notes = [_timeout_note(run)] if stopped and o.timeout_s is not None and o.timeout_s == min(limits_s) else []
+    return _Outcome(device, budget_stopped=stopped, notes=notes)
 
 
 def _run_serial(run: _Run, model_ref: str | None, files: StudyFiles) -> _Outcome:
@@ -408,19 +420,38 @@ def _run_serial(run: _Run, model_ref: str | None, files: StudyFiles) -> _Outcome
                                   trial_attrs={"gpu": parallel.this_gpu(run.source)},
                                   shared=model_ref is not None and isinstance(run.store, optuna.storages.RDBStorage))
     deadline_s = None if o.budget_s is None else run.start_s + o.budget_s
+    # A predicted configuration's value is the same every time: the study is done once each has a finished trial.
+    grid = {c.key for c in run.space.grid()} if run.source == "predicted" else None
+    exhausted = grid is not None and evaluated_keys(run.study) >= grid
+    timed_out = interrupted = False
     try:
-        if run.remaining > 0:
+        if run.remaining > 0 and not exhausted:
             with progress_bar(o.progress, o.n_trials, state) as callback:
                 callbacks = [callback, budget_callback(deadline_s, state),   # joined workers count too
                              optuna.study.MaxTrialsCallback(run.target, states=STARTED)]
+                callbacks += [space_callback(grid, state)] if grid is not None else []
                 callbacks += [log_callback(o.log, state)] if o.log else []
+                started_s = time.perf_counter()
                 run.study.optimize(objective_fn, n_trials=run.remaining, timeout=o.timeout_s, catch=(TrialFailed,),
                                    callbacks=callbacks, gc_after_trial=False)
+                timed_out = o.timeout_s is not None and time.perf_counter() - started_s >= o.timeout_s
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         runner.close()
         fail_stale(run.study)
+    held = finished_count(run.study)
+    if interrupted:
+        raise StudyInterrupted(f"study {run.study_name!r} in {run.url} keeps its {plural(held, 'finished trial')}; "
+                               "rerun the same command to resume it")
+    notes = []
+    if (exhausted or state.space_exhausted) and held < o.n_trials:
+        notes.append(f"all {len(grid)} configurations of the space were predicted; stopped after "
+                     f"{plural(held, 'trial')} ({o.n_trials} asked for)")
+    elif timed_out and not state.budget_stopped and held < o.n_trials:
+        notes.append(_timeout_note(run))
     device = predicted_device(run.predictor) if run.source == "predicted" else getattr(runner, "device", None) or {}
-    return _Outcome(device, budget_stopped=state.budget_stopped)
+    return _Outcome(device, budget_stopped=state.budget_stopped, notes=notes)
 
 
 def _runner(run: _Run, model_ref: str | None, files: StudyFiles):
@@ -436,6 +467,12 @@ def _runner(run: _Run, model_ref: str | None, files: StudyFiles):
     model_ref = model_ref or portable_model(run.spec, run.built, files)
     settings = dataclasses.replace(o.worker_settings or WorkerSettings(), mode=o.mode)
     return WorkerRunner(model_ref, run.predictor, settings, trial_timeout_s=o.trial_timeout_s, log_dir=o.log_dir)
+
+
+def _timeout_note(run: _Run) -> str:
+    o = run.options
+    return (f"stopped at the timeout of {o.timeout_s:g} s after {finished_count(run.study)} of the {o.n_trials} "
+            "trials asked for; rerun the same command to resume the study")
 
 
 def _result(run: _Run, outcome: _Outcome) -> TuneResult:
@@ -459,7 +496,7 @@ def _optuna_quiet():
 
 
 # Exposed for tests and the benchmark script.
-__all__ = ["MODES", "OBJECTIVES", "FakeRunner", "PredictedRunner", "TuneOptions", "WorkerRunner",
+__all__ = ["MODES", "OBJECTIVES", "FakeRunner", "PredictedRunner", "StudyInterrupted", "TuneOptions", "WorkerRunner",
            "resolve_objectives", "tune"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
