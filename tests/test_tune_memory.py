@@ -132,14 +132,15 @@ def test_vgg16_lower_bound_on_the_h200_by_hand(vgg16):
 
 def test_the_reported_command_never_picks_a_batch_that_cannot_fit(vgg16, tmp_path):
     """`tune vgg16 --batch-sizes 32768 --backends jax --trials 3` picked b32768 (one 210 GB activation at 16
-    bits). Now b32768 is never picked as a start, and a trial of it is pruned out of memory with the figure:
+    bits). b32768 alone is now refused (tests/test_tune_user_errors.py); beside b32 it is never picked as a start, a
+    trial of it is pruned out of memory, and the result names it, with the least it needs:
     mixed_bfloat16 b32768: 553,430,176 + 6,422,528 * 2 * 32768 = 421,460,225,184 bytes (421.5 GB)."""
     storage = str(tmp_path / "x.db")
     big = TrialConfig("jax", "mixed_bfloat16", 32768, "channels_last", "xla")
     study = optuna.create_study(storage=f"sqlite:///{storage}", study_name="s", direction="maximize")
     study.enqueue_trial(big.params())   # run it for sure (the sampler may not draw it in 3 trials)
     r = tune(vgg16, n_trials=3, storage=storage, study_name="s", predict=True, backends=("jax",),
-             batch_sizes=(32768,), progress=False)
+             batch_sizes=(32, 32768), progress=False)
     pruned = [t for t in r.trials if t.config and t.config.key == big.key]
     assert pruned and pruned[0].state == "PRUNED" and pruned[0].pruned_reason == "out_of_memory"
     assert pruned[0].pruned_detail.startswith("predicted: needs at least 421.5 GB, the GPU has 150.1 GB")
@@ -147,6 +148,9 @@ def test_the_reported_command_never_picks_a_batch_that_cannot_fit(vgg16, tmp_pat
     assert r.best is not None and r.best.config.batch_size == 32
     assert all(t.config.batch_size == 32 for t in r.trials if t.state == "COMPLETE")
     assert not any(t.role == "carm_order" and t.config.batch_size == 32768 for t in r.trials)
+    assert any(w.startswith("batch size 32768 asked for never fits the GPU's memory by the predicted memory lower "
+                            "bound (batch 32768 needs at least 421.5 GB, the GPU has 150.1 GB") and
+               w.endswith("the best comes from batch 32") for w in r.warnings)
 
 
 def test_a_small_gpu_prunes_the_large_batch_and_keeps_the_one_that_fits(tmp_path):

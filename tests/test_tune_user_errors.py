@@ -194,6 +194,29 @@ def test_ctrl_c_during_the_trials_says_where_the_study_is_and_what_it_keeps(caps
                         "rerun the same command to resume it", exit_code=130)
 
 
+# ---- batch sizes that cannot fit -----------------------------------------------------------------------------
+# tiny_cnn at batch 1e9: the Conv2D's input alone is 8 * 8 * 3 * 1e9 values, 384 GB even at 2 bytes (float16),
+# more than the recorded H200's memory in every precision; at batch 32 it is 12 KB.
+
+def test_batch_sizes_that_never_fit_are_named_and_the_best_comes_from_the_others(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--backends", "torch", "--batch-sizes", "32,1000000000",
+                                              "--json", str(out), trials="4"))
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    (note,) = [w for w in doc["warnings"] if "never fits" in w]
+    assert note.startswith("batch size 1000000000 asked for never fits the GPU's memory by the predicted memory "
+                           "lower bound (batch 1000000000 needs at least ")
+    assert note.endswith("; the best comes from batch 32") and doc["best"]["config"]["batch_size"] == 32
+
+
+def test_a_study_none_of_whose_batch_sizes_fits_is_refused_before_it_starts(capsys, tmp_path):
+    code, _, err = run_cli(capsys, *predicted(tmp_path, "--batch-sizes", "1000000000"))
+    one_line(code, err, "no batch size asked for fits the GPU's memory by the predicted memory lower bound "
+                        "(batch 1000000000 needs at least ")
+    assert not (tmp_path / "s.db").exists()
+
+
 # ---- carm-advise worker joins an existing study only ---------------------------------------------------------
 
 def test_a_worker_given_a_study_file_that_is_not_there_creates_none(capsys, tmp_path):

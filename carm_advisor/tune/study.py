@@ -19,7 +19,8 @@ single record (tensorflow on the H200), only for layers of a backend it has reco
 calibration (--no-calibration) every trial is the bound and all compete. Pruning always compares a
 configuration's CARM bound with the best measured (or calibrated) value. A predicted configuration whose
 memory LOWER BOUND (mapping/memory.py) exceeds the profile's memory_bytes is pruned "out_of_memory" before
-that, and never picked as a first trial.
+that, and never picked as a first trial; a batch size asked for that no configuration of the space fits is
+named in the result's warnings, and a study none of whose asked batch sizes fits is refused before it starts.
 A predicted study's values are the same every time, so it stops once every configuration of its space has
 a finished trial, and says so. A stop at the timeout is said too.
 
@@ -82,6 +83,7 @@ from carm_advisor.tune.result import TuneResult, build_result
 from carm_advisor.tune.storage import open_storage, read_only_error, storage_url
 from carm_advisor.tune.study_files import StudyFiles, calibration_ref, portable_model
 from carm_advisor.tune.study_setup import (
+    batch_sizes_that_never_fit,
     check_costed,
     check_model,
     enqueue_start,
@@ -147,6 +149,7 @@ class _Run:
     gpu: Any = None                  # the GPU whose clocks trials lock (apply_clocks), else None
     clocks: tuple[float, ...] = ()
     space: SearchSpace | None = None
+    asked_batch_sizes: tuple[int, ...] = ()
     baseline: TrialConfig | None = None
     traits: Any = None               # a model file's own layout and precision (builder.file_traits)
     space_notes: list[str] = field(default_factory=list)
@@ -286,6 +289,7 @@ def _build_space(run: _Run) -> None:
     o = run.options
     space = o.space or SearchSpace.default(o.backends, o.batch_sizes, sm_clocks_mhz=run.clocks,
                                            require_installed=run.source != "predicted")
+    run.asked_batch_sizes = tuple(space.batch_sizes)
     # A file or built model: its own layout, and its own precision where it cannot be rebuilt.
     if run.spec.keeps_own_layout:
         space, run.traits, run.space_notes = narrow_to_file(space, run.spec)
@@ -325,6 +329,7 @@ def _build_predictor(run: _Run) -> None:
     check_model(run.spec, run.predictor, run.baseline, run.own_predictor)
     check_costed(run.spec, run.predictor, run.baseline)
     run.fits = fits_in_memory(run.source, run.predictor, o.mode)
+    run.notes += batch_sizes_that_never_fit(run.space, run.asked_batch_sizes, run.fits, run.predictor, o.mode)
 
 
 def _open_study(run: _Run) -> None:

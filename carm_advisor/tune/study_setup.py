@@ -1,5 +1,6 @@
 """What tune() checks and builds before a study's trials run: the space narrowed to a model file and widened to
-its baseline, the model loaded and costed once, the first trials enqueued, and what a resumed study must say."""
+its baseline, the model loaded and costed once, the batch sizes that cannot fit, the first trials enqueued, and
+what a resumed study must say."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from carm_advisor.errors import MappingError
+from carm_advisor.errors import CarmError, MappingError
 from carm_advisor.models.builder import ModelSpec, file_traits, narrowing_note
 from carm_advisor.models.loader import application_names, load_model
 from carm_advisor.power.nvml import open_gpu
@@ -18,6 +19,37 @@ from carm_advisor.tune.fingerprint import StudyMismatchError
 from carm_advisor.tune.objective import FINISHED
 from carm_advisor.tune.objectives import Objective
 from carm_advisor.units import named_list
+
+
+def batch_sizes_that_never_fit(space: SearchSpace, asked: Sequence[int], fits, predictor, mode: str) -> list[str]:
+    """A predicted study's batch sizes asked for that no configuration of the space fits in the GPU's memory (the
+    predicted memory lower bound exceeds it, fits(config) False for all): one note naming them and what the least
+    needs, or a refusal (CarmError) where none asked for fits. None without a memory bound (fits None)."""
+    if fits is None:
+        return []
+    grid = space.grid()
+    never = {b: [c for c in grid if c.batch_size == b] for b in asked}
+    never = {b: configs for b, configs in never.items() if configs and not any(fits(c) for c in configs)}
+    if not never:
+        return []
+    why = "; ".join(f"batch {b} {smallest_need(predictor, configs, mode)}" for b, configs in sorted(never.items()))
+    if len(never) == len(set(asked)):
+        raise CarmError(f"no batch size asked for fits the GPU's memory by the predicted memory lower bound ({why}); "
+                        "ask for smaller --batch-sizes")
+    sizes = [str(b) for b in sorted(never)]
+    others = ", ".join(str(b) for b in space.batch_sizes if b not in never)
+    return [f"batch size{'s' if len(sizes) > 1 else ''} {named_list(sizes, 4)} asked for never "
+            f"fit{'' if len(sizes) > 1 else 's'} the GPU's memory by the predicted memory lower bound ({why}); "
+            f"the best comes from batch {others}"]
+
+
+def smallest_need(predictor, configs: list[TrialConfig], mode: str) -> str:
+    """What the configuration needing least memory of `configs` needs, as does_not_fit says it ("needs at least
+    X GB, the GPU has Y GB (...)")."""
+    memory = getattr(predictor, "memory", None)
+    config = min(configs, key=lambda c: memory(c, mode).total_bytes) if memory is not None else configs[0]
+    why = predictor.does_not_fit(config, mode)
+    return why.removeprefix("predicted: ")
 
 
 def resume_notes(study, space: SearchSpace, n_trials: int) -> list[str]:
