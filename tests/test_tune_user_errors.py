@@ -11,6 +11,8 @@ import importlib
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -238,3 +240,21 @@ def test_a_worker_given_a_study_name_that_is_not_there_names_those_that_are(caps
     code, _, err = run_cli(capsys, "worker", "--storage", str(path), "--study", "nope")
     line = one_line(code, err, f"no study 'nope' in sqlite:///{path} (studies there: 'vgg16-gflops_per_watt')")
     assert "ValueError" not in line
+
+
+# ---- TensorFlow's start-up lines -----------------------------------------------------------------------------
+
+TF_LINES = ("All log messages before absl::InitializeLog()", "oneDNN custom operations", "Could not find cuda drivers")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("tensorflow") is None,
+                    reason="needs Keras' torch backend with TensorFlow installed beside it")
+def test_tensorflow_start_up_lines_stay_off_stderr_under_the_torch_backend(tmp_path):
+    # Keras imports TensorFlow wherever it is installed (keras.utils.set_random_seed seeds it), under torch too.
+    env = {**os.environ, "KERAS_BACKEND": "torch",
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", "tune", TINY, "--predict", "--trials", "1",
+                           "--backends", "torch", "--batch-sizes", "32", "--storage", str(tmp_path / "t.db")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [line for line in proc.stderr.splitlines() if any(s in line for s in TF_LINES)], proc.stderr[-3000:]

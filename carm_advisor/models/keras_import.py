@@ -3,6 +3,14 @@
 TensorFlow prints its C++ start-up lines (and, without a GPU, `failed call to cuInit ... (303)`) to
 fd 2; they are not our output. TF_CPP_MIN_LOG_LEVEL is only a default: a user's setting is kept.
 
+Keras imports TensorFlow wherever it is installed, whatever the backend: keras.utils.set_random_seed seeds
+tf.random too (models/builder.build calls it for every model it builds, so every study does), and saving checks
+values against TensorFlow's types. The lines TensorFlow 2.21 prints while it loads ("WARNING: All log messages
+before absl::InitializeLog() is called are written to STDERR", "oneDNN custom operations are on", "Could not find
+cuda drivers on your machine") come before absl logging is set up: TF_CPP_MIN_LOG_LEVEL=3, GLOG_minloglevel=3 and
+ABSL_MIN_LOG_LEVEL=3 each leave them on stderr (`python -c "import tensorflow"` under each, on this CPU machine).
+`import_tensorflow_quietly` has Keras load it once with fd 2 silenced, before a model is built.
+
 Keras 3 imports two optional packages at its own import whatever the backend, each inside
 `try: ... except ImportError`: jax (keras.src.callbacks.orbax_checkpoint, a patch for old JAX
 versions) and matplotlib.pyplot (keras.src.visualization.plot_image_gallery). With Keras on torch,
@@ -13,6 +21,7 @@ the CLI hides them while Keras loads (`lean=True`) and unhides them right after.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 
@@ -109,3 +118,17 @@ def import_keras(lean: bool = False):
         what = f"the Keras backend '{backend}' (KERAS_BACKEND={backend})" if backend and package != "keras" else package
         raise BackendUnavailableError(f"{what} is not installed here: pip install {_INSTALL[package]}") from None
     return keras
+
+
+def import_tensorflow_quietly() -> None:
+    """Let Keras import TensorFlow now, with its C++ start-up lines kept off fd 2, where it would import it later
+    anyway (see the module docstring): Keras does so in keras.utils.set_random_seed, to seed tf.random, so this
+    makes that call, with the seed every model build uses (models/builder.build seeds 0 before it builds). Nothing
+    where TensorFlow is imported already (or hidden) or not installed."""
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    keras = import_keras()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # its later lines (cuInit on a CPU machine)
+    quiet = contextlib.nullcontext() if _profiling_imports() else native_stderr_silenced()
+    with quiet:
+        keras.utils.set_random_seed(0)

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import optuna
 
 from carm_advisor.models.builder import model_spec
+from carm_advisor.models.keras_import import import_tensorflow_quietly
 from carm_advisor.power.nvml import gpu_count
 from carm_advisor.trials.predicted import ConfigPredictor
 from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, TrialOutOfMemory, WorkerRunner
@@ -161,6 +162,7 @@ def join_study(storage: str, study_name: str, share: int | None = None, worker_i
     store = open_storage(storage, "study", options.heartbeat_s)
     study = optuna.load_study(study_name=study_name, storage=store,
                               sampler=sampler_for(objectives, constraints_func_for(constrained, calibrated), seed))
+    import_tensorflow_quietly()   # before the worker builds the model: Keras imports it (keras_import.py)
     predictor, runner = runner_from_run(run)
     worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     gpu = this_gpu(run["source"])

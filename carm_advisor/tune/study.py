@@ -53,6 +53,7 @@ import optuna
 from carm_advisor.advise.analyze import mapping_warnings
 from carm_advisor.errors import GPUUnavailableError
 from carm_advisor.models.builder import ModelSpec, model_spec
+from carm_advisor.models.keras_import import import_tensorflow_quietly
 from carm_advisor.power.nvml import gpu_count
 from carm_advisor.trials.predicted import ConfigPredictor, predicted_device
 from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, WorkerRunner, WorkerSettings
@@ -287,6 +288,9 @@ def _predicted_gpus_message(o: TuneOptions) -> str:
 def _build_space(run: _Run) -> None:
     """The search space (narrowed to a model file's own layout and precision) and the baseline in it."""
     o = run.options
+    # Keras imports TensorFlow wherever it is installed, whatever the backend (set_random_seed seeds it when a model
+    # is built; loading and saving a file check its types): quietly, here, before the first model is touched.
+    import_tensorflow_quietly()
     space = o.space or SearchSpace.default(o.backends, o.batch_sizes, sm_clocks_mhz=run.clocks,
                                            require_installed=run.source != "predicted")
     run.asked_batch_sizes = tuple(space.batch_sizes)
