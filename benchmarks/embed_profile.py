@@ -4,6 +4,19 @@ recorded profile shipped with the package, keeping every figure as measured and 
     python benchmarks/embed_profile.py MEASURED_PROFILE.json CEILINGS_VS_REFERENCE.json OUT.json \
         [--drop 'GLOB=why' ...] [--launch-floor LAUNCH_FLOOR.json] [--power-fit sweep]
 
+The shipped profiles (files under benchmarks/results; tests/test_profiles_build.py and
+tests/test_power_model_validation.py rebuild each from them):
+  carm_advisor/profiles/nvidia_h200.json: nvidia-h200-measured-profile-2026-12-02.json
+    nvidia-h200-ceilings-2026-12-02.json --drop (the profile's provenance.measured.dropped) --power-fit sweep
+    --power-sweep nvidia-h200-power-sweep-2026-12-03.json --duty nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz
+  carm_advisor/profiles/nvidia_h100_80gb_hbm3.json: nvidia-h100-80gb-hbm3-characterisation-2026-12-06/
+    {measured_profile.json, nvidia-h100-80gb-hbm3-ceilings-2026-12-06.json} --launch-floor
+    nvidia-h100-80gb-hbm3-launch-floor-2026-12-07.json --power-fit sweep --power-sweep
+    nvidia-h100-80gb-hbm3-characterisation-2026-12-06/nvidia-h100-80gb-hbm3-power-sweep-2026-12-06.json
+    --duty nvidia-h100-80gb-hbm3-power-model-layout-copies-data-movement-2026-12-06.json.xz (nothing dropped: that
+    run's HBM rows walk one slice per block, and its HBM read, write and TMA rows agree within 2%)
+Input files under benchmarks/results are named by their path there (a record folder's file keeps its folder).
+
 --launch-floor merges the "launch_floor" measured by benchmarks/launch_floor.py (on the same GPU) into
 the profile and changes nothing else; without it (and without --power-fit sweep) the profile regenerates
 byte for byte.
@@ -20,7 +33,7 @@ to that fit (the power sweep of benchmarks/power_sweep.py). Without it the outpu
 
 --duty FILE adds power_model.duty, the duty curve (a layer's power above the constant vs its time per call or,
 its efficiency form, vs its CARM bound time / time per call: carm/power_model.DutyCurve) from a result of benchmarks/power_model_validation.py: the curve fitted on
-every scored H200 layer against the power model the profile carries (shipped_power_model.duty_curves.
+every scored layer of that GPU against the power model the profile carries (shipped_power_model.duty_curves.
 in_sample for the per-benchmark model, duty_curves.in_sample with --power-fit sweep), whose leave-one-
 model-out figures the same file reports. predict.py's calibrated energy uses it. Where that result fitted the
 layers on a Tensor Core path apart (power_model_validation.DUTY_BY_UNIT), their curve becomes
@@ -34,12 +47,30 @@ import sys
 from pathlib import Path
 
 
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def result_name(path: Path) -> str:
+    """How a profile's provenance names an input file: its path under benchmarks/results (a file in a record
+    folder keeps its folder: nvidia-h100-80gb-hbm3-characterisation-2026-12-06/measured_profile.json), else its
+    name."""
+    try:
+        return Path(path).resolve().relative_to(RESULTS).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
+def gpu_of(doc: dict) -> str:
+    """The short name of the GPU a result was measured on ("NVIDIA H100 80GB HBM3" -> "H100")."""
+    return str((doc.get("device") or {}).get("name") or "NVIDIA H200").removeprefix("NVIDIA ").split()[0]
+
+
 def embed(measured: dict, side_by_side: dict, measured_name: str, side_name: str) -> dict:
     doc = dict(measured)
     doc["provenance"] = {
         "source": "recorded",
         "created": measured["provenance"].get("created"),
-        "from": f"benchmarks/results/{measured_name} (carm-advise ceilings on the H200 test machine) and "
+        "from": f"benchmarks/results/{measured_name} (carm-advise ceilings on the {gpu_of(measured)} test machine) and "
                 f"benchmarks/results/{side_name} (the library references measured in the same run)",
         "measured": measured["provenance"],
         "notes": "Recorded profile shipped with the package: every ceiling was measured by the project's own "
@@ -96,7 +127,7 @@ def duty_of(validation: dict, file_name: str, sweep: bool) -> dict:
     if models.get("energy_per_sample_median_abs_err_calibrated_time") is not None:
         figures.append(f"whole-model energy per sample with the calibrated time "
                        f"{models['energy_per_sample_median_abs_err_calibrated_time']:.1%} over n={models['n']}")
-    gpu = str((validation.get("device") or {}).get("name") or "NVIDIA H200").removeprefix("NVIDIA ").split()[0]
+    gpu = gpu_of(validation)
     source = (f"fitted on {gpu} layer records, leave-one-model-out validated (benchmarks/results/{file_name}"
               + (": " + ", ".join(figures) if figures else "") + ")")
     out = {"duty": dataclasses.replace(duty, source=source).to_dict()}
@@ -167,19 +198,19 @@ def main(argv: list[str]) -> int:
     if drop:
         measured = reselect_recorded(measured, drop)
     side = json.loads(args.side_by_side.read_text())
-    doc = embed(measured, side, args.measured.name, args.side_by_side.name)
+    doc = embed(measured, side, result_name(args.measured), result_name(args.side_by_side))
     if args.launch_floor:
-        doc["launch_floor"] = launch_floor_of(json.loads(args.launch_floor.read_text()), args.launch_floor.name)
+        doc["launch_floor"] = launch_floor_of(json.loads(args.launch_floor.read_text()), result_name(args.launch_floor))
     if args.power_fit == "sweep":
-        doc["power_model"] = sweep_power_model(measured, drop, [(p.name, json.loads(p.read_text()))
-                                                                for p in args.power_sweep], args.measured.name)
+        doc["power_model"] = sweep_power_model(measured, drop, [(result_name(p), json.loads(p.read_text()))
+                                                                for p in args.power_sweep], result_name(args.measured))
     elif args.power_sweep:
         ap.error("--power-sweep joins the sweep fit: it needs --power-fit sweep")
     if args.duty:
         from carm_advisor.files import read_json
 
         doc["power_model"] = {**doc["power_model"],
-                              **duty_of(read_json(args.duty), args.duty.name, args.power_fit == "sweep")}
+                              **duty_of(read_json(args.duty), result_name(args.duty), args.power_fit == "sweep")}
     profile = profile_from_dict(doc, origin=str(args.out))   # validate before writing
     if drop:   # the ratios to the references, of the roofs selected again
         sys.path.insert(0, str(Path(__file__).resolve().parent))
