@@ -32,8 +32,8 @@ def store_profile(profile: Profile) -> Path:
     return path
 
 
-def cached_profile_for(device: dict, kernel_source_hash: str | None = None) -> Profile | None:
-    """The newest measured profile of this GPU and driver (measured with these kernel sources when a
+def cached_profile_path(device: dict, kernel_source_hash: str | None = None) -> Path | None:
+    """The file of the newest measured profile of this GPU and driver (measured with these kernel sources when a
     hash is given, else any), or None."""
     if not device.get("uuid"):
         return None
@@ -42,4 +42,10 @@ def cached_profile_for(device: dict, kernel_source_hash: str | None = None) -> P
         return None
     pattern = profile_key(device) + (f"-*-{kernel_source_hash[:12]}.json" if kernel_source_hash else "-*.json")
     candidates = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
-    return load_profile(candidates[0]) if candidates else None
+    return candidates[0] if candidates else None
+
+
+def cached_profile_for(device: dict, kernel_source_hash: str | None = None) -> Profile | None:
+    """The newest measured profile of this GPU and driver (cached_profile_path), or None."""
+    path = cached_profile_path(device, kernel_source_hash)
+    return load_profile(path) if path is not None else None

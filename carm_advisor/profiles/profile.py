@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,13 @@ from carm_advisor.carm.roofline import CARM, COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.errors import ProfileError
 
 SCHEMA = "carm-advisor/profile/1"
-EMBEDDED = {"nvidia_h200": "nvidia_h200.json"}
+# The recorded profiles that ship, by name: each measured on one GPU model (its device.name, NVML's name for that
+# model) and built by benchmarks/embed_profile.py from files under benchmarks/results (its docstring says which).
+SHIPPED = {"nvidia_h200": "nvidia_h200.json", "nvidia_h100_80gb_hbm3": "nvidia_h100_80gb_hbm3.json"}
+# Short names a user may give instead (load_profile("h100"), carm-advise analyze --profile h100).
+SHORT_NAMES = {"h200": "nvidia_h200", "h100": "nvidia_h100_80gb_hbm3"}
+EMBEDDED = {**SHIPPED, **{short: SHIPPED[name] for short, name in SHORT_NAMES.items()}}
+# Where no GPU is measured (a CPU machine), the profile analyze() and a predicted study place a model on.
 DEFAULT_EMBEDDED = "nvidia_h200"
 _SOURCES = ("measured", "reference", "datasheet", "per_clock_max", "estimate")
 # Physical plausibility: far above any GPU we know of (H200: ~2e15 FP8 FLOP/s dense, ~3.4e13 B/s
@@ -273,12 +280,40 @@ def _power_model_options(pm: dict, origin: str) -> dict[str, Any]:
 
 
 def embedded_profile_doc(name: str = DEFAULT_EMBEDDED) -> dict[str, Any]:
-    """The JSON document of an embedded profile (EMBEDDED), as shipped."""
+    """The JSON document of an embedded profile (EMBEDDED: a name of SHIPPED or a short name), as shipped."""
     return json.loads(resources.files("carm_advisor.profiles").joinpath(EMBEDDED[name]).read_text())
 
 
+@functools.cache
+def _shipped_models() -> dict[str, str]:
+    """{GPU model name (the shipped file's device.name): shipped profile name}, read from the files themselves."""
+    return {embedded_profile_doc(name)["device"]["name"]: name for name in SHIPPED}
+
+
+def _model(gpu_name: str) -> str:
+    """A GPU's model name as NVML gives it, compared with the "NVIDIA " prefix older drivers leave out."""
+    return gpu_name.strip().removeprefix("NVIDIA ")
+
+
+def shipped_profile_name(gpu_name: str | None) -> str | None:
+    """The name (SHIPPED) of the profile recorded on GPU model `gpu_name` (NVML's name, e.g. "NVIDIA H100 80GB
+    HBM3"), or None where none ships. The whole name must match: "NVIDIA H100 PCIe" or "NVIDIA H200 NVL" (other
+    clocks, power limits and memory) are not the SXM boards these profiles were measured on."""
+    if not gpu_name:
+        return None
+    wanted = _model(str(gpu_name))
+    return next((name for model, name in _shipped_models().items() if _model(model) == wanted), None)
+
+
+def shipped_gpu_models() -> list[str]:
+    """The GPU models a profile ships for (their device names)."""
+    return list(_shipped_models())
+
+
 def load_profile(path_or_name: str | Path | None = None) -> Profile:
-    """A profile from a JSON file, or an embedded one by name (default: the recorded NVIDIA H200)."""
+    """A profile from a JSON file, or a shipped one by name: None is the recorded NVIDIA H200 (DEFAULT_EMBEDDED);
+    "nvidia_h200" / "h200" and "nvidia_h100_80gb_hbm3" / "h100" name the recorded H200 and H100 80GB HBM3 profiles
+    (SHIPPED, SHORT_NAMES). A name of a shipped profile is read before a file of that name."""
     if path_or_name is None or str(path_or_name) in EMBEDDED:
         name = DEFAULT_EMBEDDED if path_or_name is None else str(path_or_name)
         return profile_from_dict(embedded_profile_doc(name), origin=f"embedded profile {name}")
