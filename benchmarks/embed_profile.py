@@ -46,7 +46,6 @@ import json
 import sys
 from pathlib import Path
 
-
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

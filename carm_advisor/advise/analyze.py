@@ -117,7 +117,7 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
     if run is not None:
         backend = getattr(run, "backend", None) or backend
     if profile is None or isinstance(profile, str):
-        profile = _default_profile(profile, run)
+        profile = _default_profile(profile, run, measured_now, progress)
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
     calib = _calibration_of(calibration, run, profile)
 
@@ -398,15 +398,16 @@ def _compute_dtype_of(precision: str | None) -> str | None:
     return _PRECISION_DTYPE[precision]
 
 
-def _default_profile(name: str | None, run) -> Profile:
+def _default_profile(name: str | None, run, measured_now: bool = False, progress: bool = True) -> Profile:
+    """A profile named (a file or a shipped profile's name) as given; for a measurement (`run`), its GPU's
+    (measure/profile.profile_for_gpu: cached, else shipped for its model, else measured now when `measured_now`;
+    never another GPU model's); with neither, the recorded H200 (profiles/profile.DEFAULT_EMBEDDED)."""
     if name is not None:
         return load_profile(name)
     if run is not None:
-        from carm_advisor.measure.profile import measured_profile_for
+        from carm_advisor.measure.profile import profile_for_gpu
 
-        cached = measured_profile_for(run.device or {})
-        if cached is not None:
-            return cached
+        return profile_for_gpu(run.device or {}, can_measure=measured_now, progress=progress).profile
     return load_profile()
 
 

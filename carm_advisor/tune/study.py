@@ -52,6 +52,7 @@ import optuna
 
 from carm_advisor.advise.analyze import mapping_warnings
 from carm_advisor.errors import GPUUnavailableError
+from carm_advisor.measure.profile import profile_for_this_gpu
 from carm_advisor.models.builder import ModelSpec, model_spec
 from carm_advisor.models.keras_import import import_tensorflow_quietly
 from carm_advisor.power.nvml import gpu_count
@@ -320,6 +321,10 @@ def _build_predictor(run: _Run) -> None:
         calibration = run.source == "predicted"
     run.calibration = calibration
     run.own_predictor = o.predictor is None
+    if o.profile is None and o.predictor is None and run.source == "measured":
+        # the bounds of the GPU measured on, never another model's; its workers load it by this name or file
+        chosen = profile_for_this_gpu(o.gpus[0] if o.gpus else None, o.progress)
+        run.options = o = o.replace(profile=chosen.ref or chosen.profile)
     traits = run.traits
     run.predictor = o.predictor or ConfigPredictor(
         run.spec, o.profile, model=run.built, calibration=calibration,
