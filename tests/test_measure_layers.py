@@ -501,7 +501,7 @@ def test_analyze_measures_a_subclassed_model_of_several_tensors_whole_and_per_la
     monkeypatch.setattr(backends.get(), "device_name", lambda: "NVIDIA H200")
     model = TwoInputsModel()
     model(np.zeros((2, 9), "int32"), np.zeros((2, 3), "float32"))
-    gpu = FakeGPU(power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
+    gpu = FakeGPU(name="NVIDIA H200", power_w=FAKE_POWER_W, sm_clock_mhz=FAKE_SM_CLOCK_MHZ, clock=time.perf_counter)
     options = dict(gpu=gpu, training_step=False, min_window_s=0.02, repeats=1, warmup=1, model_min_window_s=0.02,
                    model_repeats=1)
     report = analyze(model, batch_size=5, measure=True, measure_options=options, progress=False,
