@@ -49,7 +49,7 @@ def session_cache_dirs():
 def pytest_collection_modifyitems(config, items):
     """Every @pytest.mark.gpu test skips, for one reason, where NVML sees no GPU. The check that nothing was
     written into the home directory runs last, after every test it checks."""
-    last = [item for item in items if item.nodeid.endswith(HOME_CHECK)]
+    last = [item for item in items if getattr(item, "nodeid", "").endswith(HOME_CHECK)]
     items[:] = [item for item in items if item not in last] + last
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_items and not gpu_present():

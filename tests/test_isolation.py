@@ -37,4 +37,6 @@ def test_the_suite_wrote_nothing_into_the_home_directorys_caches(session_cache_d
                     written.append(str(path))
             except FileNotFoundError:
                 continue
-    assert not written, f"the tests wrote into the home directory: {written[:20]}"
+    assert not written, (f"written into the home directory's caches during the run: {written[:20]} (by the tests, or "
+                         "by another process using these caches at the same time: the check compares modification "
+                         "times with the run's start)")
