@@ -44,6 +44,7 @@ def _record_layers_cmd(tmp_path, model: str, backend: str, *extra: str) -> list[
             "--batch-sizes", "64", "--backends", backend, *extra, "--out", str(tmp_path), "--dry"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (the dev extra installs its CPU build)")
 def test_record_layers_dry_records_one_file_per_config_and_resumes(tmp_path):
     cmd = _record_layers_cmd(tmp_path, "vgg16", "torch", "--torch-windows", "", "--budget-s", "120")
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -227,6 +228,7 @@ def test_record_layers_dry_jax_records_back_to_back_windows_beside_the_dispatche
                           for m in jitted)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (the dev extra installs its CPU build)")
 def test_record_layers_records_torch_in_channels_last_when_asked(tmp_path):
     # the layout copies of Keras' torch backend (calibration.layout_copy_passes) are only seen in channels_last records
     proc = subprocess.run(_record_layers_cmd(tmp_path, "vgg16", "torch", "--torch-windows", "vgg16",

@@ -10,6 +10,7 @@ MULTI_HOLD), and the study a worker joins is held open until the test has what i
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
 import signal
 import subprocess
@@ -206,6 +207,7 @@ def test_joining_a_study_that_is_not_there_is_one_line_and_exit_2(capsys, tmp_pa
     assert "no study 'nope'" in err and err.count("\n") == 1
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed (the dev extra installs its CPU build)")
 def test_benchmark_compares_the_same_study_on_one_and_on_two_gpus(tmp_path, monkeypatch):
     import importlib.util
     import json

@@ -2,7 +2,8 @@
 
 - nothing: a SQLite file `carm-tune-<model>.db` in the working directory;
 - a path ending .db/.sqlite/.sqlite3: that SQLite file;
-- any SQLAlchemy URL (`sqlite:///...`, `postgresql://...`): Optuna's RDBStorage;
+- any SQLAlchemy URL (`sqlite:///...`, `postgresql://...`): Optuna's RDBStorage (a `postgresql://` URL that
+  names no driver uses the one installed, psycopg or psycopg2);
 - `journal:PATH` or a path ending .log: Optuna's JournalStorage on a file (several processes may share it);
 - `sqlite:///:memory:` (or `sqlite://`): Optuna's InMemoryStorage, a study only this process sees, gone when
   it ends (a SQLite in-memory database is one per connection: Optuna's heartbeat thread would find it empty).
@@ -88,16 +89,39 @@ def open_storage(spec: str | None, model_name: str, heartbeat_s: float = HEARTBE
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable for years
             # SQLite: several worker processes may wait for the lock; 60 s, not pysqlite's 5, before giving up.
             engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+            storage = optuna.storages.RDBStorage(with_installed_driver(url), engine_kwargs=engine_kwargs,
                                                  heartbeat_interval=max(1, round(heartbeat_s)),
                                                  grace_period=max(2, round(3 * heartbeat_s)))
     except (ImportError, ModuleNotFoundError) as exc:
-        raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}") from None
+        hint = f" ({_POSTGRES_HINT})" if url.startswith("postgresql") else ""
+        raise ValueError(f"the storage {url!r} needs a database driver that is not installed: {exc}{hint}") from None
     except Exception as exc:  # sqlalchemy's ArgumentError and friends: a malformed URL
         raise ValueError(f"could not open the storage {url!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     if url.startswith("sqlite"):
         _sqlite_wal(storage.engine)
     return storage
+
+
+_POSTGRES_DRIVERS = (("psycopg", "postgresql+psycopg://"), ("psycopg2", "postgresql+psycopg2://"))
+_POSTGRES_HINT = "pip install psycopg2-binary, or psycopg[binary]"
+
+
+def with_installed_driver(url: str) -> str:
+    """A `postgresql://` URL names no driver, and SQLAlchemy then takes its default one (psycopg 3 from
+    SQLAlchemy 2.1, psycopg2 before it), which may not be the one installed: `pip install psycopg2-binary`
+    on SQLAlchemy 2.1 failed with "No module named 'psycopg'". Name whichever of the two imports (psycopg
+    first); a URL that names its driver (postgresql+psycopg2://...) or names another database is kept."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib
+
+    for module, scheme in _POSTGRES_DRIVERS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+        return scheme + url[len("postgresql://"):]
+    return url
 
 
 def _sqlite_wal(engine) -> None:
