@@ -73,7 +73,7 @@ def measure(name: str, dtype: str, compiler: str, batch: int, seq_len: int, gpu,
         first_call_s = time.perf_counter() - started
         m = measure_energy(lambda: run(**kwargs), gpu, min_window_s=window_s, repeats=repeats,
                            sync=torch.cuda.synchronize, warmup=3)
-    del model, run
+    model = run = None   # free the GPU memory before the next configuration
     torch.cuda.empty_cache()
     torch._dynamo.reset()
     samples_per_joule = batch / m.energy_per_call_j if m.energy_per_call_j else None
