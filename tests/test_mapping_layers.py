@@ -205,7 +205,8 @@ def test_multi_head_attention_mask_is_not_taken_for_the_key():
     biases = B * tq * H * dk + B * tk * H * dk + B * tk * H * dv + B * tq * 48
     scale = B * tq * H * dk
     softmax = 5 * B * H * tq * tk
-    assert cost.flops == 2 * macs + biases + scale + softmax == 479_680
+    masking = 2 * B * H * tq * tk   # Keras' masked softmax: a select before it and one after it, per score
+    assert cost.flops == 2 * macs + biases + scale + softmax + masking == 482_240
     # query and value at float32, the weights, and the mask at its own dtype (bool: 1 byte)
     assert cost.bytes_read == ((B * 10 * 48 + B * 32 * 32 + _mha_weights(48, 32, 32, H, dk, dv, 48)) * F32
                                + B * 10 * 32 * 1)

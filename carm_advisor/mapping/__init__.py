@@ -5,6 +5,7 @@ layer call; the counting conventions are in :mod:`carm_advisor.mapping.registry`
 registers every layer family's cost model.
 """
 
+from carm_advisor.mapping import layers_attention  # noqa: F401 - registers its costs; model.py imports the others
 from carm_advisor.mapping.model import map_model
 from carm_advisor.mapping.registry import (
     ACTIVATION_FLOPS,

@@ -1,14 +1,8 @@
-"""Dense, EinsumDense, Dot, attention, embedding, recurrent layers and their wrappers.
+"""Dense, EinsumDense, Dot, embedding, recurrent layers and their wrappers; contrastive similarity heads.
 
+Attention (MultiHeadAttention, ops.dot_product_attention, rotary embeddings) is in layers_attention.
 - Dense on an N-d input: MACs = prod(input[:-1]) * in_features * units; bias 1 per output element.
 - EinsumDense / ops.einsum / ops.matmul / Dot: MACs = output elements * product of contracted sizes.
-- MultiHeadAttention (B batch, Tq/Tk query/key positions, D* input widths, H heads, dk key_dim, dv
-  value_dim, Do output width): MACs = B*Tq*Dq*H*dk (Q) + B*Tk*Dk*H*dk (K) + B*Tk*Dv*H*dv (V)
-  + B*H*Tq*Tk*dk (QK^T) + B*H*Tq*Tk*dv (AV) + B*Tq*H*dv*Do (output); + projection biases;
-  + softmax 5 per score; the 1/sqrt(dk) scaling of Q 1 per Q element. Query, value and key are the
-  tensors passed as ``query``, ``value`` and ``key`` (key = value when none is passed); a mask
-  (``attention_mask``, ``query_mask``, ...) is no projection input: it costs no FLOPs here and is read
-  at its own dtype. A tensor passed twice (``mha(x, x)``: query = value = key) is read once.
 - LSTM per step and sample (D input width, U units): 2*(D+U)*4U + 4U bias + 4U (x and h parts
   added) + U*(3*a_r + 2*a + 4) (gate activations, c = f*c + i*g, h = o*act(c)).
   GRU (reset_after): 2*(D+U)*3U + 6U biases (3U without reset_after) + 3U adds + U*(2*a_r + a + 5).
@@ -16,6 +10,15 @@
 - Bidirectional: both directions + the merge (sum/ave/mul 1 per output element, concat 0).
 - TimeDistributed: the inner layer's cost on a batch of batch*time samples.
 - Embedding: 0 FLOPs; reads the indices (at their integer dtype) and the gathered rows, writes the rows.
+  ReversibleEmbedding (Keras', keras_hub's) the same; called with ``reverse=True`` it is the logits matmul
+  x @ E^T: MACs = output elements * embedding width, reading x and the whole table (the tied embeddings or the
+  separate reverse kernel), + 6 per logit for a logit soft cap (divide, tanh, multiply).
+- keras_hub's PositionEmbedding: 0 FLOPs; reads the S rows of the table for the S positions of its input (whose
+  values it never reads) and writes them broadcast to the batch.
+- keras_hub's CLIPHead and SigLIPHead on image embeddings (Bv, D) and text embeddings (Bt, D): L2-normalising
+  both (square, sum, divide: 3 per element, + 1 square root per row), the similarity matmul (Bt*Bv*D MACs),
+  the logit scale (1 per logit) and SigLIP's logit bias (1 per logit); the image-by-text logits are the
+  transposed copy of the text-by-image ones.
 """
 
 from __future__ import annotations
@@ -106,64 +109,6 @@ def dot_cost(call: LayerCall, dtype_bytes: int):
                      extra={"macs": macs})
 
 
-def _mha_roles(call: LayerCall) -> tuple[int, int, int, list[int]]:
-    """Indices of the query, value and key inputs of a MultiHeadAttention call, and of its masks."""
-    names = call.input_names
-    if names and "query" in names and "value" in names:
-        q, v = names.index("query"), names.index("value")
-        k = names.index("key") if "key" in names else v
-        return q, v, k, [i for i in range(len(names)) if i not in (q, v, k)]
-    # Names unknown: query, value by position; a third tensor is the key only when it fits the key
-    # projection (its width is the key kernel's input width and its positions are the value's).
-    v = 1 if len(call.input_shapes) > 1 else 0
-    k = v
-    key_dense = getattr(call.layer, "_key_dense", None)
-    key_width = tuple(key_dense.kernel.shape)[0] if getattr(key_dense, "kernel", None) is not None else None
-    if len(call.input_shapes) > 2:
-        third, value = call.input_shapes[2], call.input_shapes[v]
-        if third[-1] == key_width and third[:-1] == value[:-1]:
-            k = 2
-    return 0, v, k, [i for i in range(len(call.input_shapes)) if i not in (0, v, k)]
-
-
-@register_cost("MultiHeadAttention")
-def mha_cost(call: LayerCall, dtype_bytes: int):
-    layer = call.layer
-    heads, dk, dv = layer._num_heads, layer._key_dim, layer._value_dim
-    qi, vi, ki, masks = _mha_roles(call)
-    q, v, k = call.input_shapes[qi], call.input_shapes[vi], call.input_shapes[ki]
-    out = call.output_shapes[0]
-    batch = q[0]
-    tq, tk = elems(q[1:-1]), elems(k[1:-1])
-    q_rows, k_rows, v_rows = batch * tq, batch * tk, batch * elems(v[1:-1])
-    d_out = out[-1]
-
-    proj_macs = (q_rows * q[-1] * heads * dk + k_rows * k[-1] * heads * dk
-                 + v_rows * v[-1] * heads * dv + q_rows * heads * dv * d_out)
-    attn_macs = batch * heads * tq * tk * (dk + dv)
-    scores = batch * heads * tq * tk
-    bias = (q_rows * heads * dk + k_rows * heads * dk + v_rows * heads * dv + q_rows * d_out) if layer._use_bias else 0
-    gate = 0
-    if getattr(layer, "_use_gate", False):
-        gate_macs = q_rows * q[-1] * heads * dv
-        proj_macs += gate_macs
-        gate = q_rows * heads * dv * (activation_flops("sigmoid") + 1)
-    scale = q_rows * heads * dk  # Q * 1/sqrt(dk)
-    flops = 2 * (proj_macs + attn_macs) + bias + gate + scale + activation_flops("softmax") * scores
-    distinct = set(call.distinct_inputs())
-    read_elems = sum(elems(call.input_shapes[i]) for i in dict.fromkeys((qi, vi, ki)) if i in distinct)
-    mask_bytes = sum(elems(call.input_shapes[i]) * dtype_bytes_of(call.input_dtypes[i])
-                     for i in masks if i in distinct and i < len(call.input_dtypes))
-    cost = make_cost(
-        call, dtype_bytes, flops=flops, op_class=OP_MATMUL, tensor_core=True, read_elems=read_elems,
-        notes="Q/K/V/output projections, QK^T and AV on Tensor Cores; softmax on CUDA cores",
-        extra={"macs": proj_macs + attn_macs, "projection_macs": proj_macs, "attention_macs": attn_macs,
-               # the score matrix, written after QK^T and read by softmax and AV, unless fused (flash)
-               "intermediate_bytes": 3 * scores * dtype_bytes},
-    )
-    return dataclasses.replace(cost, bytes_read=cost.bytes_read + mask_bytes) if mask_bytes else cost
-
-
 @register_cost("Embedding")
 def embedding_cost(call: LayerCall, dtype_bytes: int):
     index_elems = elems(call.input_shapes[0])
@@ -173,6 +118,44 @@ def embedding_cost(call: LayerCall, dtype_bytes: int):
                      notes="gather: reads the indices and the looked-up rows, not the whole table")
     return dataclasses.replace(cost, bytes_read=cost.bytes_read + index_elems * index_bytes,
                                params=elems(call.layer.embeddings.shape))
+
+
+@register_cost("ReversibleEmbedding")
+def reversible_embedding_cost(call: LayerCall, dtype_bytes: int):
+    if not call.options.get("reverse"):
+        return embedding_cost(call, dtype_bytes)
+    layer = call.layer
+    logits = elems(call.output_shapes[0])
+    width = call.input_shapes[0][-1]
+    macs = logits * width
+    cap = (activation_flops("tanh") + 2) * logits if getattr(layer, "logit_soft_cap", None) else 0
+    table = getattr(layer, "reverse_embeddings", None) if not getattr(layer, "tie_weights", True) else None
+    table = layer.embeddings if table is None else table
+    return make_cost(call, dtype_bytes, flops=2 * macs + cap, op_class=OP_MATMUL, tensor_core=True,
+                     weights=elems(table.shape), notes="reverse=True: the logits matmul against the embedding table",
+                     extra={"macs": macs})
+
+
+@register_cost("PositionEmbedding")
+def position_embedding_cost(call: LayerCall, dtype_bytes: int):
+    out = call.output_shapes[0]
+    rows = elems(out[-2:])
+    cost = make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, weights=0, read_elems=rows,
+                     notes="the table's rows for the input's positions, broadcast to the batch")
+    return dataclasses.replace(cost, params=elems(call.layer.position_embeddings.shape))
+
+
+@register_cost("CLIPHead", "SigLIPHead")
+def contrastive_head_cost(call: LayerCall, dtype_bytes: int):
+    image, text = call.input_shapes[0], call.input_shapes[1]
+    width = image[-1]
+    logits = elems(image[:-1]) * elems(text[:-1])
+    macs = logits * width
+    normalise = 3 * (elems(image) + elems(text)) + elems(image[:-1]) + elems(text[:-1])
+    scale_and_bias = logits * (2 if getattr(call.layer, "logit_bias", None) is not None else 1)
+    return make_cost(call, dtype_bytes, flops=2 * macs + normalise + scale_and_bias, op_class=OP_MATMUL,
+                     tensor_core=True, notes="L2-normalised image and text embeddings, their similarity matmul",
+                     extra={"macs": macs})
 
 
 def _rnn_step_flops(cell, in_width: int) -> tuple[int, int]:

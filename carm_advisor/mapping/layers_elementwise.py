@@ -2,15 +2,22 @@
 
 FLOPs per output element (see registry's docstring for the whole convention):
 - BatchNormalization 2 (inference, scale and shift folded); LayerNormalization and GroupNormalization
-  5 + 1 (scale) + 1 (center); LayerNormalization(rms_scaling=True) 3 + 1; UnitNormalization 3;
+  5 + 1 (scale) + 1 (center); LayerNormalization(rms_scaling=True) 3 + 1; RMS normalisation 4 (square, mean
+  add, multiply by the row's rsqrt, multiply by the scale: Keras' RMSNormalization and ops.rms_normalization,
+  keras_hub's RMSNormalization (Gemma's x * (1 + scale) alike), LlamaLayerNorm, MistralLayerNormalization and
+  the same layer of Mixtral, Qwen, Qwen3, Phi3 and T5; their float32 arithmetic inside a 16-bit model is
+  not traffic: x is read and the result written at the compute dtype); ops.layer_norm as LayerNormalization;
+  UnitNormalization 3;
   Normalization 2 (subtract mean, divide by std); Rescaling 1, 2 with a non-zero offset;
   ConvNeXt's LayerScale 1; InceptionResNetV2's CustomScaleLayer 2 (x + y * scale).
 - Activation(fn): ACTIVATION_FLOPS[fn]; Activation("linear") / Activation(None) returns its input (no
   kernel: 0 FLOPs, 0 bytes) unless its input has another dtype than its own (a mixed model's float32 output
   layer): then a cast, read at the input's dtype and written at its own; ReLU 1 (+1 for max_value, +1 for negative_slope); LeakyReLU, PReLU 2; ELU 4;
-  Softmax 5.
+  Softmax 5; Softmax called with a mask 5 + 2 (Keras selects the masked scores to a large negative number
+  before it and to 0 after it), the mask read at its own dtype.
 - keras.ops unary operations: the activation's ACTIVATION_FLOPS where there is one (relu6, leaky_relu, elu,
-  selu, softplus, log_softmax ...), else 1 (abs, log, sqrt, rsqrt, reciprocal, sign, square, negative), clip 2.
+  selu, softplus, log_softmax ...), else 1 (abs, log, sqrt, rsqrt, reciprocal, sign, square, negative, cos,
+  sin, erf, floor, ceil, round, logical_not), clip 2.
 - Add/Subtract/Multiply/Maximum/Minimum of n inputs: n - 1; Average: n (n-1 adds, one scale);
   keras.ops binary operations, comparisons (not_equal: Embedding(mask_zero=True)'s mask), logical and/or
   and where (a select) 1. Bool and integer inputs are read at their own dtype; comparisons write bools (1 byte).
@@ -63,6 +70,35 @@ def layer_norm_cost(call, dtype_bytes):
 def group_norm_cost(call, dtype_bytes):
     layer = call.layer
     return _per_output(call, dtype_bytes, 5 + int(bool(layer.scale)) + int(bool(layer.center)), OP_REDUCTION)
+
+
+RMS_NORMS = ("RMSNormalization", "LlamaLayerNorm", "MistralLayerNormalization", "MixtralLayerNormalization",
+             "QwenLayerNorm", "Qwen3LayerNorm", "Phi3LayerNorm", "T5LayerNorm")
+RMS_NORM_FLOPS = 4
+
+
+@register_cost(*RMS_NORMS)
+def rms_norm_cost(call, dtype_bytes):
+    return _per_output(call, dtype_bytes, RMS_NORM_FLOPS, op_class=OP_REDUCTION,
+                       notes="RMS normalisation: square, mean, multiply by the rsqrt, scale")
+
+
+@register_cost("ops.RMSNorm")
+def ops_rms_norm_cost(call, dtype_bytes):
+    # rms_normalization(x, scale): a scale tensor is an input of its own (read), a missing one is no multiply
+    scaled = len(call.input_shapes) > 1
+    return typed_cost(call, dtype_bytes, flops=(RMS_NORM_FLOPS - 1 + int(scaled)) * elems(call.output_shapes[0]),
+                      op_class=OP_REDUCTION, notes="RMS normalisation")
+
+
+@register_cost("ops.LayerNorm")
+def ops_layer_norm_cost(call, dtype_bytes):
+    # layer_norm(x, gamma, beta): 5 per element, + 1 for each of gamma and beta given
+    per = 5 + len(call.input_shapes) - 1
+    if getattr(call.layer, "rms_scaling", False):
+        per = 3 + int(len(call.input_shapes) > 1)
+    return typed_cost(call, dtype_bytes, flops=per * elems(call.output_shapes[0]), op_class=OP_REDUCTION,
+                      notes="layer normalisation")
 
 
 @register_cost("UnitNormalization")
@@ -130,9 +166,17 @@ def elu_cost(call, dtype_bytes):
     return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["elu"])
 
 
+# Keras' Softmax(inputs, mask): where(mask, inputs, -large) before the softmax, where(mask, outputs, 0) after it
+MASK_SELECTS = 2
+
+
 @register_cost("Softmax")
 def softmax_cost(call, dtype_bytes):
-    return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["softmax"], OP_REDUCTION)
+    if len(call.input_shapes) < 2:
+        return _per_output(call, dtype_bytes, ACTIVATION_FLOPS["softmax"], OP_REDUCTION)
+    per = ACTIVATION_FLOPS["softmax"] + MASK_SELECTS
+    return typed_cost(call, dtype_bytes, flops=per * elems(call.output_shapes[0]), op_class=OP_REDUCTION,
+                      notes="masked softmax: the mask read at its own dtype", extra={"flops_per_element": per})
 
 
 _OPS_UNARY = {
@@ -141,6 +185,7 @@ _OPS_UNARY = {
     "ops.Relu6": ACTIVATION_FLOPS["relu6"], "ops.LeakyRelu": ACTIVATION_FLOPS["leaky_relu"],
     "ops.Elu": ACTIVATION_FLOPS["elu"], "ops.Selu": ACTIVATION_FLOPS["selu"], "ops.Softplus": ACTIVATION_FLOPS["softplus"],
     "ops.Absolute": 1, "ops.Log": 1, "ops.Rsqrt": 1, "ops.Reciprocal": 1, "ops.Sign": 1, "ops.Clip": 2,
+    "ops.Cos": 1, "ops.Sin": 1, "ops.Erf": 1, "ops.Floor": 1, "ops.Ceil": 1, "ops.Round": 1,
 }
 
 
@@ -180,7 +225,7 @@ def ops_binary_cost(call, dtype_bytes):
 
 
 @register_cost("ops.Equal", "ops.NotEqual", "ops.Greater", "ops.GreaterEqual", "ops.Less", "ops.LessEqual",
-               "ops.LogicalAnd", "ops.LogicalOr")
+               "ops.LogicalAnd", "ops.LogicalOr", "ops.LogicalNot")
 def ops_comparison_cost(call, dtype_bytes):
     # a bool result, 1 byte an element (Embedding(mask_zero=True)'s ids != 0 reads int ids at their own dtype)
     return typed_cost(call, dtype_bytes, flops=elems(call.output_shapes[0]), op_class=OP_ELEMENTWISE, output_bytes=1,

@@ -9,8 +9,9 @@ FLOPs
 - Activation FLOPs per element (:data:`ACTIVATION_FLOPS`): linear 0; relu 1 (the compare; TensorFlow's
   profiler counts 0); relu6 2; leaky_relu / PReLU 2; transcendental ones a stated small constant:
   sigmoid 4, tanh 4, exponential 1, softplus 3, softsign 3, elu 4, selu 5, silu/swish 5 (sigmoid + 1),
-  gelu 8, mish 9, hard_sigmoid 3, hard_silu/hard_swish 4, softmax / log_softmax 5 (max, sub, exp, sum,
-  div; as TensorFlow's profiler counts Softmax).
+  gelu 8 (the erf form and the tanh approximation alike; keras_hub's gelu_approximate), quick_gelu 6 (CLIP's
+  x * sigmoid(1.702 x): scale, sigmoid, multiply), mish 9, hard_sigmoid 3, hard_silu/hard_swish 4, softmax /
+  log_softmax 5 (max, sub, exp, sum, div; as TensorFlow's profiler counts Softmax).
 - Elementwise merges: 1 FLOP per output element per binary op (Add of n inputs: n-1); Average n.
 - Pooling: the window size per output element (max compares or average adds); global pooling 1 per
   input element.
@@ -23,7 +24,8 @@ FLOPs
 Bytes (compulsory traffic at the compute dtype)
 - bytes_read = every distinct input tensor (one passed twice, ``mha(x, x)``, is one tensor in memory:
   read once) + every floating-point weight of the layer (kernel, bias, BN
-  statistics ...), all at the compute dtype (under mixed precision the weights are read cast);
+  statistics ...), all at the compute dtype (under mixed precision the weights are read cast); in a traced
+  call() an op's constant operands are inputs too (a weight used in keras.ops directly, ViT's class token);
   bytes_written = every output tensor. Integer inputs (Embedding indices) are read at their own dtype.
 - Reshape and Flatten are views in every Keras backend: 0 FLOPs, 0 bytes (op_class "none").
   Permute, RepeatVector, Concatenate, ZeroPadding, Cropping, UpSampling (nearest) copy: 0 FLOPs, their
@@ -33,7 +35,8 @@ Bytes (compulsory traffic at the compute dtype)
 
 Tensor Cores
 - ``tensor_core=True`` for matmul-class work (Conv1D/2D/3D incl. grouped, transposed convs, Dense,
-  EinsumDense, Dot, MultiHeadAttention, LSTM/GRU/SimpleRNN) when the compute dtype is float16,
+  EinsumDense, Dot, MultiHeadAttention, ops.dot_product_attention, ReversibleEmbedding's reverse matmul,
+  CLIP/SigLIP heads, LSTM/GRU/SimpleRNN) when the compute dtype is float16,
   bfloat16, float32 (as TF32 where the backend allows it; the CARM decides the path), int8 or float8.
   DepthwiseConv and grouped convolutions with one input channel per group run on CUDA cores in cuDNN:
   ``tensor_core=False`` with a note. SeparableConv is split into two LayerCosts ``name:depthwise``
@@ -64,7 +67,8 @@ OPS_PREFIX = "ops."
 # FLOPs per element of each activation; see the module docstring.
 ACTIVATION_FLOPS: dict[str, int] = {
     "linear": 0, "relu": 1, "relu6": 2, "leaky_relu": 2, "sigmoid": 4, "tanh": 4, "exponential": 1,
-    "softplus": 3, "softsign": 3, "elu": 4, "selu": 5, "silu": 5, "swish": 5, "gelu": 8, "mish": 9,
+    "softplus": 3, "softsign": 3, "elu": 4, "selu": 5, "silu": 5, "swish": 5, "gelu": 8, "gelu_approximate": 8,
+    "quick_gelu": 6, "mish": 9,
     "hard_sigmoid": 3, "hard_silu": 4, "hard_swish": 4, "softmax": 5, "log_softmax": 5,
 }
 
@@ -258,7 +262,10 @@ def layer_compute_dtype(call: LayerCall) -> str:
 # costs of a model change. 2: a precision keeps layers pinned to another policy at theirs (2026-12-07). 3: a
 # linear Activation layer (ConvNeXt's 18 *_identity layers) does no work; it was costed as a read and a write;
 # keras.ops comparisons, where, pad, stack, tile, cast, expand_dims, squeeze and more unary ops are costed.
-COST_MODEL_VERSION = 3
+# 4: transformers (keras_hub backbones): masking is costed in attention and a masked Softmax; RMS norms, rotary and
+# position embeddings, fused dot-product attention, the reverse (logits) ReversibleEmbedding, slicing, gathers and
+# repeats are costed; a cast to the dtype its input has does no work; a traced call's constant operands are read.
+COST_MODEL_VERSION = 4
 
 
 def policy_name_of(layer) -> str | None:

@@ -53,7 +53,10 @@ class LayerCost:
 
 @dataclass(frozen=True)
 class LayerCall:
-    """One call of one layer (or ``keras.ops`` operation) with concrete, batch-filled shapes."""
+    """One call of one layer (or ``keras.ops`` operation) with concrete, batch-filled shapes.
+
+    Its inputs are the tensors the call reads: KerasTensors, and in a traced call() also the constants it was given
+    (a layer's variable used in ``keras.ops`` directly, a tensor computed from weights alone)."""
 
     path: str                             # "layer", "outer/inner", "shared#1"
     layer: Any                            # keras.layers.Layer, or keras.Operation for keras.ops nodes
@@ -66,6 +69,9 @@ class LayerCall:
     # For each input, the index of the first input that is the same tensor: mha(x, x) gives (0, 0).
     # A tensor passed twice is one tensor in memory, read from DRAM once. () where unknown.
     input_same_as: tuple[int, ...] = ()
+    # The call's arguments that are plain Python values, by name: use_causal_mask=True (MultiHeadAttention),
+    # reverse=True (keras_hub's ReversibleEmbedding: the logits matmul instead of the lookup). {} where none.
+    options: dict = field(default_factory=dict, compare=False)
 
     def distinct_inputs(self) -> list[int]:
         """Indices of the inputs that are distinct tensors (the first of each repeated one)."""
