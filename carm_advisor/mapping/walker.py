@@ -26,6 +26,11 @@ on a device and no backend tensor is created by the walk itself.
   yields ``name`` and ``name#1``, ops are yielded). The nodes the trace adds to the sublayers are removed
   afterwards. Keras' own layers are leaves; a user layer made of sublayers with no cost model of its own
   is opened the same way, in subclassed and functional models alike.
+- Inside a traced call: a sublayer whose ``compute_output_shape`` leaves a dimension unknown though its inputs are
+  concrete (EinsumDense with ``output_shape=(None, heads, width)``) gets the shapes of its call traced on them, so
+  the ops reading its ``ops.shape()`` stay concrete; a recorded ``training`` reaches only a call() that takes it; a
+  tensor that is no KerasTensor (a weight used in keras.ops, a tensor made from weights alone: ViT's class token,
+  SigLIP's probe) is an input of the op reading it; plain Python arguments reach the cost model (``options``).
 - A ``call()`` that cannot run on KerasTensors (backend-native ``tf.*`` / ``torch.*`` code, Python
   branches on tensor values), or a model Keras recorded no input shapes for (a ``call(self, a, b)`` of
   several tensor arguments: Keras records the first only, unless they are given with ``call_shapes`` /
@@ -74,13 +79,49 @@ def _same_as(tensors) -> tuple[int, ...]:
     return tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))
 
 
-def _argument_names(op, args, kwargs) -> tuple[str, ...]:
-    """The call argument each KerasTensor of ``(args, kwargs)`` was passed as, in flattening order."""
+def _is_constant(value) -> bool:
+    """A tensor a traced call computes with that is no KerasTensor: a variable (a layer's weight used in
+    ``keras.ops`` directly) or a backend tensor computed from weights alone while the call was traced (ViT's class
+    token tiled to the batch, SigLIP's pooling probe repeated to it)."""
+    return isinstance(value, keras.Variable) or (not isinstance(value, keras.KerasTensor)
+                                                 and keras.ops.is_tensor(value))
+
+
+def _is_operand(value) -> bool:
+    return isinstance(value, keras.KerasTensor) or _is_constant(value)
+
+
+def _operands(args, kwargs) -> list:
+    """The tensors of ``(args, kwargs)`` a call reads, KerasTensors and constants alike, in flattening order."""
+    return [v for v in keras.tree.flatten((tuple(args), dict(kwargs))) if _is_operand(v)]
+
+
+def _constant_spec(value) -> keras.KerasTensor:
+    return tensor_spec(tuple(int(d) for d in value.shape), keras.backend.standardize_dtype(value.dtype))
+
+
+_PLAIN = (bool, int, float, str)
+
+
+def _positional_names(op) -> list[str]:
     try:
-        params = [p.name for p in inspect.signature(op.call).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return [p.name for p in inspect.signature(op.call).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
-        params = []
+        return []
+
+
+def _plain_arguments(op, args, kwargs) -> dict:
+    """The call's arguments that are plain Python values (``use_causal_mask=True``, ``reverse=True``), by name."""
+    params = _positional_names(op)
+    named = {params[i]: a for i, a in enumerate(args) if i < len(params)}
+    named.update(kwargs)
+    return {k: v for k, v in named.items() if isinstance(v, _PLAIN)}
+
+
+def _argument_names(op, args, kwargs) -> tuple[str, ...]:
+    """The call argument each tensor of ``(args, kwargs)`` was passed as, in flattening order."""
+    params = _positional_names(op)
     named_args = tuple(
         keras.tree.map_structure(lambda _, n=(params[i] if i < len(params) else f"arg{i}"): n, a)
         for i, a in enumerate(args)
@@ -90,7 +131,7 @@ def _argument_names(op, args, kwargs) -> tuple[str, ...]:
     names = keras.tree.flatten((named_args, named_kwargs))
     if len(values) != len(names):
         return ()
-    return tuple(n for v, n in zip(values, names) if isinstance(v, keras.KerasTensor))
+    return tuple(n for v, n in zip(values, names) if _is_operand(v))
 
 
 _TENSOR_NAME = re.compile(r"keras_tensor(?:_(\d+))?")
@@ -151,13 +192,65 @@ def _nodes_restored(layer):
             del lay._outbound_nodes[n_out:]
 
 
+def _has_unknown_dim(tensors) -> bool:
+    return any(d is None for t in tensors for d in t.shape)
+
+
+@contextlib.contextmanager
+def _concrete_sublayer_outputs(layer):
+    """While ``layer``'s call is traced, a sublayer leaving a dimension unknown for concrete inputs gets the shapes of
+    its call traced on them. Keras' EinsumDense keeps the ``None`` of ``output_shape=(None, heads, head_dim)``
+    (Gemma's, Llama's, Mistral's Q/K/V); a caller reading ``ops.shape()`` of it bakes the ``None`` into its reshape."""
+    from keras.src import backend
+
+    def concrete_spec(original, sub):
+        def spec(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if _has_unknown_dim(flat_tensors(out)) and not _has_unknown_dim(flat_tensors((args, kwargs))):
+                try:
+                    traced = backend.compute_output_spec(sub.call, *args, **kwargs)
+                except Exception:  # noqa: BLE001 - keep Keras' own answer; make_call names the unknown dimension
+                    return out
+                if len(flat_tensors(traced)) == len(flat_tensors(out)) and not _has_unknown_dim(flat_tensors(traced)):
+                    return traced
+            return out
+        return spec
+
+    patched = []
+    for sub in layer._flatten_layers(include_self=False, recursive=True):
+        own = sub.__dict__.get("compute_output_spec")
+        object.__setattr__(sub, "compute_output_spec", concrete_spec(sub.compute_output_spec, sub))
+        patched.append((sub, own))
+    try:
+        yield
+    finally:
+        for sub, own in patched:
+            if own is None:
+                object.__delattr__(sub, "compute_output_spec")
+            else:
+                object.__setattr__(sub, "compute_output_spec", own)
+
+
+def _accepted_kwargs(layer, kwargs) -> dict:
+    """The keyword arguments ``layer.call`` accepts. Keras' ``Layer.__call__`` passes ``training`` (and its other
+    call-context arguments) on only to a call() that declares them, but records them in the node either way:
+    SigLIP's encoder calls ``self.mlp(x, training=training)`` on a ``call(self, inputs)``."""
+    try:
+        params = inspect.signature(layer.call).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
 def _trace(layer, args, kwargs):
     """``layer.call(*args, **kwargs)`` on KerasTensors: a keras Function whose nodes are every sublayer
     and keras.ops call, in order. Raises whatever the call raises."""
     from keras.src.ops.function import Function
 
     inputs = list({id(t): t for t in flat_tensors((args, kwargs))}.values())
-    with _nodes_restored(layer):
+    with _nodes_restored(layer), _concrete_sublayer_outputs(layer):
         outputs = layer.call(*args, **kwargs)
         return Function(inputs, flat_tensors(outputs), name=layer.name)
 
@@ -254,9 +347,12 @@ class _Walk:
             else:
                 out_specs = self.outputs_of(node, in_refs, in_specs, known, path)
                 args, kwargs = node.arguments.args, node.arguments.kwargs
-                yield "call", self.make_call(path, op, in_specs, out_specs,
+                operands = _operands(args, kwargs)
+                specs = [self.spec_for(v, known) if isinstance(v, keras.KerasTensor) else _constant_spec(v)
+                         for v in operands]
+                yield "call", self.make_call(path, op, specs, out_specs,
                                              names=_argument_names(op, args, kwargs),
-                                             same_as=_same_as(in_refs))
+                                             same_as=_same_as(operands), options=_plain_arguments(op, args, kwargs))
             for ref, spec in zip(node.outputs, out_specs):
                 known[id(ref)] = spec
 
@@ -277,7 +373,7 @@ class _Walk:
             fresh.setdefault(id(ref), tensor_spec(spec.shape, spec.dtype))
         try:
             args, kwargs = node.arguments.fill_in(fresh)
-            traced = _trace(node.operation, args, kwargs)
+            traced = _trace(node.operation, args, _accepted_kwargs(node.operation, kwargs))
         except Exception:  # noqa: BLE001 - any failure: cost the layer as one call instead
             return None
         if len(traced.outputs) != len(node.outputs):
@@ -319,7 +415,7 @@ class _Walk:
         except Exception:  # noqa: BLE001 - make_call reports the unknown dimension
             return None
 
-    def make_call(self, path, op, in_specs, out_specs, names=(), same_as=()) -> LayerCall:
+    def make_call(self, path, op, in_specs, out_specs, names=(), same_as=(), options=None) -> LayerCall:
         in_shapes = tuple(tuple(s.shape) for s in in_specs)
         out_shapes = tuple(tuple(s.shape) for s in out_specs)
         for shape in in_shapes + out_shapes:
@@ -336,6 +432,7 @@ class _Walk:
             input_dtypes=tuple(str(s.dtype) for s in in_specs),
             input_names=tuple(names) if len(names) == len(in_shapes) else (),
             input_same_as=tuple(same_as) if len(same_as) == len(in_shapes) else (),
+            options=dict(options or {}),
         )
 
     # ---- subclassed models --------------------------------------------------------------------
