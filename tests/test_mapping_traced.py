@@ -147,3 +147,34 @@ def test_constants_of_a_functional_model_are_read_too():
     (add,) = map_model(keras.Model(x, ops.add(x, bias)), 2)
     assert add.input_shapes == ((2, 4, 6), (1, 4, 6))
     assert add.bytes_read == (2 * 4 * 6 + 4 * 6) * F32 and add.flops == 2 * 4 * 6
+
+
+def test_a_call_reading_a_constant_is_measured_on_its_keras_tensors_and_costed_with_both():
+    # ViT's class token concatenated before the patches: a measurement makes up the patches only and fills them into
+    # the recorded arguments, the token included; the cost reads both
+    from carm_advisor.measure.layers import argument_builder
+
+    x = keras.Input((16, 8))
+    model = keras.Model(x, ops.concatenate([ops.ones((2, 1, 8)), x], axis=1))
+    (call,) = iter_layer_calls(model, 2)
+    assert call.input_shapes == ((2, 16, 8),)
+    assert [(place, shape) for place, shape, _, _ in call.constant_inputs] == [(0, (2, 1, 8))]
+    args, kwargs = argument_builder(call)([ops.zeros((2, 16, 8))])
+    assert tuple(call.layer(*args, **kwargs).shape) == call.output_shapes[0] == (2, 17, 8)
+    (cost,) = map_model(model, 2)
+    assert cost.input_shapes == ((2, 1, 8), (2, 16, 8))
+    assert cost.bytes_read == (2 * 1 * 8 + 2 * 16 * 8) * F32 and cost.bytes_written == 2 * 17 * 8 * F32
+
+
+def test_with_constants_puts_each_constant_in_its_place_and_keeps_repeated_tensors_one():
+    from carm_advisor.mapping import LayerCall
+
+    # f(x, w, x): x passed twice around a constant w
+    call = LayerCall(path="f", layer=None, input_shapes=((2, 3), (2, 3)), output_shapes=((2, 3),),
+                     input_dtypes=("float32", "float32"), input_names=("a", "c"), input_same_as=(0, 0),
+                     constant_inputs=((1, (3,), "float16", "b"),))
+    full = call.with_constants()
+    assert full.input_shapes == ((2, 3), (3,), (2, 3))
+    assert full.input_dtypes == ("float32", "float16", "float32") and full.input_names == ("a", "b", "c")
+    assert full.input_same_as == (0, 1, 0) and full.distinct_inputs() == [0, 1]
+    assert full.constant_inputs == () and call.with_constants() == full

@@ -233,7 +233,7 @@ def cost_of_call(call: LayerCall, compute_dtype: str) -> list[LayerCost] | None:
     fn = lookup(call.layer)
     if fn is None:
         return None
-    result = fn(call, dtype_bytes_of(compute_dtype))
+    result = fn(call.with_constants(), dtype_bytes_of(compute_dtype))
     costs = [result] if isinstance(result, LayerCost) else list(result)
     eligible = compute_dtype in TENSOR_CORE_DTYPES
     return [

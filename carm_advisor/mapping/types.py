@@ -3,7 +3,7 @@ from shapes alone (LayerCost), which the CARM places."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Shape = tuple[int, ...]
@@ -55,8 +55,10 @@ class LayerCost:
 class LayerCall:
     """One call of one layer (or ``keras.ops`` operation) with concrete, batch-filled shapes.
 
-    Its inputs are the tensors the call reads: KerasTensors, and in a traced call() also the constants it was given
-    (a layer's variable used in ``keras.ops`` directly, a tensor computed from weights alone)."""
+    Its inputs are the KerasTensors it was called on, the tensors a measurement makes up. A traced call() may also
+    read constants (a layer's variable used in ``keras.ops`` directly, a tensor computed from weights alone: ViT's
+    class token, SigLIP's pooling probe), which its recorded arguments hold: ``constant_inputs``. Its cost reads
+    both (``with_constants``)."""
 
     path: str                             # "layer", "outer/inner", "shared#1"
     layer: Any                            # keras.layers.Layer, or keras.Operation for keras.ops nodes
@@ -72,6 +74,32 @@ class LayerCall:
     # The call's arguments that are plain Python values, by name: use_causal_mask=True (MultiHeadAttention),
     # reverse=True (keras_hub's ReversibleEmbedding: the logits matmul instead of the lookup). {} where none.
     options: dict = field(default_factory=dict, compare=False)
+    # (place among all the tensors the call reads in call order, shape, dtype, argument name) of each constant
+    constant_inputs: tuple[tuple[int, Shape, str, str], ...] = ()
+
+    def with_constants(self) -> LayerCall:
+        """This call with its constants among its inputs, in call order: what its cost reads."""
+        if not self.constant_inputs:
+            return self
+        constants = {place: (shape, dtype, name) for place, shape, dtype, name in self.constant_inputs}
+        shapes, dtypes, names, same_as, place_of = [], [], [], [], {}
+        k = 0
+        for place in range(len(self.input_shapes) + len(constants)):
+            if place in constants:
+                shape, dtype, name = constants[place]
+                same_as.append(place)
+            else:
+                shape, place_of[k] = self.input_shapes[k], place
+                dtype = self.input_dtypes[k] if k < len(self.input_dtypes) else ""
+                name = self.input_names[k] if self.input_names else ""
+                same_as.append(place_of[self.input_same_as[k]] if self.input_same_as else place)
+                k += 1
+            shapes.append(shape)
+            dtypes.append(dtype)
+            names.append(name)
+        return replace(self, input_shapes=tuple(shapes), input_dtypes=tuple(dtypes),
+                       input_names=tuple(names) if self.input_names else (), input_same_as=tuple(same_as),
+                       constant_inputs=())
 
     def distinct_inputs(self) -> list[int]:
         """Indices of the inputs that are distinct tensors (the first of each repeated one)."""

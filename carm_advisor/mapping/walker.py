@@ -48,6 +48,7 @@ import contextlib
 import inspect
 import re
 import warnings
+from dataclasses import replace
 from typing import Iterator
 
 import keras
@@ -96,8 +97,8 @@ def _operands(args, kwargs) -> list:
     return [v for v in keras.tree.flatten((tuple(args), dict(kwargs))) if _is_operand(v)]
 
 
-def _constant_spec(value) -> keras.KerasTensor:
-    return tensor_spec(tuple(int(d) for d in value.shape), keras.backend.standardize_dtype(value.dtype))
+def _constant_spec(value) -> tuple[tuple, str]:
+    return tuple(int(d) for d in value.shape), keras.backend.standardize_dtype(value.dtype)
 
 
 _PLAIN = (bool, int, float, str)
@@ -347,12 +348,13 @@ class _Walk:
             else:
                 out_specs = self.outputs_of(node, in_refs, in_specs, known, path)
                 args, kwargs = node.arguments.args, node.arguments.kwargs
-                operands = _operands(args, kwargs)
-                specs = [self.spec_for(v, known) if isinstance(v, keras.KerasTensor) else _constant_spec(v)
-                         for v in operands]
-                yield "call", self.make_call(path, op, specs, out_specs,
-                                             names=_argument_names(op, args, kwargs),
-                                             same_as=_same_as(operands), options=_plain_arguments(op, args, kwargs))
+                names = _argument_names(op, args, kwargs)
+                constants = tuple((place, *_constant_spec(v), names[place] if names else "")
+                                  for place, v in enumerate(_operands(args, kwargs)) if _is_constant(v))
+                names = tuple(n for place, n in enumerate(names) if not any(place == c[0] for c in constants))
+                call = self.make_call(path, op, in_specs, out_specs, names=names, same_as=_same_as(in_refs),
+                                      options=_plain_arguments(op, args, kwargs))
+                yield "call", replace(call, constant_inputs=constants) if constants else call
             for ref, spec in zip(node.outputs, out_specs):
                 known[id(ref)] = spec
 
