@@ -66,6 +66,7 @@ SMALL = {
     "BertBackbone": lambda: token_model(models.BertBackbone(num_heads=2, **SMALL_TEXT), 16),
     "DistilBertBackbone": lambda: token_model(models.DistilBertBackbone(num_heads=2, **SMALL_TEXT), 16),
     "RobertaBackbone": lambda: token_model(models.RobertaBackbone(num_heads=2, **SMALL_TEXT), 16),
+    "GPT2Backbone": lambda: token_model(models.GPT2Backbone(num_heads=2, max_sequence_length=64, **SMALL_TEXT), 16),
     "ViTBackbone": lambda: models.ViTBackbone(image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2,
                                              hidden_dim=64, mlp_dim=128),
     "GemmaBackbone": lambda: token_model(models.GemmaBackbone(num_query_heads=4, num_key_value_heads=1, head_dim=16,

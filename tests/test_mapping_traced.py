@@ -70,6 +70,28 @@ def test_a_sublayer_called_with_training_its_call_does_not_take_is_opened():
     assert costs[0].flops == 3 * (2 * 6 * 8 + 8)
 
 
+class CachedAttention(keras.layers.MultiHeadAttention):
+    """keras_hub's CachedMultiHeadAttention in small: a call argument MultiHeadAttention's shape methods lack."""
+
+    def call(self, query, value, key=None, attention_mask=None, cache=None, training=None):
+        return super().call(query, value, key=key, attention_mask=attention_mask, training=training)
+
+
+class Decoder(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = CachedAttention(num_heads=2, key_dim=4, name="attention")
+
+    def call(self, x):
+        return self.attention(x, x, cache=None)   # as keras_hub's TransformerDecoder (GPT-2, OPT, BART) calls it
+
+
+def test_a_sublayer_whose_shape_methods_lack_a_call_argument_is_traced_through_its_call():
+    x = keras.Input((6, 8))
+    (cost,) = map_model(keras.Model(x, Decoder(name="decoder")(x)), 1)
+    assert (cost.name, cost.known, cost.output_shapes) == ("decoder/attention", True, ((1, 6, 8),))
+
+
 class Probe(keras.layers.Layer):
     """Attention pooling as SigLIP's head does it: a learned probe, repeated to the batch, queries the sequence."""
 

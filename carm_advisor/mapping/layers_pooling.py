@@ -71,7 +71,7 @@ def cast_cost(call: LayerCall, dtype_bytes: int):
     # read at the input's dtype (a float one at the costed dtype), written at the dtype cast to
     target = str(getattr(call.layer, "dtype", "") or "")
     if target and call.input_dtypes and call.input_dtypes[0] == target:
-        return no_work_cost(call, f"cast of a {target} tensor to {target}: returns its input, no kernel runs")
+        return no_work_cost(call, f"cast to {target}, the dtype its input has: returns it, no kernel runs")
     return typed_cost(call, dtype_bytes, flops=0, op_class=OP_DATA,
                       output_bytes=dtype_bytes_of(target) if target else None, notes=f"cast to {target}: a copy")
 
