@@ -6,7 +6,7 @@ FLOPs per output element (see registry's docstring for the whole convention):
   add, multiply by the row's rsqrt, multiply by the scale: Keras' RMSNormalization and ops.rms_normalization,
   keras_hub's RMSNormalization (Gemma's x * (1 + scale) alike), LlamaLayerNorm, MistralLayerNormalization and
   the same layer of Mixtral, Qwen, Qwen3, Phi3 and T5; their float32 arithmetic inside a 16-bit model is
-  not traffic: x is read and the result written at the compute dtype); ops.layer_norm as LayerNormalization;
+  not traffic: x is read and the result written at the compute dtype); ops.layer_normalization as the layer;
   UnitNormalization 3;
   Normalization 2 (subtract mean, divide by std); Rescaling 1, 2 with a non-zero offset;
   ConvNeXt's LayerScale 1; InceptionResNetV2's CustomScaleLayer 2 (x + y * scale).
@@ -93,7 +93,7 @@ def ops_rms_norm_cost(call, dtype_bytes):
 
 @register_cost("ops.LayerNorm")
 def ops_layer_norm_cost(call, dtype_bytes):
-    # layer_norm(x, gamma, beta): 5 per element, + 1 for each of gamma and beta given
+    # layer_normalization(x, gamma, beta): 5 per element, + 1 for each of gamma and beta given
     per = 5 + len(call.input_shapes) - 1
     if getattr(call.layer, "rms_scaling", False):
         per = 3 + int(len(call.input_shapes) > 1)
