@@ -40,7 +40,8 @@ MIN_START_S = {"torch": 8.0, "jax": 15.0}
 
 
 def config_key(cfg: dict) -> str:
-    return f"{cfg['model']}-{cfg['backend']}-{cfg['precision']}-{cfg['layout']}-b{cfg['batch_size']}"
+    model = cfg["model"].rsplit(":", 1)[-1]   # a "module:function" builder by its function's name
+    return f"{model}-{cfg['backend']}-{cfg['precision']}-{cfg['layout']}-b{cfg['batch_size']}"
 
 
 def recorded_path(out: Path, cfg: dict) -> Path | None:
@@ -202,6 +203,10 @@ def _load_in_layout(load_model, cfg: dict, out: Path, *, dry: bool):
 
     def load(layout: str):
         keras.config.set_image_data_format(layout)
+        if ":" in cfg["model"]:   # a "module:function" builder (benchmarks/transformer_models.py)
+            from carm_advisor.models.builder import build, model_spec
+
+            return build(model_spec(cfg["model"]), cfg["precision"], layout, seed=0)
         shape = ((3, 32, 32) if layout == "channels_first" else (32, 32, 3)) if dry else None
         return load_model(cfg["model"], precision=cfg["precision"], input_shape=shape)[0]
 

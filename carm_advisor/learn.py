@@ -23,6 +23,7 @@ from carm_advisor.calibration import (
 from carm_advisor.carm.roofline import CARM
 from carm_advisor.measure.records import SCHEMA as RECORD_SCHEMA
 from carm_advisor.measure.records import RunMeasurement
+from carm_advisor.models.builder import build, model_spec
 from carm_advisor.models.loader import image_data_format, load_model
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.profiles.profile import Profile, load_profile
@@ -123,6 +124,9 @@ def rebuilt_model(model_name: str, precision: str, layout: str):
     import keras
 
     keras.backend.clear_session()
+    spec = model_spec(model_name)
+    if spec.kind == "builder":   # a "module:function" builder, built as the recording process built it
+        return build(spec, precision, layout, seed=0)
     with image_data_format(layout):
         return load_model(model_name, precision=precision)[0]
 

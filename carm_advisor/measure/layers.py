@@ -20,6 +20,7 @@ given (measure/windows.py: the presets). The record says how each call ran ("exe
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable
@@ -99,7 +100,29 @@ def argument_builder(call: LayerCall) -> Callable[[list], tuple[tuple, dict]]:
 
     if isinstance(call.layer, Merge):
         return lambda tensors: ((list(tensors),), {})
+    named = _by_name(call)
+    if named is not None:
+        return named
     return lambda tensors: (tuple(tensors), {})
+
+
+def _by_name(call: LayerCall) -> Callable[[list], tuple[tuple, dict]] | None:
+    """A traced call (inside a custom layer: no graph node) whose tensors the walker named after the arguments of
+    the layer's call(): those tensors and its plain options by keyword, as the custom layer passed them
+    (keras_hub's attention gets its mask as attention_mask=, in no fixed place). None where the names do not all
+    name a parameter of call()."""
+    names = call.input_names
+    call_fn = getattr(call.layer, "call", None)
+    if not names or len(set(names)) != len(names) or call_fn is None or call.constant_inputs:
+        return None
+    try:
+        parameters = inspect.signature(call_fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if not all(n in parameters for n in names):
+        return None
+    options = {k: v for k, v in (call.options or {}).items() if k in parameters and k not in names}
+    return lambda tensors: ((), {**dict(zip(names, tensors)), **options})
 
 
 @dataclass
