@@ -55,7 +55,7 @@ def _predictor(calibration):
 
 def test_compiler_picks_the_calibrations_whole_model_execution():
     assert WHOLE_EXECUTION == {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph",
-                               ("jax", "xla"): "jit"}
+                               ("jax", "xla"): "jit", ("tensorflow", "xla"): "jit"}
     calib = StubCalibration()
     p = _predictor(calib)
     for backend, compiler, factor in (("torch", "eager", 3.0), ("torch", "torch.compile", 2.0), ("jax", "xla", 1.5)):

@@ -12,7 +12,8 @@ calibration plugs in here: `ConfigPredictor(..., calibration=...)`).
   time per layer call), torch.compile -> the calibration's own "torch.compile" fit where it has one
   (COMPILED_EXECUTION: fitted on measured torch.compile runs), else "cuda_graph" (WHOLE_EXECUTION: an
   ASSUMPTION: a compiled graph takes about the GPU time of the layers, as a CUDA-graph replay does),
-  jax xla -> "jit". TensorFlow has no H200 records: its configurations keep the bound. Energy of a calibrated
+  jax xla -> "jit", tensorflow xla -> "jit" from jax's jit records (calibration.store.BORROWED: no TensorFlow run is
+  recorded on the calibrated GPUs; its values are labelled so); tensorflow graph (no XLA) keeps the bound. Energy of a calibrated
   prediction: calibrated time x the whole-model power of this configuration as benchmarks/power_model_validation.py
   validates it (predict.whole_model_power_w: its layers' busy powers, at their CARM operating points capped
   at the power limit, scaled by the profile's duty curve and time-weighted: on 91 H200 whole-model records the
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from carm_advisor.calibration import Calibration, load_calibration
+from carm_advisor.calibration.store import borrowed_note, with_borrowed
 from carm_advisor.carm.dvfs import Work, predict_model_at_clock
 from carm_advisor.mapping.memory import does_not_fit
 from carm_advisor.models.builder import ModelSpec, build
@@ -52,13 +54,18 @@ VALUE_CALIBRATED = "calibrated"      # a trial's value_source in a predicted stu
 VALUE_BOUND = "CARM bound"
 # (backend, compiler) -> the calibration's whole-model execution, and what that mapping assumes.
 # WHOLE_EXECUTION is the fallback; COMPILED_EXECUTION is preferred where the calibration has that fit.
-WHOLE_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph", ("jax", "xla"): "jit"}
+WHOLE_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "cuda_graph", ("jax", "xla"): "jit",
+                   ("tensorflow", "xla"): "jit"}
 WHOLE_ASSUMPTION = {
     ("torch", "eager"): "torch eager: the calibration's eager whole-model fit",
     ("torch", "torch.compile"): "torch.compile: ASSUMED to take the GPU time of the layers (the CUDA-graph fit; "
                                 "no torch.compile record was fitted)",
     ("jax", "xla"): "jax XLA: the calibration's jit whole-model fit",
+    ("tensorflow", "xla"): "tensorflow XLA: the calibration's tensorflow jit whole-model fit",
 }
+# What a configuration without a calibrated whole-model execution is told, where more than "no records" is known.
+NO_EXECUTION = {("tensorflow", "graph"): "tensorflow graph (without XLA): no calibration (TensorFlow not measured on "
+                                         "this GPU; only its XLA configurations take jax's XLA calibration)"}
 COMPILED_EXECUTION = {("torch", "torch.compile"): "torch.compile"}
 COMPILED_SOURCE = {("torch", "torch.compile"): "torch.compile: the calibration's torch.compile whole-model fit "
                                                "(measured torch.compile runs)"}
@@ -74,8 +81,9 @@ def whole_execution(calibration, backend: str, compiler: str) -> tuple[str | Non
         return own, COMPILED_SOURCE[key]
     execution = WHOLE_EXECUTION.get(key)
     if execution is None:
-        return None, f"no calibrated whole-model execution for {backend} {compiler} (no records)"
-    return execution, WHOLE_ASSUMPTION[key]
+        return None, NO_EXECUTION.get(key, f"no calibrated whole-model execution for {backend} {compiler} (no records)")
+    note = borrowed_note(calibration, backend)
+    return execution, WHOLE_ASSUMPTION[key] + (f", {note}" if note else "")
 
 
 def _has_fit(calibration, backend: str, execution: str) -> bool:
@@ -162,7 +170,8 @@ class ConfigPredictor:
         self.spec = spec
         self.profile: Profile = profile if isinstance(profile, Profile) else load_profile(profile)
         self.profile_origin = profile_origin(profile)
-        self.calibration = resolve_calibration(calibration, self.profile)
+        # tensorflow's XLA configurations take jax's jit records where the calibration has none of tensorflow's
+        self.calibration = with_borrowed(resolve_calibration(calibration, self.profile), "tensorflow", "jit")
         self._models: dict[str, Any] = {}
         if model is not None:
             self._models[_layout_key(spec, None)] = model
@@ -333,6 +342,15 @@ class ConfigPredictor:
         execution = whole_execution(self.calibration, backend, compiler)[0]
         return bool(self.calibration is not None and execution
                     and self.calibration.whole_fit(backend, execution) is not None)
+
+    def calibration_note(self, backend: str) -> str | None:
+        """Where `backend`'s calibrated values come from when another backend's records stand in for its own
+        (calibration.store.with_borrowed), and which of its configurations keep their bound; None otherwise."""
+        note = borrowed_note(self.calibration, backend)
+        if note is None:
+            return None
+        bound = [c for b, c in NO_EXECUTION if b == backend]
+        return note + "".join(f"; its {c} configurations keep their CARM bound (no calibration)" for c in bound)
 
     def flops(self, config: TrialConfig) -> float:
         """Analytic FLOPs of one batch (1 multiply-add = 2 FLOPs)."""
