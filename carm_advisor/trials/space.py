@@ -12,6 +12,11 @@ convolutions and matmuls; "float32_no_tf32" turns it off (IEEE FP32 on CUDA core
 and "mixed_bfloat16" are Keras' mixed policies. Keras' float8/int8 quantisation (`model.quantize`) is
 left out: it replaces Dense and EinsumDense kernels only, so VGG16's convolutions (93% of its FLOPs)
 would stay as they are, and its accuracy needs calibration data a random-weights study does not have.
+
+Each precision is one row of PRECISION_SETUP (its Keras policy, compute dtype, TF32 switch, quantisation mode):
+the trial worker reads the policy and the TF32 switch from it (TrialConfig.keras_policy, .tf32), and
+`TrialConfig.keras_code` (the lines a user types to run the configuration) every field, so a precision added there
+(a quantised one: `quantize="int8"`) is printed as it is set up.
 """
 
 from __future__ import annotations
@@ -21,7 +26,29 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-PRECISIONS = ("float32", "float32_tf32", "float32_no_tf32", "mixed_float16", "mixed_bfloat16")
+from carm_advisor.models.loader import application_names
+
+
+@dataclass(frozen=True)
+class PrecisionSetup:
+    """How one precision name is set up: the Keras dtype policy its model is built under, the dtype its layers
+    compute in, the float32 TF32 switch (True on, False off, None the backend's default) and the Keras
+    quantisation mode applied to the built model (`model.quantize(mode)`; None: not quantised)."""
+
+    policy: str
+    compute_dtype: str
+    tf32: bool | None = None
+    quantize: str | None = None
+
+
+PRECISION_SETUP = {
+    "float32": PrecisionSetup("float32", "float32"),
+    "float32_tf32": PrecisionSetup("float32", "float32", tf32=True),
+    "float32_no_tf32": PrecisionSetup("float32", "float32", tf32=False),
+    "mixed_float16": PrecisionSetup("mixed_float16", "float16"),
+    "mixed_bfloat16": PrecisionSetup("mixed_bfloat16", "bfloat16"),
+}
+PRECISIONS = tuple(PRECISION_SETUP)
 LAYOUTS = ("channels_last", "channels_first")
 BACKENDS = ("torch", "jax", "tensorflow")
 COMPILERS = {"torch": ("eager", "torch.compile"), "tensorflow": ("graph", "xla"), "jax": ("xla",)}
@@ -29,12 +56,29 @@ DEFAULT_BATCH_SIZES = (32, 64, 128, 256)
 # What Keras runs when the user changes nothing (model.predict / model(x) on each backend).
 DEFAULT_COMPILER = {"torch": "eager", "tensorflow": "graph", "jax": "xla"}
 DEFAULT_BATCH_SIZE = 32  # keras.Model.predict's default batch size
+# What model.predict compiles with on a GPU when the user sets nothing (jit_compile="auto": keras/src/trainers/
+# trainer.py, _resolve_auto_jit_compile: eager on torch, XLA elsewhere where every layer supports it).
+PREDICT_DEFAULT_COMPILER = {"torch": "eager", "tensorflow": "xla", "jax": "xla"}
 # Where no float32 math switch changes anything, two precision names are the same configuration.
 _SAME_AS_DEFAULT_FLOAT32 = {"jax": "float32_tf32", "tensorflow": "float32_tf32"}
-PRECISION_DTYPE = {"float32": "float32", "float32_tf32": "float32", "float32_no_tf32": "float32",
-                   "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-KERAS_POLICY = {"float32": "float32", "float32_tf32": "float32", "float32_no_tf32": "float32",
-                "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+PRECISION_DTYPE = {name: setup.compute_dtype for name, setup in PRECISION_SETUP.items()}
+KERAS_POLICY = {name: setup.policy for name, setup in PRECISION_SETUP.items()}
+
+# The lines that set float32's TF32 switch on each backend ({on}: True/False; jax's {jax}: its matmul precision), as
+# the trial worker sets it (measure/backends: float32_math): torch's cuBLAS and cuDNN flags, jax's default matmul
+# precision, TensorFlow's TF32 execution flag.
+TF32_CODE = {
+    "torch": ("import torch", "torch.backends.cuda.matmul.allow_tf32 = {on}", "torch.backends.cudnn.allow_tf32 = {on}"),
+    "jax": ("import jax", 'jax.config.update("jax_default_matmul_precision", "{jax}")'),
+    "tensorflow": ("import tensorflow as tf", "tf.config.experimental.enable_tensor_float_32_execution({on})"),
+}
+JAX_MATMUL_PRECISION = {True: "tensorfloat32", False: "float32"}
+# Each compiler as `model.compile(jit_compile=...)` sets it (the trial worker compiles so), and what that is.
+JIT_COMPILE = {"eager": (False, "eager: each layer dispatched from Python"),
+               "torch.compile": (True, "torch.compile of Keras' predict step"),
+               "graph": (False, "tf.function without XLA"),
+               "xla": (True, "XLA")}
+DEFAULT_MODEL_EXPR = "build_model()"
 
 
 @dataclass(frozen=True)
@@ -68,7 +112,38 @@ class TrialConfig:
     @property
     def tf32(self) -> bool | None:
         """TF32 for float32 work: True on, False off, None the backend's default."""
-        return {"float32_tf32": True, "float32_no_tf32": False}.get(self.precision)
+        return PRECISION_SETUP[self.precision].tf32
+
+    def keras_code(self, model_expr: str = DEFAULT_MODEL_EXPR) -> str:
+        """The Python lines that run the model in this configuration: the backend chosen before Keras is imported,
+        the TF32 switch where the precision sets one, the dtype policy and image data format set before the model
+        is built (`model_expr`: the expression that builds it), its quantisation, its compilation and the batch
+        size of the calls. The clock is no Keras setting: a locked SM clock is said in a comment."""
+        setup = PRECISION_SETUP[self.precision]
+        backend = self.backend
+        lines = ["import os",
+                 f'os.environ["KERAS_BACKEND"] = "{backend}"  # before `import keras` (or KERAS_BACKEND={backend} '
+                 "in the shell)", "import keras"]
+        if setup.tf32 is not None:
+            first, *switches = TF32_CODE[backend]
+            lines += [first, ""]
+            lines += [line.format(on=setup.tf32, jax=JAX_MATMUL_PRECISION[setup.tf32]) for line in switches]
+            lines[-1] += "  # float32 " + ("with TF32 Tensor Cores" if setup.tf32 else "without TF32 (IEEE FP32)")
+        else:
+            lines.append("")
+        lines += [f'keras.mixed_precision.set_global_policy("{setup.policy}")',
+                  f'keras.config.set_image_data_format("{self.layout}")',
+                  f"model = {model_expr}  # built after these lines: it takes their policy and format"]
+        if setup.quantize is not None:
+            lines.append(f'model.quantize("{setup.quantize}")')
+        jit, what = JIT_COMPILE[self.compiler]
+        lines.append(f"model.compile(jit_compile={jit})  # {what}")
+        lines.append(f"y = model.predict(x, batch_size={self.batch_size})  # or predict_on_batch on {self.batch_size} "
+                     "samples")
+        if self.sm_clock_mhz is not None:
+            lines.append(f"# SM clock locked at {self.sm_clock_mhz:g} MHz (root): "
+                         f"nvidia-smi --lock-gpu-clocks={self.sm_clock_mhz:g},{self.sm_clock_mhz:g}")
+        return "\n".join(lines) + "\n"
 
     def label(self) -> str:
         parts = [self.backend, self.precision, f"b{self.batch_size}", self.layout, self.compiler]
@@ -173,3 +248,17 @@ def baseline_config(backend: str, layout: str = "channels_last") -> TrialConfig:
     """The user's configuration when they change nothing: Keras defaults on the current backend."""
     return TrialConfig(backend=backend, precision="float32", batch_size=DEFAULT_BATCH_SIZE, layout=layout,
                        compiler=DEFAULT_COMPILER[backend])
+
+
+def application_expression(name: str) -> str:
+    """The expression that builds a keras.applications model named `name` (vgg16 -> keras.applications.VGG16()),
+    DEFAULT_MODEL_EXPR for any other name: the code that builds the user's own model is theirs."""
+    constructor = application_names().get(str(name).lower())
+    return f"keras.applications.{constructor}()" if constructor else DEFAULT_MODEL_EXPR
+
+
+def keras_default_config(backend: str) -> TrialConfig:
+    """The configuration model.predict runs on a GPU when the user sets nothing: float32, channels_last, batch 32,
+    compiled as jit_compile="auto" resolves there (PREDICT_DEFAULT_COMPILER)."""
+    return TrialConfig(backend=backend, precision="float32", batch_size=DEFAULT_BATCH_SIZE, layout="channels_last",
+                       compiler=PREDICT_DEFAULT_COMPILER[backend])

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from carm_advisor.trials.runner import Measurement
-from carm_advisor.trials.space import TrialConfig
+from carm_advisor.trials.space import DEFAULT_MODEL_EXPR, TrialConfig
 from carm_advisor.tune.objectives import Objective
 
 # What the top-1 agreement figure is (and is not): said wherever it is shown.
@@ -35,6 +35,11 @@ class TrialRecord:
     gain_over_gpu_baseline: list[float | None] | None = None   # objective / that GPU's baseline (> 1 better)
     value_source: str | None = None     # measured | calibrated | CARM bound | fake: what `values` are
     uncalibrated: bool = False          # its constraint 'uncalibrated' is > 0: a bound not ranked against calibrated values
+
+    def keras_code(self, model_expr: str = DEFAULT_MODEL_EXPR) -> str | None:
+        """The Python lines that run the model in this trial's configuration (TrialConfig.keras_code; `model_expr`
+        builds the model); None for a trial with no configuration."""
+        return self.config.keras_code(model_expr) if self.config is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "state": self.state, "config": self.config.to_dict() if self.config else None,

@@ -48,6 +48,17 @@ def _pace(result) -> str:
             f"time per batch {per_batch:.2f}x the baseline's (latency)")
 
 
+BORROWED_MARK = "\u00a7"   # a calibrated value whose calibration comes from another backend's records
+
+
+def _value_source(t, result) -> str:
+    """A trial's value source; marked where its backend's calibration comes from another backend's records
+    (result.calibration_notes, said under the table)."""
+    source = t.value_source or result.source
+    borrowed = t.config is not None and t.config.backend in result.calibration_notes and source == "calibrated"
+    return source + (BORROWED_MARK if borrowed else "")
+
+
 def render(result) -> Iterator:
     o = result.objectives[0]
     lines = Text()
@@ -74,7 +85,7 @@ def render(result) -> Iterator:
         return _pct(m.get("energy_spread") if m.get("energy_spread") is not None else m.get("time_spread"))
 
     row("configuration", lambda t: t.config.label())
-    row("value source", lambda t: t.value_source or result.source)
+    row("value source", lambda t: _value_source(t, result))
     row(f"{o.name} ({o.unit})", lambda t: _fmt(value_of(o, t)))
     row("spread over windows", spread, only_with_a_value=result.source == "predicted")
     # samples/J and samples/s as analyze prints counts (units.count); the objective's own row is not repeated
@@ -113,7 +124,8 @@ def render(result) -> Iterator:
         if g is None or math.isnan(g):
             continue
         summary.append(("\n" if summary.plain else "")
-                       + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']} "
+                       + f"gain {g:.2f}x in {o.name} over the Keras defaults on {d['backend']}"
+                       f"{BORROWED_MARK if d['backend'] in result.calibration_notes else ''} "
                        f"({TrialConfig.from_dict(d['config']).label()}), both calibrated predictions",
                        style="bold green" if g > 1 else "bold")
         if caveat:
@@ -141,11 +153,17 @@ def render(result) -> Iterator:
                    f"{b['ruled_out_by_carm_bound']} against the best found: a blind search would have run them")
     if has_top1:
         summary.append(f"\n* {TOP1_CAVEAT}", style="dim")
+    for backend, note in result.calibration_notes.items():
+        summary.append(f"\n{BORROWED_MARK} {backend}: {note}", style="yellow")
     for w in result.warnings:
         summary.append(f"\nwarning: {w}", style="yellow")
     if result.budget_stopped:
         summary.append("\nstopped before the time budget: rerun the same command to resume the study")
     yield Panel(Group(lines, table, summary), title="carm_advisor tune", subtitle=f"{result.wall_s:.0f} s")
+    code = result.keras_code()
+    if code:   # outside the panel's border, so that the lines copy as they are
+        yield Text(f"The best configuration in Keras ({result.best.config.label()}; x: your inputs):", style="bold")
+        yield Text(code)
     if result.next_best:
         nb = Table(title=f"next best ({result.source})", box=None)
         nb.add_column("configuration")
@@ -153,7 +171,7 @@ def render(result) -> Iterator:
         nb.add_column("value source")
         nb.add_column("output error", justify="right")
         for t in result.next_best:
-            nb.add_row(t.config.label(), _fmt(t.values[0]), t.value_source or result.source,
+            nb.add_row(t.config.label(), _fmt(t.values[0]), _value_source(t, result),
                        _fmt((t.measurement or {}).get("output_error"), 2))
         yield nb
     if len(result.objectives) > 1 and result.pareto:

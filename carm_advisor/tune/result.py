@@ -14,7 +14,13 @@ from carm_advisor.files import write_text_atomic
 from carm_advisor.report.render import recurrent_caution
 from carm_advisor.report.render import recurrent_layers as named_steps
 from carm_advisor.trials.predicted import VALUE_CALIBRATED, layer_changes, predict_at_sm_clock, value_prediction
-from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
+from carm_advisor.trials.space import (
+    DEFAULT_MODEL_EXPR,
+    SearchSpace,
+    TrialConfig,
+    application_expression,
+    keras_default_config,
+)
 from carm_advisor.tune.objective import carm_prune_reason
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
 from carm_advisor.tune.plots import plot_study
@@ -62,6 +68,15 @@ class TuneResult:
     best_rule: str | None = None
     # recurrent layers of the model (report.render.sequential_steps on the bound's rows): [{"layer", "steps"}]
     recurrent: list[dict[str, Any]] = field(default_factory=list)
+    # the expression that builds the model in the best's Keras code (model_expression)
+    model_expr: str = DEFAULT_MODEL_EXPR
+    # predicted studies: where a backend's values come from when not from its own records ({backend: note})
+    calibration_notes: dict[str, str] = field(default_factory=dict)
+
+    def keras_code(self) -> str | None:
+        """The Python lines that run the model in the best configuration (TrialConfig.keras_code), None without
+        a best."""
+        return self.best.keras_code(self.model_expr) if self.best is not None else None
 
     # --- figures -----------------------------------------------------------------------------
 
@@ -118,7 +133,8 @@ class TuneResult:
             "study": {"name": self.study_name, "storage": self.storage_url}, "device": self.device,
             "space": self.space.to_dict(), "limits": self.limits,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "best": self.best.to_dict() if self.best else None, "best_rule": self.best_rule,
+            "best": {**self.best.to_dict(), "code": self.keras_code()} if self.best else None,
+            "best_rule": self.best_rule, "calibration_notes": self.calibration_notes,
             "gain": {o.name: self.gain(o.name) for o in OBJECTIVES.values()},
             "slowdown": self.slowdown, "gain_note": self.gain_note, "gain_caveat": (
                 f"every gain is a prediction {self.sequential_caveat}" if self.sequential_caveat else None),
@@ -291,22 +307,42 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
                                  "prune_margin": prune_margin},
         budget_stopped=budget_stopped, value_policy=study.user_attrs.get("value_policy"), study=study,
         keras_defaults=defaults, warnings=warnings, best_rule=best_rule(objectives) if len(objectives) > 1 else None,
-        recurrent=recurrent,
+        recurrent=recurrent, model_expr=model_expression(getattr(predictor, "spec", None)),
+        calibration_notes=calibration_notes(space, predictor) if source == "predicted" else {},
     )
 
 
+def model_expression(spec) -> str:
+    """The expression that builds the studied model in its Keras code: a keras.applications model's constructor
+    (keras.applications.VGG16()); DEFAULT_MODEL_EXPR for a builder, a file or a built model, whose code the user
+    has (a file keeps the dtype policies it was saved with: the tuner rebuilds it from its config)."""
+    if getattr(spec, "kind", None) != "application":
+        return DEFAULT_MODEL_EXPR
+    return application_expression(spec.spec)
+
+
+def calibration_notes(space: SearchSpace, predictor) -> dict[str, str]:
+    """{backend: where its calibrated values come from} for the backends of the search whose calibration stands in
+    from another backend's records (ConfigPredictor.calibration_note)."""
+    note = getattr(predictor, "calibration_note", None)
+    if note is None:
+        return {}
+    return {b: text for b in space.backends if (text := note(b))}
+
+
 def keras_default_gains(best: TrialRecord | None, space: SearchSpace, predictor) -> list[dict[str, Any]]:
-    """A predicted study's best against the Keras defaults (float32, channels_last, batch 32, the backend's
-    uncompiled default: torch eager, jax XLA, tensorflow graph) on each backend of the search whose defaults
-    have a calibrated value, gain as TuneResult.gain: best / defaults per objective (>1 better), None where
-    the best's value is not calibrated too (a CARM bound against a calibrated value is no gain)."""
+    """A predicted study's best against the Keras defaults (float32, channels_last, batch 32, compiled as
+    model.predict compiles on a GPU: torch eager, jax XLA, tensorflow XLA: space.keras_default_config) on each
+    backend of the search whose defaults have a calibrated value, gain as TuneResult.gain: best / defaults per
+    objective (>1 better), None where the best's value is not calibrated too (a CARM bound against a calibrated
+    value is no gain)."""
     calibrates = getattr(predictor, "calibrates", None)
     if calibrates is None:
         return []
     comparable = bool(best is not None and best.measurement and best.value_source == VALUE_CALIBRATED)
     out = []
     for backend in space.backends:
-        cfg = baseline_config(backend, "channels_last")
+        cfg = keras_default_config(backend)
         if not calibrates(backend, cfg.compiler):
             continue
         check = getattr(predictor, "does_not_fit", None)
