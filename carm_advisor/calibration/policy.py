@@ -78,7 +78,7 @@ _CLASS_OF = {
                               "GlobalAveragePooling2D", "GlobalAveragePooling3D", "GlobalMaxPooling1D",
                               "GlobalMaxPooling2D", "GlobalMaxPooling3D")},
     **{t: "elementwise" for t in ("Activation", "ReLU", "Add", "Multiply", "Subtract", "Average", "Maximum",
-                                  "Minimum", "Softmax", "LeakyReLU", "ELU", "PReLU", "Rescaling", "Normalization",
+                                  "Minimum", "LeakyReLU", "ELU", "PReLU", "Rescaling", "Normalization",
                                   "Dropout", "HardSwish", "Hardswish", "LayerScale")},
     **{t: "data-movement" for t in ("ZeroPadding2D", "ZeroPadding1D", "Cropping2D", "Flatten", "Reshape",
                                     "Concatenate", "Permute", "UpSampling2D")},
@@ -86,12 +86,22 @@ _CLASS_OF = {
 # An unseen class borrows its kin's cell before any other class of its family: normalizations that read
 # a tensor and write it scaled (LayerNormalization adds a per-sample reduction) and the depthwise half of
 # a separable convolution, by what the layers do.
-SIMILAR_CLASS = {"LayerNormalization": "BatchNormalization", "GroupNormalization": "BatchNormalization",
+SIMILAR_CLASS = {"normalization": "BatchNormalization", "GroupNormalization": "BatchNormalization",
                  "UnitNormalization": "BatchNormalization", "SeparableConv2D": "Conv2D",
-                 "SeparableConv1D": "Conv1D", "DepthwiseConv1D": "DepthwiseConv2D"}
-# Layers whose work is a matmul on Tensor Cores or CUDA cores: XLA fuses the others into them.
+                 "SeparableConv1D": "Conv1D", "DepthwiseConv1D": "DepthwiseConv2D", "attention": "EinsumDense",
+                 "Einsum": "EinsumDense", "Matmul": "Dense", "rotary": "elementwise", "softmax": "elementwise"}
+# Layers whose work is a matmul on Tensor Cores or CUDA cores: XLA fuses the others into them. Attention counts
+# here: its projections, QK^T and AV are matmuls, and its softmax is fused with them where the backend has a
+# fused attention kernel.
 MATMUL_CLASSES = frozenset({"Conv1D", "Conv2D", "Conv3D", "Conv2DTranspose", "Dense", "EinsumDense",
-                            "DepthwiseConv2D", "SeparableConv2D"})
+                            "DepthwiseConv2D", "SeparableConv2D", "MultiHeadAttention", "DotProductAttention",
+                            "CachedMultiHeadAttention", "Einsum", "Matmul", "attention"})
+# The classes a transformer's own layers fall in, by what the layer does whatever its library names it
+# (keras_hub's LlamaLayerNorm and GemmaRMSNorm are normalizations, its ReversibleEmbedding a gather): each is
+# learned from its own records (benchmarks/transformer_models.py), apart from the CNN layers' classes.
+_SUFFIX_CLASS = (("RotaryEmbedding", "rotary"), ("Attention", "attention"), ("LayerNormalization", "normalization"),
+                 ("LayerNorm", "normalization"), ("RMSNormalization", "normalization"), ("RMSNorm", "normalization"),
+                 ("Embedding", "embedding"))
 
 
 def is_kernel(layer_type: str) -> bool:
@@ -101,7 +111,13 @@ def is_kernel(layer_type: str) -> bool:
 
 
 def layer_class(layer_type: str) -> str:
-    return _CLASS_OF.get(layer_type, layer_type)
+    """The calibration class of a Keras layer type (or a keras.ops operation's name): its pooled class where it
+    has one, a transformer class by its name's suffix, else the type itself."""
+    if layer_type in _CLASS_OF:
+        return _CLASS_OF[layer_type]
+    if layer_type == "Softmax":
+        return "softmax"
+    return next((cls for suffix, cls in _SUFFIX_CLASS if layer_type.endswith(suffix)), layer_type)
 
 
 def size_bucket(bound_time_s: float) -> int:

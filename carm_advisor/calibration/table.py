@@ -53,7 +53,9 @@ class Calibration(WholeModelFits):
             index: dict[tuple, list[Sample]] = {}
             for s in self.samples:
                 if 0 < s.measured_time_s < math.inf and 0 < s.bound_time_s < math.inf:
-                    s = self._work_sample(s)
+                    # a sample keeps the class it was learned under; a class pooled since (LayerNormalization is a
+                    # "normalization") is read as it is pooled now
+                    s = self._work_sample(replace(s, layer_class=layer_class(s.layer_class)))
                     index.setdefault(s.keys()[0], []).append(s)
             self._index = index
         return self._index
