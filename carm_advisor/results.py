@@ -110,6 +110,9 @@ class Recommendation:
     # (precision, layout, batch_size, backend, compile); None for advice that is not a switch.
     change: dict[str, Any] | None = None
     verified: dict[str, Any] | None = None   # measured beside predicted gain (advise/verify.py)
+    # The Python lines that run the model in the changed configuration (trials.space.TrialConfig.keras_code);
+    # None for advice that is no configuration change Keras makes.
+    code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,11 +28,13 @@ def conv_bn_relu():
 
 
 def test_tensorflow_gets_one_compile_advice_with_the_fusion_figure():
-    """No compiled tensorflow run is calibrated: the one compile advice carries the fusion's CARM figure, the bound
-    time of the model over that without its memory-bound elementwise layers (bn, relu)."""
+    """A tensorflow model compiled without XLA, no calibration: the one compile advice carries the fusion's CARM
+    figure, the bound time of the model over that without its memory-bound elementwise layers (bn, relu)."""
     if keras.backend.backend() != "tensorflow":
         pytest.skip("XLA by jit_compile is the tensorflow backend's choice; jax runs jitted, torch has calibrations")
-    report = advisor.analyze(conv_bn_relu(), batch_size=64, measure=False, calibration=False)
+    model = conv_bn_relu()
+    model.compile(jit_compile=False)
+    report = advisor.analyze(model, batch_size=64, measure=False, calibration=False)
     (rec,) = [r for r in report.recommendations if about_compiling(r)]
     rows = {r.name: r.predicted_time_s for r in report.layers if r.predicted_time_s}
     total = sum(rows.values())
@@ -41,6 +43,17 @@ def test_tensorflow_gets_one_compile_advice_with_the_fusion_figure():
     assert rec.change == {"compile": "xla"} and rec.layers == ["bn", "relu"]
     assert "fold BatchNormalization into the preceding convolution" in rec.detail
     assert rec.title.startswith("Compile the model with XLA")
+
+
+def test_tensorflow_under_xla_is_not_told_to_compile_with_it():
+    """Keras runs model.predict under XLA on a GPU (jit_compile='auto'): an uncompiled tensorflow model is analysed
+    so, and no advice tells it to compile with XLA; the fusion advice says XLA fuses them."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("XLA by jit_compile is the tensorflow backend's choice")
+    report = advisor.analyze(conv_bn_relu(), batch_size=64, measure=False, calibration=False)
+    assert not [r for r in report.recommendations if (r.change or {}).get("compile")]
+    (fusion,) = [r for r in report.recommendations if r.title == FUSE_TITLE]
+    assert "XLA fuses these" in fusion.detail and "jit_compile=True" not in fusion.detail
 
 
 def _rows():

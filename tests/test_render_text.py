@@ -21,9 +21,16 @@ def small_cnn():
     return keras.Model(inputs, keras.layers.Dense(10, name="predictions")(x), name="small_cnn")
 
 
+def analyze(model, **kwargs):
+    """analyze() of the model as TensorFlow runs it without XLA (compiled with jit_compile=False): the CARM figures
+    these tests read stand alone there, with no calibration laid over them (under XLA, jax's records calibrate it)."""
+    model.compile(jit_compile=False)
+    return advisor.analyze(model, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def report():
-    return advisor.analyze(small_cnn(), measure=False)
+    return analyze(small_cnn(), measure=False)
 
 
 def rendered(report, width):
@@ -81,7 +88,7 @@ def test_a_list_cut_short_says_by_how_much():
 def test_a_recurrent_models_predicted_time_is_marked_and_its_caution_is_in_the_warnings():
     inputs = keras.Input((20, 8))
     model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.LSTM(32, name="lstm")(inputs)))
-    report = advisor.analyze(model, batch_size=4, measure=False)
+    report = analyze(model, batch_size=4, measure=False)
     assert [w for w in report.warnings if w.startswith("recurrent layers (lstm: 20 steps): each step waits")]
     text = " ".join(rendered(report, 240).split())
     assert "time " + seconds(report.totals()["time_s"]) + "\u2020 (CARM bound, per batch of 4)" in text
@@ -91,7 +98,7 @@ def test_a_recurrent_models_predicted_time_is_marked_and_its_caution_is_in_the_w
     x = keras.layers.LSTM(4, name="lstm")(inputs)
     big = keras.Model(inputs, keras.layers.Dense(4096, name="wide2")(keras.layers.Dense(4096, name="wide")(x)))
     buf = io.StringIO()
-    print_report(advisor.analyze(big, batch_size=4, measure=False), Console(file=buf, width=240), top=1)
+    print_report(analyze(big, batch_size=4, measure=False), Console(file=buf, width=240), top=1)
     shown = buf.getvalue()
     assert "│lstm" not in shown and "\u2020 recurrent layers (lstm: 20 steps)" in shown
 
@@ -106,7 +113,7 @@ def test_unknown_layers_beyond_five_are_counted_not_hidden():
     x = keras.layers.Dense(16, name="fc")(inputs)
     for i in range(7):
         x = Opaque(name=f"opaque_{i}")(x)
-    text = rendered(advisor.analyze(keras.Model(inputs, x), measure=False), 200)
+    text = rendered(analyze(keras.Model(inputs, x), measure=False), 200)
     panel = " ".join(line.strip("│ ") for line in text[: text.index("╰")].splitlines())
     assert "opaque_4 (Opaque) and 2 more" in panel and "opaque_5" not in panel
 
@@ -121,7 +128,7 @@ def test_one_misaligned_layer_is_said_in_the_singular():
     inputs = keras.Input(shape=(32, 32, 3))
     x = keras.layers.Conv2D(16, 3, name="rgb_conv")(inputs)              # 3 input channels: off the multiple
     model = keras.Model(inputs, keras.layers.Conv2D(16, 3, name="conv2")(x))
-    rec = next(r for r in advisor.analyze(model, measure=False).recommendations if r.title.startswith("Pad channel"))
+    rec = next(r for r in analyze(model, measure=False).recommendations if r.title.startswith("Pad channel"))
     assert rec.detail.startswith("1 Tensor Core layer (") and " has channel counts" in rec.detail
 
 
@@ -129,7 +136,7 @@ def test_no_channel_padding_advice_for_the_class_count_of_an_output_dense():
     inputs = keras.Input(shape=(16,))
     x = keras.layers.Dense(64, name="hidden")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(10, name="classes")(x))   # 10 classes: the task fixes it
-    recs = advisor.analyze(model, batch_size=64, measure=False).recommendations
+    recs = analyze(model, batch_size=64, measure=False).recommendations
     assert not any(r.title.startswith("Pad channel") for r in recs)
 
 
@@ -137,7 +144,7 @@ def test_channel_padding_gain_is_bounded_by_the_empty_part_of_the_tiles():
     inputs = keras.Input(shape=(32, 32, 3))
     x = keras.layers.Conv2D(16, 3, name="rgb_conv")(inputs)
     model = keras.Model(inputs, keras.layers.Conv2D(16, 3, name="conv2")(x))
-    report = advisor.analyze(model, measure=False)   # float32 -> TF32 tiles: multiples of 4
+    report = analyze(model, measure=False)   # float32 -> TF32 tiles: multiples of 4
     rec = next(r for r in report.recommendations if r.title.startswith("Pad channel"))
     # 3 input channels fill 3 of 4 tile columns: padding wins back at most 1/4 of rgb_conv's time.
     bound = report.time_shares()["rgb_conv"] * (1 - 3 / 4)
@@ -151,7 +158,7 @@ def test_unknown_layers_are_named_in_the_header_panel():
 
     inputs = keras.Input(shape=(16,))
     x = Mystery(name="mystery")(keras.layers.Dense(16, name="fc")(inputs))
-    report = advisor.analyze(keras.Model(inputs, x), measure=False)
+    report = analyze(keras.Model(inputs, x), measure=False)
     text = rendered(report, 100)
     panel = " ".join(line.strip("│ ") for line in text[: text.index("╰")].splitlines())   # header panel, unwrapped
     assert "mystery (Mystery)" in panel and "left out of every total" in panel
@@ -217,7 +224,7 @@ def test_recurrent_layer_times_carry_a_marker_and_a_legend_with_the_step_count()
     inputs = keras.Input(shape=(128, 32))           # 128 time steps
     x = keras.layers.LSTM(64, name="lstm")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(10, name="fc")(x))
-    report = advisor.analyze(model, batch_size=8, measure=False)
+    report = analyze(model, batch_size=8, measure=False)
     buf = io.StringIO()
     print_report(report, Console(file=buf, width=200))
     lines = buf.getvalue().splitlines()
@@ -239,14 +246,14 @@ def two_in_two_out():
 
 
 def test_a_list_of_layers_cut_short_says_how_many_more():
-    report = advisor.analyze(two_in_two_out(), batch_size=4, measure=False)
+    report = analyze(two_in_two_out(), batch_size=4, measure=False)
     rec = next(r for r in report.recommendations if r.title.startswith("Raise the batch size"))
     # da, db, o1 and o2 all re-read their weights at batch 4; three are named, the fourth counted
     assert "4 of them re-read their weights for every batch (da, db, o1 and 1 more)" in rec.detail
 
 
 def test_no_channel_padding_advice_for_any_output_head_of_a_multi_output_model():
-    report = advisor.analyze(two_in_two_out(), batch_size=4, precision="mixed_bfloat16", measure=False)
+    report = analyze(two_in_two_out(), batch_size=4, precision="mixed_bfloat16", measure=False)
     rec = next(r for r in report.recommendations if r.title.startswith("Pad channel"))
     # BF16 tiles need multiples of 8: da's 20 and db's 10 input features are off it (their 32 outputs are on it);
     # o1's 1 and o2's 3 outputs are the task's, their 64 inputs on the multiple
@@ -257,7 +264,7 @@ def test_the_fuse_advice_names_the_layers_real_class_and_folds_only_batch_normal
     inputs = keras.Input(shape=(32, 32, 16))
     x = keras.layers.Conv2D(32, 3, padding="same", name="conv")(inputs)
     model = keras.Model(inputs, keras.layers.GroupNormalization(groups=4, name="gn")(x))
-    rec = next(r for r in advisor.analyze(model, batch_size=64, measure=False).recommendations
+    rec = next(r for r in analyze(model, batch_size=64, measure=False).recommendations
                if "elementwise layer" in r.detail)
     assert "1 elementwise layer (1 GroupNormalization;" in rec.detail
     assert "BatchNormalization" not in rec.detail
@@ -275,7 +282,7 @@ def test_recurrent_layers_are_named_as_such_in_the_precision_advice():
     x = keras.layers.LSTM(64, return_sequences=True, name="lstm")(inputs)
     x = keras.layers.GRU(48, name="gru")(x)
     model = keras.Model(inputs, keras.layers.Dense(5, name="out")(x))
-    rec = next(r for r in advisor.analyze(model, batch_size=4, measure=False).recommendations
+    rec = next(r for r in analyze(model, batch_size=4, measure=False).recommendations
                if "mixed_bfloat16" in r.title)
     assert rec.detail.startswith("3 matrix-multiply layers (1 LSTM, 1 GRU, 1 Dense;")
     assert "conv/dense" not in rec.detail
@@ -284,7 +291,7 @@ def test_recurrent_layers_are_named_as_such_in_the_precision_advice():
 def test_a_model_no_layer_of_which_could_be_costed_says_so():
     inputs = keras.Input((8,))
     model = keras.Model(inputs, keras.layers.Lambda(lambda t: t + 1.0, name="lam")(inputs), name="onlylambda")
-    text = rendered(advisor.analyze(model, batch_size=4, measure=False), 120)
+    text = rendered(analyze(model, batch_size=4, measure=False), 120)
     assert "No recommendation: no layer could be costed; 1 layer has no cost model: lam (Lambda)." in text
     assert "close to its best roof" not in text
 
@@ -292,5 +299,5 @@ def test_a_model_no_layer_of_which_could_be_costed_says_so():
 def test_a_model_of_views_alone_says_nothing_was_there_to_place():
     inputs = keras.Input((8, 2))
     model = keras.Model(inputs, keras.layers.Flatten()(keras.layers.Reshape((2, 8))(inputs)))
-    text = rendered(advisor.analyze(model, batch_size=4, measure=False), 120)
+    text = rendered(analyze(model, batch_size=4, measure=False), 120)
     assert "no layer computes or moves data" in text and "close to its best roof" not in text

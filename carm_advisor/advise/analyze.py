@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from carm_advisor.advise.recommend import recommend
 from carm_advisor.calibration import Calibration, load_calibration
 from carm_advisor.calibration.policy import whole_model_execution
+from carm_advisor.calibration.store import calibration_notes, whole_execution_of, with_borrowed
 from carm_advisor.carm.dvfs import Work, clock_advice
 from carm_advisor.errors import CarmError, MeasurementError
 from carm_advisor.learn import learn_from, merge_measurements
@@ -26,7 +27,13 @@ from carm_advisor.power.nvml import gpu_count, open_gpu
 from carm_advisor.predict import Predictor, resolve_math_mode, whole_batch_range, whole_model_power_w
 from carm_advisor.profiles.profile import Profile, load_profile
 from carm_advisor.report.model import Report
-from carm_advisor.report.render import UNFIT, missing_roofs_text, recurrent_caution, recurrent_layers
+from carm_advisor.report.render import (
+    UNFIT,
+    launch_floor_warnings,
+    missing_roofs_text,
+    recurrent_caution,
+    recurrent_layers,
+)
 from carm_advisor.results import DeviceInfo, LayerRow, MeasurementInfo, ModelInfo
 from carm_advisor.units import named_list, si
 
@@ -119,7 +126,8 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
     if profile is None or isinstance(profile, str):
         profile = _default_profile(profile, run, measured_now, progress)
     math_mode = resolve_math_mode(backend, getattr(run, "math_mode", None) if run is not None else None)
-    calib = _calibration_of(calibration, run, profile)
+    execution, without_xla = whole_execution_of(model, backend, getattr(run, "inference", None))
+    calib = with_borrowed(_calibration_of(calibration, run, profile), backend, execution)
 
     predictor = Predictor(profile, math_mode, backend=backend, calibration=calib, strict=strict)
     compute_dtype, pinned_said = _compute_dtypes_at(model, precision)
@@ -145,7 +153,8 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
             warnings.append(recurrent_caution(recurrent))
         warnings += fixed_batch_warnings(model, batch_size)
         warnings += memory_warnings(model, batch_size, compute_dtype, profile)
-        warnings += calibration_range_warnings(calib, backend, batch_size)
+        warnings += calibration_range_warnings(calib, backend, batch_size, execution)
+        warnings += launch_floor_warnings(rows, profile, calib)
         precision_name = precision or model_policy(model)
         model_info = ModelInfo(
             name=name or getattr(model, "name", "model"),
@@ -177,7 +186,9 @@ def _analyze(model, batch_size, profile, precision, measure, from_measurements, 
             model=model_info, device=device, ceilings=ceilings_summary(profile), layers=rows,
             recommendations=[], measurement=measurement, warnings=warnings, profile=profile,
         )
-        report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model)
+        report.calibration = _whole_model_calibration(rows, calib, backend, model_info.name, profile.power_model,
+                                                      execution)
+        report.calibration.update(calibration_notes(calib, backend, execution, without_xla, report.calibration))
         if run is not None and measured_now and run.layers:
             learn_from(run, rows, model_info.name)
         report.clocks = energy_optimal_clocks(rows, profile)
@@ -312,13 +323,14 @@ def unfit_batch(model, batch_size: int, compute_dtype: str | Mapping[str, str] |
     return f"batch size {batch_size} {UNFIT} {profile.name}: one call {why}; {limit}"
 
 
-def calibration_range_warnings(calib, backend: str, batch_size: int) -> list[str]:
+def calibration_range_warnings(calib, backend: str, batch_size: int, execution: str | None = None) -> list[str]:
     """A warning where the batch size lies outside the batch sizes of the calibration's whole-model records of
-    this backend's execution (whole_model_execution): the calibrated whole-model figure extrapolates. None
-    without such records (no calibration, a backend it has none of, records that noted no batch size)."""
+    this backend's execution (`execution`, default whole_model_execution): the calibrated whole-model figure
+    extrapolates. None without such records (no calibration, a backend it has none of, records that noted no
+    batch size)."""
     if calib is None:
         return []
-    execution = whole_model_execution(backend)
+    execution = execution or whole_model_execution(backend)
     rng = whole_batch_range(calib, backend, execution)
     if rng is None or rng[0] <= batch_size <= rng[1]:
         return []
@@ -339,13 +351,13 @@ def _calibration_of(calibration, run, profile):
 
 
 def _whole_model_calibration(rows: list[LayerRow], calib, backend: str, model_name: str | None = None,
-                             power_model=None) -> dict[str, Any]:
-    """The whole model as its user runs it (whole_model_execution), calibrated: its time, where the time comes
-    from, and its power (predict.whole_model_power_w, None without a power model): the one current-energy
-    figure the advice (measured_advice) and its verification (verify_recommendations) both use."""
+                             power_model=None, execution: str | None = None) -> dict[str, Any]:
+    """The whole model as its user runs it (`execution`, default whole_model_execution), calibrated: its time, where
+    the time comes from, and its power (predict.whole_model_power_w, None without a power model): the one
+    current-energy figure the advice (measured_advice) and its verification (verify_recommendations) both use."""
     if calib is None:
         return {"source": "none: figures are CARM bounds"}
-    execution = whole_model_execution(backend)
+    execution = execution or whole_model_execution(backend)
     out = {"execution": execution, "whole_time_s": calib.whole_time_s(rows, backend, execution, model_name),
            "whole_source": calib.whole_describe(backend, execution, rows, model_name) if hasattr(calib, "whole_describe") else "",
            "whole_power_w": whole_model_power_w(rows, power_model, calib, backend, execution, model_name),

@@ -27,6 +27,7 @@ unmeasured current configuration uses it too.
 from __future__ import annotations
 
 from carm_advisor.calibration import MATMUL_CLASSES, whole_model_execution
+from carm_advisor.calibration.store import with_borrowed
 from carm_advisor.predict import Predictor, resolve_math_mode
 from carm_advisor.results import LayerRow, Recommendation
 from carm_advisor.units import named_list, seconds, si
@@ -190,15 +191,15 @@ def backend_switches(report, rows: list[LayerRow], predict) -> list[Recommendati
 
 def whole_model_now_and_changed(report, rows, changed_rows, predict) -> tuple | None:
     """((time_s, energy_j, measured?) now, (time_s, energy_j) changed) of the whole model as its user runs it
-    (analysis.whole_model_execution of its backend: torch eager, where the host may set the pace; jax jit):
-    now measured where measured, else calibrated; `changed_rows` (the same model changed, e.g. at another
-    batch size) calibrated, its energy at the validated whole-model power. None without a calibration with a
-    whole-model fit for the backend."""
+    (the report's calibrated execution, else analysis.whole_model_execution of its backend: torch eager, where the
+    host may set the pace; jax jit; tensorflow under XLA, from jax's jit records): now measured where measured,
+    else calibrated; `changed_rows` (the same model changed, e.g. at another batch size) calibrated, its energy at
+    the validated whole-model power. None without a calibration with a whole-model fit for the backend."""
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
     backend = report.model.backend
-    if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax"):
+    if calib is None or not hasattr(calib, "whole_time_s") or backend not in ("torch", "jax", "tensorflow"):
         return None
-    execution = whole_model_execution(backend)
+    execution = (getattr(report, "calibration", None) or {}).get("execution") or whole_model_execution(backend)
     now = _whole(report, rows, calib, backend, execution)
     t = calib.whole_time_s(changed_rows, backend, execution, report.model.name)
     if now is None or not t:
@@ -226,7 +227,7 @@ def _whole(report, rows, calib, backend: str, execution: str) -> tuple[float, fl
     return t, _energy_at(rows, t, report, calib, backend, execution), False
 
 
-# The compiled execution a backend's user can switch to: (calibration execution name, how to, change value).
+# The compiled execution a backend's user can switch to: (its name in a change, how to).
 COMPILERS = {
     "torch": ("torch.compile",
               "model.compile(jit_compile=True) then y = model.predict_on_batch(x) (or model.predict(x, batch_size=...)): "
@@ -236,6 +237,9 @@ COMPILERS = {
                    "model.compile(jit_compile=True) then y = model.predict_on_batch(x) (or model.predict(x)): Keras runs "
                    "its predict step as tf.function(jit_compile=True) (XLA); model(x) does not use XLA"),
 }
+# A compiled execution's name in the calibration where it differs from its name in a change: tensorflow's XLA is
+# calibrated as "jit" (jax's XLA records stand in for it: calibration.store.BORROWED).
+CALIBRATED_AS = {("tensorflow", "xla"): "jit"}
 ASSUMED_COMPILED = "ASSUMED: a compiled graph takes about the GPU time of the layers"
 
 
@@ -250,17 +254,20 @@ def compilation_switch(report, rows: list[LayerRow], predict) -> Recommendation 
     compiled_exec, how = COMPILERS[backend]
     m = _measurement(report)
     inference = m.get("inference") or {}
-    if inference.get("execution") not in (None, "eager"):
-        return None        # already compiled or graphed
+    runs_as = inference.get("execution") or (getattr(report, "calibration", None) or {}).get("runs_as")
+    if runs_as not in (None, "eager"):
+        return None        # already compiled or graphed (tensorflow's model.predict under XLA on a GPU)
+    calibrated_as = CALIBRATED_AS.get((backend, compiled_exec), compiled_exec)
     calib = getattr(getattr(predict, "predictor", None), "calibration", None)
     now = _now_time(report, inference, calib, rows)
-    compiled, failure = _compiled_time(report, rows, calib, backend, compiled_exec, m)
+    compiled, failure = _compiled_time(report, rows, with_borrowed(calib, backend, calibrated_as), backend,
+                                       calibrated_as, m)
     bound = report.predicted_time_s
     name = "torch.compile" if backend == "torch" else "XLA (jit_compile=True)"
     title = f"Compile the model with {name} (stays on the {backend} backend)"
     once = ("The first call compiles (seconds; again for each new input shape): paid once per process, "
             "not per call.")
-    change = {"compile": compiled_exec}   # the calibration's name of the compiled execution: torch.compile, xla
+    change = {"compile": compiled_exec}   # the compiled execution: torch.compile, xla
     if now is None or compiled is None or not bound:
         gap = f"; at most {now[0] / bound:.2f}x, the {now[1]} time against the CARM bound" if now and bound else ""
         if compiled is None:

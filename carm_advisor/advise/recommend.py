@@ -17,6 +17,7 @@ from carm_advisor.carm.placement import is_convolution, missing_roof
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import Report
 from carm_advisor.results import LayerRow, Recommendation
+from carm_advisor.trials.space import BACKENDS, PRECISION_SETUP, TrialConfig, application_expression
 from carm_advisor.units import named_list, plural, seconds
 
 if TYPE_CHECKING:
@@ -69,7 +70,44 @@ def recommend(report: Report, predict: ModelPredictor) -> list[Recommendation]:
     ]
     recs = [r for r in recs if r is not None]
     recs = one_compile_advice(report, rows, measured_recommendations(report, rows, recs, predict))
+    for rec in recs:
+        if rec.change:
+            rec.code = configuration_code(report, rec.change)
     return sorted(recs, key=lambda r: -advised_gain(r))
+
+
+# A change's compile value -> the tuner's compiler (TrialConfig.compiler); "cuda_graph" is no Keras setting.
+_COMPILER_OF_CHANGE = {"torch.compile": "torch.compile", "xla": "xla"}
+
+
+def runs_as(report) -> str | None:
+    """How the analysed model runs as a whole: measured, else as analyze took it (the report's calibration
+    "runs_as": torch eager, jax jit, tensorflow under XLA unless compiled without it); None where unknown."""
+    inference = (report.measurement.inference if report.measurement else None) or {}
+    return inference.get("execution") or (getattr(report, "calibration", None) or {}).get("runs_as")
+
+
+def configuration_code(report, change: dict) -> str | None:
+    """The Python lines that run the analysed model with `change` applied (TrialConfig.keras_code): its backend,
+    precision, layout, batch size and compilation, each changed or as analysed (the current compilation: torch
+    eager, jax XLA, tensorflow XLA or graph as it runs, runs_as). None where the configuration is none Keras sets
+    (a CUDA-graph replay) or the model's precision is no precision the tuner knows (a pure float16 policy)."""
+    m = report.model
+    backend = change.get("backend", m.backend)
+    precision = change.get("precision", m.precision or "float32")
+    if backend not in BACKENDS or precision not in PRECISION_SETUP or change.get("compile") == "cuda_graph":
+        return None
+    if "compile" in change:
+        compiler = _COMPILER_OF_CHANGE.get(change["compile"])
+    elif backend != m.backend:
+        compiler = {"torch": "eager", "jax": "xla", "tensorflow": "xla"}[backend]
+    else:
+        compiler = {"torch": "eager", "jax": "xla"}.get(backend) or ("graph" if runs_as(report) == "eager" else "xla")
+    if compiler is None:
+        return None
+    config = TrialConfig(backend, precision, int(change.get("batch_size", m.batch_size)),
+                         change.get("layout", m.layout or "channels_last"), compiler)
+    return config.keras_code(application_expression(m.name))
 
 
 def advised_gain(rec: Recommendation) -> float:
@@ -229,7 +267,9 @@ def _fusion(report, rows) -> Recommendation | None:
         "jax": "jax.jit already fuses these under XLA: make sure the model runs jitted (model.compile(jit_compile=True) / keras' jax trainer)",
         "torch": "compile the model (model.compile(jit_compile=True) on the torch backend uses torch.compile)"
                  + (f" or {fold}" if fold else ""),
-        "tensorflow": "compile with XLA (model.compile(jit_compile=True))" + (f" or {fold}" if fold else ""),
+        "tensorflow": ("XLA fuses these, as Keras' model.predict compiles on a GPU (jit_compile='auto'): keep it "
+                       "(no jit_compile=False)" if runs_as(report) == "jit" else
+                       "compile with XLA (model.compile(jit_compile=True))" + (f" or {fold}" if fold else "")),
     }.get(report.model.backend, "fuse them into the producing kernel (XLA / torch.compile)")
     one = len(fusible) == 1
     return Recommendation(
@@ -256,9 +296,8 @@ def one_compile_advice(report, rows: list[LayerRow], recs: list[Recommendation])
         return recs
     compiled = next((r for r in recs if (r.change or {}).get("compile") == COMPILERS[report.model.backend][0]),
                     None)
-    if compiled is None:
-        execution = ((report.measurement.inference if report.measurement else None) or {}).get("execution")
-        return [r for r in recs if r is not fusion] if execution in (None, "eager") else recs
+    if compiled is None:   # runs compiled already (tensorflow under XLA), or compiling gains nothing
+        return [r for r in recs if r is not fusion] if runs_as(report) in (None, "eager") else recs
     fusible = [r for r in rows if r.name in set(fusion.layers)]
     fold = _fold(fusible)
     without = f" Without compiling, {fold}." if fold else ""

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from carm_advisor.calibration.store import launch_floor_of
 from carm_advisor.carm.placement import is_convolution, missing_roof
 from carm_advisor.carm.roofline import COMPUTE_PATHS, MEMORY_LEVELS
 from carm_advisor.report.console import make_console, wants_full_width
@@ -52,17 +53,19 @@ def header(report) -> Panel:
     t = report.totals()
     # what makes every figure below doubtful, said before them: a batch that cannot fit, a roof the profile lacks
     misplaced = "\n".join([*header_warnings(report), *filter(None, [missing_roofs_text(report.layers)])])
+    cautions = "\n".join(launch_cautions(report))   # a tiny model's bounds: before its nanosecond figures
     lines = Text.assemble(
         (f"{m.name}", "bold"), f"  batch {m.batch_size}  precision {m.precision}  layout {m.layout}  "
         f"backend {m.backend}{float32_math(report)}\n",
         source, "\n",
         *((misplaced, "bold red"), "\n") if misplaced else (),
+        *((cautions, "bold yellow"), "\n") if cautions else (),
         f"{si(t['flops_per_sample'], 'FLOP')} per sample (1 multiply-add = 2 FLOPs)   "
         f"time {seconds(t['time_s'])}{_sequential_mark(report, t)} ({t['time_source']}, per batch of {m.batch_size})   "
         + (f"energy {si(t['energy_j'], 'J')} per batch   {count(t['samples_per_j'])} samples/J   "
            f"{_fmt(t['gflops_per_watt'], '.4g')} GFLOP/s per W\n" if t['energy_j'] is not None else
            f"energy none ({_no_energy(report)})\n"),
-        _predictions_line(t),
+        _predictions_line(t, report.calibration),
     )
     if t.get("calibrated_source") and t.get("calibrated_time_s"):
         lines.append_text(Text(f"\ncalibrated whole model: {t['calibrated_source']}", style="dim"))
@@ -77,6 +80,12 @@ def header(report) -> Panel:
 def header_warnings(report) -> list[str]:
     """The report's warnings said in the header, before the figures they make doubtful: a batch that cannot fit."""
     return [w for w in report.warnings if f" {UNFIT} " in w]
+
+
+def launch_cautions(report) -> list[str]:
+    """The report's warnings said in the header as cautions: a whole model whose CARM bound lies below launching
+    its kernels (launch_floor_warnings)."""
+    return [w for w in report.warnings if w.startswith(LAUNCH_BOUND_MODEL)]
 
 
 def _no_energy(report) -> str:
@@ -136,13 +145,18 @@ def _vs(rel_err: float | None) -> str:
     return "" if rel_err is None else f", calibrated {rel_err:+.0%}"
 
 
-def _predictions_line(t: dict) -> Text:
-    """The two predictions named apart, and on a GPU the measurement of the same execution beside them."""
+def _predictions_line(t: dict, calibration: dict | None = None) -> Text:
+    """The two predictions named apart, and on a GPU the measurement of the same execution beside them. Where
+    another backend's records stand in for this one's (calibration "borrowed"), the calibrated figure says so;
+    where there is none, why and what would give one (calibration "none_reason")."""
     execution = t.get("calibrated_execution")
+    c = calibration or {}
+    about = "; ".join(filter(None, [execution, c.get("borrowed")]))
     parts = [("CARM bound ", "bold"), f"{seconds(t['bound_time_s'])} (what the roofs allow)   ",
              ("calibrated prediction ", "bold"),
-             f"{seconds(t['calibrated_time_s'])}" + (f" ({execution})" if execution and t.get("calibrated_time_s") else "")
-             if t.get("calibrated_time_s") else "none (no recorded runs of this backend on this GPU)"]
+             f"{seconds(t['calibrated_time_s'])}" + (f" ({about})" if about else "")
+             if t.get("calibrated_time_s") else
+             (f"none {c['none_reason']}" if c.get("none_reason") else "none (no recorded runs of this backend on this GPU)")]
     if t.get("calibrated_graph_time_s"):
         parts.append(f", one CUDA graph {seconds(t['calibrated_graph_time_s'])}")
     if t.get("measured_whole_time_s"):
@@ -189,6 +203,30 @@ def _sequential_legend(marked: list[tuple[str, int]]) -> Text | None:
 
 
 UNFIT = "cannot run on"   # advise.analyze.unfit_batch: "batch size N cannot run on GPU: ..." (said in the header)
+LAUNCH_BOUND = "below the GPU's launch floor"   # launch_floor_warnings
+LAUNCH_BOUND_MODEL = "the whole model is launch-bound"   # launch_floor_warnings: said in the header (launch_cautions)
+
+
+def launch_floor_warnings(rows, profile, calib=None) -> list[str]:
+    """A caution where layers shown at their CARM bound alone (no calibrated time) have a bound below the GPU-side
+    launch floor of one kernel (calibration.store.launch_floor_of): their time is set by launching kernels, not by
+    the roofs. Where the whole model's bound lies below its layers' launches (a tiny model: nanosecond and
+    picosecond bounds), it says so first, in the header (launch_cautions)."""
+    floor, what = launch_floor_of(profile, calib)
+    below = [r for r in rows if floor and r.known and r.predicted_time_s and r.predicted_time_s < floor
+             and not getattr(r, "calibrated_time_s", None)]
+    if not below:
+        return []
+    working = [r for r in rows if r.known and r.predicted_time_s]
+    total = sum(r.predicted_time_s for r in working)
+    whole = (f"{LAUNCH_BOUND_MODEL}: its CARM bound ({seconds(total)}) is below launching the kernels of its "
+             f"{plural(len(working), 'layer')} ({len(working)} x {seconds(floor)}); " if total < floor * len(working)
+             else "")
+    return [f"{whole}{len(below)} of {len(working)} layers have a CARM bound {LAUNCH_BOUND} ({seconds(floor)}, "
+            f"{what}): {named_list([r.name for r in below], 4)}; their time is set by launching kernels (host-bound), "
+            f"not by the roofs, and their bound times (down to {seconds(min(r.predicted_time_s for r in below))}) say "
+            "how little work they do, not how long they take"]
+
 
 POWER_MARK = "\u2021"   # double dagger: a bound time the power limit stretched beyond the roofs' time
 POWER_LIMIT_NOTE = "slowed by the power limit"   # what predict.Predictor writes in such a row's notes
@@ -342,6 +380,8 @@ def recommendations_table(report) -> Table:
         block = Text.assemble((rec.title, "bold"), "\n", ("expected gain: ", "dim"), rec.expected_gain, "\n", rec.detail)
         if checked:  # what --verify measured, beside the predicted gain
             block.append("\n" + checked, style="bold red" if rec.verified.get("flagged") else "bold green")
+        if getattr(rec, "code", None):   # the changed configuration as the lines that run it
+            block.append_text(Text.assemble("\n", ("in Keras:", "dim"), "\n", (rec.code.rstrip("\n"), "cyan")))
         table.add_row(f"{i}.", block)
     return table
 
@@ -391,7 +431,7 @@ def renderables(report, top: int | None = None, width: int = 200):
     recurrent = recurrent_layers(report.layers)
     # said once, as the legend under the layer table or in the header (the JSON keeps them among the warnings)
     said = {recurrent_caution(recurrent) if recurrent else None, *missing_roofs_text(report.layers).split("\n"),
-            *header_warnings(report)}
+            *header_warnings(report), *launch_cautions(report)}
     for w in report.warnings:
         if w not in said:
             yield Text(f"warning: {w}", style="bold red")
