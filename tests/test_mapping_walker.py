@@ -562,11 +562,12 @@ def test_a_call_with_star_args_falls_back_with_the_hint_to_give_their_shapes():
     assert [c.name for c in map_model(model, 2, input_shapes=[(None, 4), (None, 6)])] == ["da", "db", "add"]
 
 
-def test_input_shapes_are_refused_for_a_model_whose_inputs_are_known():
+def test_input_shapes_of_a_model_whose_inputs_are_known_must_agree_with_them():
     x = keras.Input((4,))
     model = keras.Model(x, keras.layers.Dense(2)(x))
-    with pytest.raises(MappingError, match="input_shapes is for subclassed models"):
-        map_model(model, 1, input_shapes=[(None, 4)])
+    assert [c.flops for c in map_model(model, 1, input_shapes=[(None, 4)])] == [2 * 4 * 2 + 2]
+    with pytest.raises(MappingError, match=r"--input-shape 5 does not agree with input .* of shape \(None, 4\)"):
+        map_model(model, 1, input_shapes=[(None, 5)])
 
 
 def test_a_traced_op_never_takes_a_layers_name():

@@ -468,7 +468,7 @@ def test_a_call_of_several_tensors_is_measured_whole_on_the_input_shapes_given_w
     # Without the shapes Keras recorded tokens' shape only: a one-line MeasurementError saying what to pass
     with pytest.raises(MeasurementError, match=r"^Expected the inputs of subclassed model '.*'; Keras recorded the "
                                                r"shape of the first argument only: pass input_shapes for \(tokens, "
-                                               r"extra\) \(carm-advise: a --call-shape for each\) "
+                                               r"extra\) \(carm-advise: an --input-shape for each\) "
                                                r"\(whole-model measurement calls it on them\)$"):
         measure_model(model, batch_size=4, gpu=gpu, training_step=False, min_window_s=0.02, repeats=1, warmup=1)
 

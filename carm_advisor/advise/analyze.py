@@ -17,7 +17,7 @@ from carm_advisor.carm.dvfs import Work, clock_advice
 from carm_advisor.errors import CarmError, MeasurementError
 from carm_advisor.learn import learn_from, merge_measurements
 from carm_advisor.mapping import map_model
-from carm_advisor.mapping.given_shapes import call_shapes
+from carm_advisor.mapping.input_shapes import shaped_model
 from carm_advisor.mapping.memory import does_not_fit, footprint_lower_bound, memory_bytes_of
 from carm_advisor.mapping.walker import fixed_batch_sizes
 from carm_advisor.measure import backends
@@ -99,14 +99,14 @@ def analyze(
     under the model's own policy take its compute dtype, layers pinned to another policy keep theirs (the report's
     warnings name them); default each layer's dtype policy. measure: "auto"
     measures on an NVIDIA GPU and predicts elsewhere; True insists; False never measures.
-    from_measurements: a RunMeasurement or a JSON path recorded earlier (replay). input_shapes: for a subclassed
-    model whose call() takes several tensors (Keras records the first one's shape only), one batch-first shape
-    per tensor argument, e.g. [(None, 64), (None, 16)], or {argument name: shape}; a keras.Input in place of a shape
-    keeps its dtype (integer ids); the mapping and the per-layer measurement then trace call() on them instead of
-    falling back to a lower bound.
+    from_measurements: a RunMeasurement or a JSON path recorded earlier (replay). input_shapes: the model's input
+    shapes, batch first, in order or {name: shape}; a keras.Input in place of a shape keeps its dtype (integer ids):
+    a Functional model's inputs of unknown size (keras_hub's BERT: {"token_ids": keras.Input((128,), dtype="int32"),
+    ...}, or one [(None, 128)] for all of them), which it is then mapped, measured and verified on; a subclassed
+    model's call() arguments where Keras recorded fewer (mapping/input_shapes.py says how each is read).
     """
-    with call_shapes(model, input_shapes):
-        return _analyze(model, batch_size, profile, precision, measure, from_measurements, counters, strict, name,
+    with shaped_model(model, input_shapes) as shaped:
+        return _analyze(shaped, batch_size, profile, precision, measure, from_measurements, counters, strict, name,
                         progress, measure_options, calibration, verify, verify_runner)
 
 

@@ -1,5 +1,7 @@
 """The shapes a subclassed model's call() is traced on: given ones (``call_shapes``) or the build shapes Keras recorded.
 
+(The one entry for every kind of model, Functional ones included, is ``mapping.input_shapes.shaped_model``.)
+
 A subclassed model has no graph; the walker traces its call() on KerasTensors. Keras records the shapes the model
 was built with (``_build_shapes_dict``), but for a ``call(self, a, b)`` of several tensor arguments only the
 first one's. ``call_shapes`` gives the others: checked here against call()'s signature, held in a context
@@ -58,19 +60,19 @@ def _takes_var_positional(model) -> bool:
 
 
 @dataclass(frozen=True)
-class _TypedShape:
+class TypedShape:
     """A shape given with its dtype (a keras.Input / KerasTensor, an array): integer ids stay integers."""
 
     shape: tuple
     dtype: str
 
 
-def _checked_shape(shape, where: str):
+def checked_shape(shape, where: str):
     """A shape (batch first, any value there), a tensor spec (``keras.Input(shape=(77,), dtype="int32")``: shape
     and dtype), or a list/tuple/dict structure of them; else MappingError."""
     if hasattr(shape, "shape") and hasattr(shape, "dtype") and not isinstance(shape, (tuple, list, dict)):
-        checked = _checked_shape(tuple(shape.shape), where)
-        return _TypedShape(checked, keras.backend.standardize_dtype(shape.dtype))
+        checked = checked_shape(tuple(shape.shape), where)
+        return TypedShape(checked, keras.backend.standardize_dtype(shape.dtype))
     if is_shape(shape) and len(shape) >= 1:
         if any(d is None for d in tuple(shape)[1:]):
             raise MappingError(f"Expected {where} with known dimensions besides the batch, received: {tuple(shape)}")
@@ -78,9 +80,9 @@ def _checked_shape(shape, where: str):
             raise MappingError(f"Expected {where} with positive dimensions, received: {tuple(shape)}")
         return tuple(None if d is None else int(d) for d in shape)
     if isinstance(shape, dict) and shape:
-        return {k: _checked_shape(v, f"{where}[{k!r}]") for k, v in shape.items()}
+        return {k: checked_shape(v, f"{where}[{k!r}]") for k, v in shape.items()}
     if isinstance(shape, (list, tuple)) and shape and not is_shape(shape):
-        return type(shape)(_checked_shape(v, f"{where}[{i}]") for i, v in enumerate(shape))
+        return type(shape)(checked_shape(v, f"{where}[{i}]") for i, v in enumerate(shape))
     raise MappingError(f"Expected {where} to be a shape such as (None, 32) (batch first) or a list/dict of "
                        f"shapes, received: {shape!r}")
 
@@ -101,14 +103,14 @@ def _given_shapes(model, shapes) -> GivenShapes:
         if given_first != positional_only[:len(given_first)]:
             raise MappingError(f"Expected input_shapes for the positional-only arguments of {cls}.call() in order "
                                f"from the first ({', '.join(positional_only)}), received: {', '.join(given_first)}")
-        args = tuple(_checked_shape(shapes[n], f"input_shapes[{n!r}]") for n in given_first)
-        kwargs = {k: _checked_shape(v, f"input_shapes[{k!r}]") for k, v in shapes.items() if k not in given_first}
+        args = tuple(checked_shape(shapes[n], f"input_shapes[{n!r}]") for n in given_first)
+        kwargs = {k: checked_shape(v, f"input_shapes[{k!r}]") for k, v in shapes.items() if k not in given_first}
         return GivenShapes(args, kwargs, repr(shapes))
     if not (isinstance(shapes, (list, tuple)) and shapes and not is_shape(shapes)):
         raise MappingError("Expected input_shapes as a list of shapes, one per tensor argument of call(), or "
                            f"{{argument name: shape}}, received: {shapes!r}")
     if _takes_var_positional(model):   # call(self, *xs) or call(self, x, *rest): every shape by position
-        return GivenShapes(tuple(_checked_shape(v, f"input_shapes[{i}]") for i, v in enumerate(shapes)), {},
+        return GivenShapes(tuple(checked_shape(v, f"input_shapes[{i}]") for i, v in enumerate(shapes)), {},
                            repr(list(shapes)))
     if len(shapes) > len(named):
         raise MappingError(f"Expected at most {len(named)} input shape(s), one per tensor argument of "
@@ -120,7 +122,7 @@ def _given_shapes(model, shapes) -> GivenShapes:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name in ("mask", "training"):
             break
         by_position += 1
-    checked = [_checked_shape(v, f"input_shapes[{names[i]!r}]") for i, v in enumerate(shapes)]
+    checked = [checked_shape(v, f"input_shapes[{names[i]!r}]") for i, v in enumerate(shapes)]
     if any(p.kind == p.POSITIONAL_ONLY for p in named[by_position:len(checked)]):
         raise MappingError(f"Expected no positional-only argument of {cls}.call() after its mask or training "
                            f"argument, received: {', '.join(names)}")
@@ -129,24 +131,24 @@ def _given_shapes(model, shapes) -> GivenShapes:
                        repr(list(shapes)))
 
 
-def _tagged(value):
-    if isinstance(value, _TypedShape):
+def tagged(value):
+    if isinstance(value, TypedShape):
         return {"shape": list(value.shape), "dtype": value.dtype}
     if isinstance(value, dict):
-        return {"dict": {k: _tagged(v) for k, v in value.items()}}
+        return {"dict": {k: tagged(v) for k, v in value.items()}}
     if isinstance(value, (list, tuple)) and not is_shape(value):
-        return {"tuple" if isinstance(value, tuple) else "list": [_tagged(v) for v in value]}
+        return {"tuple" if isinstance(value, tuple) else "list": [tagged(v) for v in value]}
     return {"shape": list(value)}
 
 
-def _untagged(value):
+def untagged(value):
     if "dict" in value:
-        return {k: _untagged(v) for k, v in value["dict"].items()}
+        return {k: untagged(v) for k, v in value["dict"].items()}
     if "list" in value or "tuple" in value:
-        items = [_untagged(v) for v in value.get("list", value.get("tuple"))]
+        items = [untagged(v) for v in value.get("list", value.get("tuple"))]
         return items if "list" in value else tuple(items)
     shape = tuple(value["shape"])
-    return _TypedShape(shape, value["dtype"]) if "dtype" in value else shape
+    return TypedShape(shape, value["dtype"]) if "dtype" in value else shape
 
 
 @contextlib.contextmanager
@@ -165,8 +167,8 @@ def given_shapes_json(model) -> str | None:
     given = given_for(model)
     if given is None:
         return None
-    return json.dumps({"args": [_tagged(a) for a in given.args],
-                       "kwargs": {k: _tagged(v) for k, v in given.kwargs.items()}, "text": given.text})
+    return json.dumps({"args": [tagged(a) for a in given.args],
+                       "kwargs": {k: tagged(v) for k, v in given.kwargs.items()}, "text": given.text})
 
 
 @contextlib.contextmanager
@@ -176,8 +178,8 @@ def call_shapes_json(model, text: str | None):
         yield
         return
     doc = json.loads(text)
-    given = GivenShapes(tuple(_untagged(a) for a in doc["args"]),
-                        {k: _untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
+    given = GivenShapes(tuple(untagged(a) for a in doc["args"]),
+                        {k: untagged(v) for k, v in doc["kwargs"].items()}, doc["text"])
     with _given_in_context(model, given):
         yield
 
@@ -232,8 +234,8 @@ def call_shapes(model, shapes):
         return
     if is_graph_model(model):
         name = getattr(model, "name", type(model).__name__)
-        raise MappingError(f"input_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
-                           "model whose inputs are known")
+        raise MappingError(f"call_shapes is for subclassed models; model '{name}' is a {type(model).__name__} "
+                           "model (mapping.input_shapes.shaped_model takes its input shapes)")
     with _given_in_context(model, _given_shapes(model, shapes)):
         yield
 
@@ -265,9 +267,9 @@ def given_arguments(given: GivenShapes, dtype, batch_size: int) -> tuple[list, d
 
 
 def _given_specs(given, dtype, batch_size: int):
-    """Checked given shapes (``_checked_shape``) as KerasTensors at ``batch_size``: a typed one at its dtype, a
+    """Checked given shapes (``checked_shape``) as KerasTensors at ``batch_size``: a typed one at its dtype, a
     bare shape at ``dtype`` (the model's compute dtype)."""
-    if isinstance(given, _TypedShape):
+    if isinstance(given, TypedShape):
         return specs_of(given.shape, given.dtype, batch_size)
     if isinstance(given, dict):
         return {k: _given_specs(v, dtype, batch_size) for k, v in given.items()}
@@ -299,4 +301,20 @@ def shapes_hint(model, given, structs) -> str:
     names = ", ".join(("*" if p.kind == p.VAR_POSITIONAL else "") + p.name for p in _call_parameters(model)
                       if p.kind != p.VAR_KEYWORD and p.name != "mask")
     return (f"; Keras recorded the shape of the first argument only: pass input_shapes for ({names}) "
-            "(carm-advise: a --call-shape for each)")
+            "(carm-advise: an --input-shape for each)")
+
+
+def call_identity(model, shapes) -> str:
+    """The call shapes as the walker reads them, for a study's fingerprint: shapes and dtypes, not the batch (the
+    configuration's replaces it) nor the names of the keras.Input tensors given (new in every process). The same
+    shapes given by position and by name read apart."""
+    def unbatched(node):
+        if isinstance(node, dict):
+            return {k: (([None] + v[1:]) if k == "shape" and v else unbatched(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [unbatched(v) for v in node]
+        return node
+
+    with call_shapes(model, shapes):
+        doc = json.loads(given_shapes_json(model))
+    return json.dumps(unbatched({"args": doc["args"], "kwargs": doc["kwargs"]}), sort_keys=True)

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from carm_advisor.errors import UnknownLayerError
 from carm_advisor.mapping import layers_conv, layers_dense, layers_elementwise, layers_pooling  # noqa: F401
-from carm_advisor.mapping.given_shapes import call_shapes
+from carm_advisor.mapping.input_shapes import shaped_model
 from carm_advisor.mapping.registry import (
     cost_of_call,
     dtype_bytes_of,
@@ -30,11 +30,13 @@ def map_model(model, batch_size: int = 1, strict: bool = False,
     policy names to dtypes overrides it for the layers under those policies only (the others, such as a mixed
     model's float32 output layer, keep their own); None: each layer's own. A layer without a cost model is
     returned with ``known=False`` (and its class named in ``notes``); ``strict=True`` raises
-    :class:`UnknownLayerError` instead. ``input_shapes``: a subclassed model's call() argument shapes, where Keras
-    recorded fewer (``given_shapes.call_shapes``: one batch-first shape per tensor argument, or {name: shape}).
+    :class:`UnknownLayerError` instead. ``input_shapes``: the model's input shapes (``input_shapes.shaped_model``:
+    batch-first shapes in order or {name: shape}): a Functional model's inputs of unknown size (keras_hub's
+    ``token_ids``), a subclassed model's call() arguments where Keras recorded fewer. A Functional model with an
+    unknown dimension besides the batch and none given is a one-line MappingError saying which inputs to give.
     """
-    with call_shapes(model, input_shapes):
-        return _map_model(model, batch_size, strict, compute_dtype)
+    with shaped_model(model, input_shapes) as shaped:
+        return _map_model(shaped, batch_size, strict, compute_dtype)
 
 
 def _map_model(model, batch_size: int, strict: bool, compute_dtype) -> list[LayerCost]:
