@@ -1,8 +1,10 @@
 """How a study (re)builds the user's model for one configuration, in this process or in a worker.
 
 A model is named by a string so a child process can rebuild it: a keras.applications name
-(`vgg16`), a `.keras` file, or `"package.module:function"`, a builder called as `function(config)`
-under the trial's dtype policy and image data format. A model file is rebuilt at another precision
+(`vgg16`, built at the image size its input shapes give: `model_spec(name, input_shapes=[(None, 160, 160, 3)])`), a
+keras_hub preset (`bert_base_en`, built from its config without weights: loader.load_preset), a `.keras` file, or
+`"package.module:function"`, a builder called as `function(config)` under the trial's dtype policy and image data
+format. A model file is rebuilt at another precision
 from its own config, its layers' dtype policies replaced (`rebuild_under_policy`), with its weights;
 its layout cannot be changed so (its input shape and weights are laid out for it), and a file whose
 policies cannot be replaced (quantized layers, float16 variables) keeps its precision too:
@@ -26,19 +28,31 @@ from typing import Any, Callable
 
 from carm_advisor.errors import ModelLoadError
 from carm_advisor.mapping import map_model
+from carm_advisor.mapping.input_shapes import image_shape
 from carm_advisor.mapping.registry import policy_name_of
 from carm_advisor.mapping.walker import is_composite_user_layer
-from carm_advisor.models.loader import dtype_policy, image_data_format, is_model_file, keras_file_config, load_model
+from carm_advisor.models.loader import (
+    application_names,
+    dtype_policy,
+    image_data_format,
+    is_model_file,
+    is_preset,
+    keras_file_config,
+    load_model,
+)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What the user named. `kind`: "application", "file", "builder" (a "module:function") or "callable"."""
+    """What the user named. `kind`: "application", "preset" (keras_hub), "file", "builder" (a "module:function"),
+    "callable" or "model". `input_shape`: the image size an application is built at (its input shapes' one shape
+    without the batch), else None."""
 
     kind: str
     spec: str
     name: str
     fn: Callable[..., Any] | None = None
+    input_shape: tuple[int, ...] | None = None
 
     @property
     def rebuilds_per_precision(self) -> bool:
@@ -63,20 +77,26 @@ class ModelSpec:
         return self.spec
 
 
-def model_spec(model_or_builder: Any) -> ModelSpec:
-    """Normalise what tune() was given: a name, a file, 'module:function', a function, or a built model."""
+def model_spec(model_or_builder: Any, input_shapes=None) -> ModelSpec:
+    """Normalise what tune() was given: a name, a file, 'module:function', a function, or a built model.
+    input_shapes: the model's input shapes (mapping.input_shapes); an application's one shape is its image size,
+    the others are applied to the built model where it is mapped and measured."""
     if isinstance(model_or_builder, str):
         text = model_or_builder
         if is_model_file(text):
             from pathlib import Path
 
             return ModelSpec("file", text, Path(text).stem)
+        if text.startswith(("kaggle://", "hf://")):
+            return ModelSpec("preset", text, text.rstrip("/").rsplit("/", 1)[-1])
         if ":" in text:
             module, _, attr = text.partition(":")
             if not module or not attr.replace(".", "").replace("_", "").isalnum():
                 raise ModelLoadError(f"Expected a builder as 'package.module:function', Received: {text!r}")
             return ModelSpec("builder", text, attr.split(".")[-1])
-        return ModelSpec("application", text.lower(), text.lower())
+        if text.lower().replace("-", "").replace("_", "") not in application_names() and is_preset(text):
+            return ModelSpec("preset", text, text)
+        return ModelSpec("application", text.lower(), text.lower(), input_shape=image_shape(input_shapes, text))
     if callable(model_or_builder) and not hasattr(model_or_builder, "layers"):
         fn = model_or_builder
         qual = getattr(fn, "__qualname__", "")
@@ -131,8 +151,8 @@ def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channe
     if spec.kind == "model":
         return spec.fn()
     with image_data_format(layout):
-        if spec.kind == "application":
-            model, _ = load_model(spec.spec, precision=policy)
+        if spec.kind in ("application", "preset"):
+            model, _ = load_model(spec.spec, precision=policy, input_shape=spec.input_shape)
             return model
         fn = spec.fn if spec.fn is not None else _resolve_builder(spec.spec)
         with dtype_policy(policy):
@@ -431,8 +451,8 @@ def model_identity(spec: ModelSpec, model_for=None) -> str:
     string and the hash of the model it builds in channels_last (structure_identity); a function or a built
     model that hash alone. `model_for(layout)` gives the built model (the predictor's, so it is built once);
     without it the model is built here, on the CPU."""
-    if spec.kind == "application":
-        return f"application {spec.spec}"
+    if spec.kind in ("application", "preset"):
+        return f"{spec.kind} {spec.spec}"
     if spec.kind == "file":
         return f"file {config_identity(file_config(spec.spec))}"
     if model_for is not None:

@@ -1,4 +1,10 @@
-"""Turning what a user names (a keras.applications model or a .keras file) into a built Keras model.
+"""Turning what a user names (a keras.applications model, a keras_hub preset or a .keras file) into a built Keras
+model.
+
+A keras_hub preset (`bert_base_en`, a `kaggle://` or `hf://` handle; keras-hub installed: `pip install
+carm_advisor[hub]`) is built from its config alone, without its weights (`Backbone.from_preset(...,
+load_weights=False)`); keras_hub still fetches that config from Kaggle or Hugging Face (its cache aside), so where
+it cannot, the error says so and names a builder that makes the backbone from its config instead.
 
 All model loading lives here; errors are one-line ModelLoadErrors.
 """
@@ -96,10 +102,14 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
         return _load_file(path), path.stem
     apps = application_names()
     key = spec.lower().replace("-", "").replace("_", "")
+    if key not in apps and input_shape is None and is_preset(spec):
+        return load_preset(spec, precision), spec.rsplit("/", 1)[-1]
     if key not in apps:
         close = sorted(n for n in apps if n[:3] == key[:3])[:6]
         hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(apps)[:12])}, ..."
-        raise ModelLoadError(f"'{spec}' is neither a model file nor a keras.applications model{hint}")
+        hub = "" if preset_names() is not None else " (a keras_hub preset needs keras-hub: pip install carm_advisor[hub])"
+        raise ModelLoadError(f"'{spec}' is neither a model file nor a keras.applications model nor a keras_hub "
+                             f"preset{hint}{hub}")
     attr = apps[key]
     constructor = getattr(keras.applications, attr)
     kwargs = {"weights": None}
@@ -131,6 +141,45 @@ def load_model(spec: str, precision: str | None = None, input_shape: tuple[int, 
 
 
 DEFAULT_IMAGE_SIZE = (224, 224)
+
+# Where a keras_hub preset's config comes from when keras_hub has no copy: what a one-line error names instead.
+PRESET_BUILDERS = "examples/transformers.py (examples.transformers:bert_base, :gemma_like_decoder, :vit_b16)"
+
+
+def preset_names() -> frozenset[str] | None:
+    """The keras_hub presets of its Backbone classes (bert_base_en, gemma_2b_en, ...): read from the installed
+    keras_hub, no network; None where keras_hub is not installed."""
+    try:
+        import keras_hub
+    except ImportError:
+        return None
+    return frozenset(keras_hub.models.Backbone.presets)
+
+
+def is_preset(spec: str) -> bool:
+    """A keras_hub preset: a built-in preset's name, or a kaggle:// / hf:// handle."""
+    if spec.startswith(("kaggle://", "hf://")):
+        return True
+    names = preset_names()
+    return names is not None and spec in names
+
+
+def load_preset(spec: str, precision: str | None = None):
+    """A keras_hub preset's backbone, built from its config without its weights (under `precision`'s policy where
+    given); a one-line ModelLoadError where keras_hub is missing or cannot fetch the config."""
+    try:
+        import keras_hub
+    except ImportError:
+        raise ModelLoadError(f"{spec} is a keras_hub preset: install keras-hub (pip install carm_advisor[hub])") \
+            from None
+    kwargs = {"dtype": precision} if precision is not None else {}
+    try:
+        with dtype_policy(precision):
+            return keras_hub.models.Backbone.from_preset(spec, load_weights=False, **kwargs)
+    except Exception as exc:   # a network error (requests' ConnectionError), an unknown handle, an HTTP error
+        raise ModelLoadError(f"could not fetch the config of keras_hub preset {spec} ({_first_line(exc)[:160]}): "
+                             "keras_hub downloads it even without the weights; pass a builder that makes the backbone "
+                             f"from its config instead, as 'module:function' (e.g. {PRESET_BUILDERS})") from None
 
 
 def _open_dimensions(model) -> bool:
