@@ -148,7 +148,8 @@ def test_an_error_from_a_fresh_process_is_exactly_one_line_on_stderr():
                           timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "carm-advise: error: 'vgg17' is neither a model file nor a keras.applications model; did you mean vgg16, vgg19?"
+        "carm-advise: error: 'vgg17' is neither a model file nor a keras.applications model nor a keras_hub preset; "
+        "did you mean vgg16, vgg19?"
     ]
 
 
@@ -158,9 +159,13 @@ def test_unknown_chart_format_is_refused_before_the_analysis(capsys, tmp_path):
     assert "Layers on the CARM" not in out
 
 
-def test_input_shape_with_a_model_file_is_refused(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--input-shape", "32,32,3")
-    assert_one_line_error(code, err, "input-shape")
+def test_an_input_shape_that_does_not_agree_with_a_model_files_input_is_refused(capsys, tmp_path):
+    x = keras.Input((8,))
+    keras.Model(x, keras.layers.Dense(2)(x)).save(tmp_path / "m.keras")
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--no-measure", "--input-shape", "9")
+    assert_one_line_error(code, err, "--input-shape 9 does not agree with input")
+    code, _, err = run_cli(capsys, "analyze", str(tmp_path / "m.keras"), "--no-measure", "--input-shape", "8")
+    assert code == 0, err
 
 
 def test_ceilings_exclude_takes_comma_separated_names_with_or_without_spaces():
@@ -417,14 +422,14 @@ def test_a_builder_without_call_shapes_is_a_lower_bound_that_says_which_flag_to_
     code, _, err = run_cli(capsys, "analyze", builder_here, "--no-measure", "--json", str(tmp_path / "r.json"))
     assert code == 0, err
     warnings = json.loads((tmp_path / "r.json").read_text())["warnings"]
-    assert any("lower bound" in w and "--call-shape for each" in w and "(image, tokens)" in w for w in warnings)
+    assert any("lower bound" in w and "--input-shape for each" in w and "(image, tokens)" in w for w in warnings)
 
 
 @pytest.mark.parametrize("shapes, fragment", [
-    (["image=4,4,3", "7"], "name every argument"),
-    (["image=4,4,3", "image=4,4,3"], "an argument given twice: image, image"),
+    (["image=4,4,3", "7"], "name every input"),
+    (["image=4,4,3", "image=4,4,3"], "an input given twice: image, image"),
     (["4,4,3", "7:int99"], "expected a dtype after ':'"),
-    (["4,4,3", "7,x"], "expected a shape without the batch"),
+    (["4,4,3", "7,x"], "expected an input shape without the batch"),
     (["4,0,3"], "positive dimensions"),
     (["a b=4"], "NAME=DIMS"),
     (["colour=4,4,3"], "among the tensor arguments of ImageAndTokens.call() (image, tokens), received: colour"),
@@ -436,11 +441,15 @@ def test_bad_call_shapes_are_one_line_errors(capsys, builder_here, shapes, fragm
     assert_one_line_error(code, err, fragment)
 
 
-def test_call_shapes_on_a_model_whose_inputs_are_known_and_input_shape_on_a_builder_are_refused(capsys, builder_here):
-    code, _, err = run_cli(capsys, "analyze", "mobilenetv3small", "--call-shape", "224,224,3")
-    assert_one_line_error(code, err, "input_shapes is for subclassed models")
-    code, _, err = run_cli(capsys, "analyze", builder_here, "--input-shape", "8,8,3")
-    assert_one_line_error(code, err, "--input-shape applies to keras.applications models; the builder")
+def test_one_input_shape_is_an_applications_image_size_and_a_subclassed_calls_first_argument(capsys, tmp_path,
+                                                                                           builder_here):
+    code, _, err = run_cli(capsys, "analyze", "mobilenetv3small", "--no-measure", "--json", str(tmp_path / "r.json"),
+                           "--call-shape", "96,96,3")   # --input-shape's former name, still read
+    assert code == 0, err
+    first = json.loads((tmp_path / "r.json").read_text())["layers"][0]
+    assert first["name"] == "rescaling" and first["input_bytes"] == 96 * 96 * 3 * 4   # one 96x96 RGB float32 image
+    code, _, err = run_cli(capsys, "analyze", builder_here, "--no-measure", "--input-shape", "4,4,3")
+    assert_one_line_error(code, err, "missing 1 required positional argument: 'tokens'")
     code, _, err = run_cli(capsys, "analyze", "carm_cli_builder_mod:missing")
     assert_one_line_error(code, err, "has no attribute 'missing'")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from carm_advisor.cli.common import call_input_shapes, call_shape, import_keras_quietly, input_shape, positive_int
+from carm_advisor.cli.common import add_input_shape_flags, import_keras_quietly, input_shapes_of, positive_int
 
 
 def add_parser(sub) -> None:
@@ -12,16 +12,13 @@ def add_parser(sub) -> None:
 
     a = sub.add_parser("analyze", help="map a model's layers onto the CARM and recommend changes")
     a.add_argument("model", help="a keras.applications name in lower case (vgg16, resnet50, mobilenetv2, ...), a "
-                                 ".keras file, or package.module:builder (a function that returns a built model)")
+                                 "keras_hub preset (bert_base_en: its config, no weights), a .keras file, or "
+                                 "package.module:builder (a function that returns a built model)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per call (default 1)")
     a.add_argument("--precision", choices=KERAS_POLICIES, help="Keras dtype policy to build/analyse the model with")
     a.add_argument("--layout", choices=("channels_last", "channels_first"),
                    help="image data format to build an application model with (default: Keras' setting)")
-    a.add_argument("--input-shape", type=input_shape, help="input shape of an application model, e.g. 160,160,3")
-    a.add_argument("--call-shape", type=call_shape, action="append", metavar="[NAME=]DIMS[:DTYPE]",
-                   help="a subclassed model whose call() takes several tensors: one flag per tensor argument, in "
-                        "order or by name, its shape without the batch (:int32 for integer ids; no DIMS for one "
-                        "value per sample), e.g. --call-shape image=224,224,3 --call-shape tokens=77:int32")
+    add_input_shape_flags(a)
     a.add_argument("--profile", help="GPU profile JSON (default: this GPU's measured profile, else the recorded H200)")
     a.add_argument("--json", dest="json_path", help="write the report as JSON here")
     a.add_argument("--plot", dest="plot_path", help="write the CARM chart (PNG/SVG/PDF) here")
@@ -56,7 +53,8 @@ def run(args) -> int:
     import_keras_quietly(lean=True)   # without the optional packages Keras imports and the analysis never uses
     timings_s = {"keras_import": time.perf_counter() - started_s}
     from carm_advisor.advise.analyze import analyze, check_batch_fits
-    from carm_advisor.errors import CarmError, ModelLoadError, ProfileError
+    from carm_advisor.errors import CarmError, ProfileError
+    from carm_advisor.mapping.input_shapes import shaped_model
     from carm_advisor.models.builder import build, file_at_precision, model_spec
     from carm_advisor.models.loader import is_model_file, load_model
     from carm_advisor.profiles.profile import load_profile
@@ -64,13 +62,10 @@ def run(args) -> int:
     from carm_advisor.report.render import header_warnings, print_report
 
     profile = load_profile(args.profile) if args.profile else None
-    input_shapes = call_input_shapes(args.call_shape)
+    input_shapes = input_shapes_of(args.input_shape)
     console = make_console()
     is_file = is_model_file(args.model)
-    spec = model_spec(args.model)
-    if spec.kind == "builder" and args.input_shape is not None:
-        raise ModelLoadError(f"--input-shape applies to keras.applications models; the builder {args.model} "
-                             "builds its own inputs")
+    spec = model_spec(args.model, input_shapes=input_shapes)   # an application's image size
     if args.layout and not is_file:   # a file's layout is its own: load_model refuses --layout for it
         import keras
 
@@ -80,7 +75,7 @@ def run(args) -> int:
         if spec.kind == "builder":   # built under the precision's policy and the layout asked for, as tune does
             model, name = build(spec, args.precision, args.layout, seed=0), spec.name
         else:
-            model, name = load_model(args.model, precision=args.precision, input_shape=args.input_shape,
+            model, name = load_model(args.model, precision=args.precision, input_shape=spec.input_shape,
                                      layout=args.layout if is_file else None)
         # An application is built under the policy; a file is rebuilt at it, its layers pinned to another policy
         # keeping theirs; one whose policies cannot be replaced is analysed at it (analyze's precision, which also
@@ -89,8 +84,9 @@ def run(args) -> int:
         if is_file:
             model, precision = file_at_precision(model, args.precision)
     timings_s["model_build"] = time.perf_counter() - phase_s
-    # a batch that cannot fit is refused before the analysis, not reported in impossible times
-    check_batch_fits(model, args.batch_size, precision, profile, measure=False if args.no_measure else "auto")
+    with shaped_model(model, input_shapes) as shaped:   # a model whose inputs have unknown sizes, on those given
+        # a batch that cannot fit is refused before the analysis, not reported in impossible times
+        check_batch_fits(shaped, args.batch_size, precision, profile, measure=False if args.no_measure else "auto")
     phase_s = time.perf_counter()
     try:
         report = analyze(

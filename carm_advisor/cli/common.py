@@ -54,29 +54,21 @@ def benchmark_names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def input_shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an input shape like 224,224,3, received: {text!r}") from None
-    if not dims or any(d < 1 for d in dims):
-        raise argparse.ArgumentTypeError(f"expected positive dimensions like 224,224,3, received: {text!r}")
-    return dims
-
-
-def call_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
-    """`--call-shape [NAME=]D,D[:DTYPE]` -> (name or None, dims without the batch, dtype or None)."""
+def input_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
+    """`--input-shape [NAME=]DIMS[:DTYPE]` -> (name or None, dims without the batch, dtype or None). DIMS: comma
+    separated positive sizes (224,224,3; 128); none for one value per sample (a diffusion model's timestep)."""
     name, eq, rest = text.partition("=")
     if not eq:
         name, rest = None, text
-    elif not name.strip().isidentifier():
-        raise argparse.ArgumentTypeError(f"expected NAME=DIMS with NAME an argument of call(), received: {text!r}")
+    elif not name.strip() or any(ch.isspace() or ch in ",:" for ch in name.strip()):
+        raise argparse.ArgumentTypeError(f"expected NAME=DIMS with NAME an input of the model (or an argument of "
+                                         f"its call()), received: {text!r}")
     dims_text, colon, dtype = rest.partition(":")
-    try:   # no dimensions: one value per sample, shape (batch,) (a diffusion model's timestep)
+    try:
         dims = tuple(int(t) for t in dims_text.split(",")) if dims_text.strip() else ()
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a shape without the batch like 77 or 64,64,3 (then :int32 for "
-                                         f"integer ids), received: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an input shape without the batch like 224,224,3 or 128 (then "
+                                         f":int32 for integer ids), received: {text!r}") from None
     if any(d < 1 for d in dims):
         raise argparse.ArgumentTypeError(f"expected positive dimensions, received: {text!r}")
     if colon and not dtype.strip().isalnum():
@@ -84,14 +76,26 @@ def call_shape(text: str) -> tuple[str | None, tuple[int, ...], str | None]:
     return (name.strip() if name else None), dims, (dtype.strip() if colon else None)
 
 
-def call_input_shapes(given: list[tuple[str | None, tuple[int, ...], str | None]] | None):
-    """The --call-shape flags as analyze()'s input_shapes: a list in order, or {name: shape} when named (all or
-    none); a dtype makes a keras.Input of it (integer ids stay integers). None where none were given."""
+def add_input_shape_flags(parser) -> None:
+    """--input-shape (repeatable), and --call-shape, its former name, kept as a hidden alias."""
+    parser.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
+                        metavar="[NAME=]DIMS[:DTYPE]",
+                        help="the model's input shapes without the batch, one flag per input, in order or by name "
+                             "(:int32 for integer ids): a keras.applications image size (160,160,3); a model whose "
+                             "inputs have unknown sizes (keras_hub BERT: token_ids=128:int32 ..., or one 128 for all "
+                             "of them); a subclassed model's call() arguments (image=224,224,3 tokens=77:int32)")
+    parser.add_argument("--call-shape", dest="input_shape", type=input_shape, action="append",
+                        help=argparse.SUPPRESS)
+
+
+def input_shapes_of(given: list[tuple[str | None, tuple[int, ...], str | None]] | None):
+    """The --input-shape flags as input_shapes: a list in order, or {name: shape} when named (all or none); a
+    dtype makes a keras.Input of it (integer ids stay integers). None where none were given."""
     if not given:
         return None
     named = [n is not None for n, _, _ in given]
     if any(named) and not all(named):
-        raise MappingError("--call-shape: name every argument (NAME=DIMS) or none of them, not some")
+        raise MappingError("--input-shape: name every input (NAME=DIMS) or none of them, not some")
 
     def shape(dims, dtype):
         if dtype is None:
@@ -101,13 +105,13 @@ def call_input_shapes(given: list[tuple[str | None, tuple[int, ...], str | None]
         try:
             return keras.Input(dims, dtype=keras.backend.standardize_dtype(dtype))
         except ValueError:
-            raise MappingError(f"--call-shape: expected a dtype after ':' (int32, float32, ...), received: "
+            raise MappingError(f"--input-shape: expected a dtype after ':' (int32, float32, ...), received: "
                                f"{dtype!r}") from None
 
     if all(named):
         names = [n for n, _, _ in given]
         if len(set(names)) < len(names):
-            raise MappingError(f"--call-shape: an argument given twice: {', '.join(names)}")
+            raise MappingError(f"--input-shape: an input given twice: {', '.join(names)}")
         return {n: shape(d, t) for n, d, t in given}
     return [shape(d, t) for _, d, t in given]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from carm_advisor.cli.common import (
     SUBCOMMANDS,
+    add_input_shape_flags,
     benchmark_names,
-    call_input_shapes,
-    call_shape,
     import_keras_quietly,
+    input_shapes_of,
     int_list,
     positive_float,
     positive_int,
@@ -24,13 +24,14 @@ from carm_advisor.files import OutputPathError, Outputs, check_writable_dir
 def check_shorthand_model(model: str) -> None:
     """`carm-advise WORD`: say that WORD is neither a subcommand nor a model, before a study is stored."""
     from carm_advisor.errors import ModelLoadError
-    from carm_advisor.models.loader import application_names, is_model_file
+    from carm_advisor.models.loader import application_names, is_model_file, is_preset
 
     if is_model_file(model) or ":" in model:
         return
-    if model.lower().replace("-", "").replace("_", "") not in application_names():
+    if model.lower().replace("-", "").replace("_", "") not in application_names() and not is_preset(model):
         raise ModelLoadError(f"'{model}' is neither a subcommand ({', '.join(SUBCOMMANDS)}) nor a model file "
-                             "nor a keras.applications model (vgg16, resnet50, ...); see carm-advise --help")
+                             "nor a keras.applications model (vgg16, resnet50, ...) nor a keras_hub preset; see "
+                             "carm-advise --help")
 
 
 def backend_list(text: str) -> tuple[str, ...]:
@@ -48,10 +49,9 @@ def add_parser(sub) -> None:
 
     t = sub.add_parser("tune", help="search precision, batch size, layout, compilation, backend (and clocks) "
                                     "for the best objective: measured on a GPU, predicted elsewhere")
-    t.add_argument("model", help="a keras.applications name (vgg16, ...), a .keras file, or package.module:builder")
-    t.add_argument("--call-shape", type=call_shape, action="append", metavar="[NAME=]DIMS[:DTYPE]",
-                   help="with --predict, a subclassed model whose call() takes several tensors: one flag per "
-                        "tensor argument (as for analyze)")
+    t.add_argument("model", help="a keras.applications name (vgg16, ...), a keras_hub preset (bert_base_en), a .keras "
+                                 "file, or package.module:builder")
+    add_input_shape_flags(t)
     t.add_argument("--objective", action="append", choices=tuple(OBJECTIVES),
                    help="what to optimise (default gflops_per_watt); twice: a multi-objective study")
     t.add_argument("--pareto", action="store_true", help="multi-objective: energy efficiency and throughput")
@@ -155,6 +155,7 @@ def tune_options(args, terminal: bool):
     from carm_advisor.tune.options import TuneOptions
 
     runner = None
+    input_shapes = input_shapes_of(args.input_shape)
     if args.fake_measure_s is not None:
         from carm_advisor.models.builder import model_spec
         from carm_advisor.profiles.profile import load_profile
@@ -162,7 +163,8 @@ def tune_options(args, terminal: bool):
         from carm_advisor.trials.runner import FakeRunner
 
         profile = load_profile(args.profile) if args.profile else None
-        runner = FakeRunner(ConfigPredictor(model_spec(args.model), profile), delay_s=args.fake_measure_s)
+        runner = FakeRunner(ConfigPredictor(model_spec(args.model, input_shapes=input_shapes), profile,
+                                            input_shapes=input_shapes), delay_s=args.fake_measure_s)
     options = TuneOptions(
         objective=tuple(args.objective or ("gflops_per_watt",)), n_trials=args.trials, storage=args.storage,
         study_name=args.study, mode=args.mode, pareto=args.pareto, backends=args.backends,
@@ -170,7 +172,7 @@ def tune_options(args, terminal: bool):
         max_output_error=args.max_output_error, predict=True if args.predict else "auto", profile=args.profile,
         apply_clocks=args.apply_clocks, runner=runner, carm_pruning=not args.no_carm_pruning, progress=terminal,
         gpus=args.gpus, calibration=False if args.no_calibration else "auto",
-        input_shapes=call_input_shapes(args.call_shape),
+        input_shapes=input_shapes,
         log=None if terminal or not args.gpus else (lambda line: print(line, flush=True)))
     return options if args.heartbeat_s is None else options.replace(heartbeat_s=args.heartbeat_s)
 
