@@ -26,6 +26,7 @@ from pathlib import Path
 
 from carm_advisor.advise.measured import current_time
 from carm_advisor.advise.recommend import advised_gain
+from carm_advisor.mapping.input_shapes import portable_shapes
 from carm_advisor.trials.child import Runner, fake_result, measure_config
 from carm_advisor.trials.runner import TrialFailed, TrialOutOfMemory, WorkerRunner, WorkerSettings
 from carm_advisor.trials.space import COMPILERS, DEFAULT_COMPILER, TrialConfig
@@ -71,7 +72,8 @@ class TrialRunners:
             return fake_result(cfg, fake)
         if self._worker is None:
             settings = WorkerSettings(window_s=0.5, min_windows=2, max_windows=4, idle_gap_s=0.5, accuracy_samples=0)
-            self._worker = WorkerRunner(cfg["model"], _NoFlops(), settings=settings, trial_timeout_s=self.timeout_s)
+            self._worker = WorkerRunner(cfg["model"], _NoFlops(), settings=settings, trial_timeout_s=self.timeout_s,
+                                        input_shapes=cfg.get("input_shapes"))
         trial = TrialConfig(backend=cfg["backend"], precision=cfg["precision"], batch_size=int(cfg["batch_size"]),
                             layout=cfg["layout"], compiler=cfg["compile"])
         try:
@@ -87,10 +89,14 @@ class TrialRunners:
             self._worker = None
 
 
-def baseline_config(report, model_spec: str) -> dict:
+def baseline_config(report, model_spec: str, input_shapes: str | None = None) -> dict:
+    """The configuration analysed, as a child measures it; with the model's input shapes (shapes_json text) where
+    it was analysed on some (a Functional model's inputs of unknown size, an application's image size, a
+    subclassed model's call() arguments)."""
     m = report.model
-    return {"model": model_spec, "precision": m.precision or "float32", "layout": m.layout or "channels_last",
-            "batch_size": int(m.batch_size), "backend": m.backend or "torch", "compile": "none"}
+    cfg = {"model": model_spec, "precision": m.precision or "float32", "layout": m.layout or "channels_last",
+           "batch_size": int(m.batch_size), "backend": m.backend or "torch", "compile": "none"}
+    return cfg if input_shapes is None else {**cfg, "input_shapes": input_shapes}
 
 
 def gain(base: dict, new: dict, key: str) -> float | None:
@@ -133,7 +139,7 @@ def ranked_by_measurement(recs: list) -> list:
 def _verify(report, pending, runner: Runner, model_spec: str | None, model) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = model_spec or _saved(model, Path(tmp))
-        base_cfg = baseline_config(report, spec)
+        base_cfg = baseline_config(report, spec, portable_shapes(model) if model is not None else None)
         bases: dict[str, dict] = {}
         out = []
         for rec in pending:

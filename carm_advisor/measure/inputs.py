@@ -1,8 +1,9 @@
 """Synthetic inputs: one tensor of a given shape and dtype, and the arguments of one whole-model call.
 
 Floats are standard normal; integer ids stay inside the model's vocabulary; a Functional model gets one
-tensor per model.inputs in the structure it was built on; a subclassed model the arguments the mapping traces
-its call() on.
+tensor per model.inputs in the structure it was built on, of the input shapes given (mapping.input_shapes: those
+``shaped_model`` holds it to, else those passed) where its own have unknown sizes; a subclassed model the arguments
+the mapping traces its call() on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import keras
 
 from carm_advisor.errors import MappingError, MeasurementError
 from carm_advisor.mapping.given_shapes import call_arguments
+from carm_advisor.mapping.input_shapes import graph_input_specs, portable_shapes, shapes_from_json
+from carm_advisor.mapping.symbolic import is_graph_model
 
 
 def _is_integer_dtype(dtype: str) -> bool:
@@ -86,13 +89,18 @@ class ModelInputs:
         )
 
 
-def functional_inputs(model) -> list:
-    """A Functional or Sequential model's model.inputs as a list; [] for a subclassed model (none recorded)."""
-    inputs = getattr(model, "inputs", None)
-    try:
-        return list(inputs) if inputs else []
-    except (AttributeError, TypeError):
+def functional_inputs(model, shapes=None) -> list:
+    """A Functional or Sequential model's inputs as a list of KerasTensors, on the input shapes given:
+    ``shapes``, else those ``shaped_model`` holds it to in this context (input_shapes.graph_input_specs); its own
+    model.inputs where none are given. [] for a subclassed model (none recorded). An input with an unknown size
+    besides the batch and no shape for it is a MeasurementError naming the --input-shape flags to pass."""
+    if not is_graph_model(model):
         return []
+    given = shapes if shapes is not None else shapes_from_json(portable_shapes(model))
+    try:
+        return graph_input_specs(model, given)
+    except MappingError as exc:
+        raise MeasurementError(str(exc)) from None
 
 
 def subclassed_call_specs(model, batch_size: int) -> tuple[list, dict]:
@@ -129,10 +137,6 @@ def model_inputs(model, batch_size: int) -> ModelInputs:
         # The batch asked for, also where the model fixes one: the mapping costs that batch (walker), and a
         # measured time must be of the same batch for per-sample figures to mean anything.
         shape = ((batch_size,) + shape[1:]) if shape else shape
-        if any(d is None for d in shape):
-            raise MeasurementError(
-                f"Expected model inputs with known dimensions besides the batch, Received: {tuple(tensor.shape)}"
-            )
         tensors.append(synthetic_tensor(shape, str(tensor.dtype), int_high=high, seed=1000 + i))
     return ModelInputs((functional_structure(model, tensors),), {})
 

@@ -9,9 +9,11 @@ state; a fresh process (KERAS_BACKEND set) measures exactly the configuration as
 the caller's process untouched. `analyze --verify` uses it (advise/verify.py); the tuner's
 trials measure the same way.
 
-config keys: model (a keras.applications name or a .keras file), precision (Keras dtype policy),
+config keys: model (a keras.applications name, a keras_hub preset or a .keras file), precision (Keras dtype policy),
 layout, batch_size, backend ("torch" | "jax" | "tensorflow"), compile: "none" (as the user calls
-model(x): eager on torch, jitted on jax), "cuda_graph" (torch: replayed from one CUDA graph) or "jit".
+model(x): eager on torch, jitted on jax), "cuda_graph" (torch: replayed from one CUDA graph) or "jit";
+input_shapes (optional): the model's input shapes as mapping.input_shapes.shapes_json text, which it is built
+(an application's image size) and measured on.
 
 The child: `python -m carm_advisor.trials.child` reads the config as JSON on stdin and prints the
 result as one JSON line (the last line of its stdout).
@@ -25,7 +27,9 @@ import subprocess
 import sys
 from typing import Callable
 
+from carm_advisor.mapping.input_shapes import shaped_model, shapes_from_json
 from carm_advisor.measure.model import measure_model, measure_model_graph
+from carm_advisor.models.builder import model_spec
 from carm_advisor.models.loader import load_model
 from carm_advisor.power.nvml import gpu_count, open_gpu
 
@@ -88,15 +92,18 @@ def run_here(cfg: dict) -> dict:
     import keras
 
     keras.config.set_image_data_format(cfg["layout"])
-    model, _ = load_model(cfg["model"], precision=cfg["precision"])
+    shapes = shapes_from_json(cfg.get("input_shapes"))
+    image = model_spec(cfg["model"], input_shapes=shapes).input_shape   # an application's image size
+    model, _ = load_model(cfg["model"], precision=cfg["precision"], input_shape=image)
     gpu = open_gpu(0) if gpu_count() else None
-    if cfg["compile"] == "cuda_graph":
-        m = measure_model_graph(model, batch_size=int(cfg["batch_size"]), gpu=gpu, min_window_s=0.5, repeats=2)
-        if m is None:
-            return _failed(cfg, "a CUDA graph needs torch on a CUDA GPU, and the capture must succeed")
-    else:
-        m, _ = measure_model(model, batch_size=int(cfg["batch_size"]), gpu=gpu, training_step=False,
-                             min_window_s=0.5, repeats=2)
+    with shaped_model(model, shapes) as model:
+        if cfg["compile"] == "cuda_graph":
+            m = measure_model_graph(model, batch_size=int(cfg["batch_size"]), gpu=gpu, min_window_s=0.5, repeats=2)
+            if m is None:
+                return _failed(cfg, "a CUDA graph needs torch on a CUDA GPU, and the capture must succeed")
+        else:
+            m, _ = measure_model(model, batch_size=int(cfg["batch_size"]), gpu=gpu, training_step=False,
+                                 min_window_s=0.5, repeats=2)
     return {"config": cfg, "ok": True, "time_s": m.time_s, "energy_j": m.energy_j, "power_w": m.power_w,
             "execution": m.execution, "error": None}
 

@@ -258,8 +258,11 @@ class WorkerRunner:
 
     def __init__(self, spec: str, predictor: ConfigPredictor, settings: WorkerSettings | None = None,
                  trial_timeout_s: float = 600.0, startup_timeout_s: float = 600.0, command: list[str] | None = None,
-                 log_dir: str | None = None) -> None:
+                 log_dir: str | None = None, input_shapes: str | None = None) -> None:
+        """input_shapes: the model's input shapes as mapping.input_shapes.shapes_json text (None: none given), sent
+        to every worker it starts."""
         self.spec = spec
+        self.input_shapes = input_shapes
         self.predictor = predictor
         self.settings = settings or WorkerSettings()
         self.trial_timeout_s = trial_timeout_s
@@ -284,7 +287,8 @@ class WorkerRunner:
         # Two frameworks share one GPU: jax must not grab 75% of its memory at start.
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        hello = {"op": "init", "model": self.spec, "settings": self.settings.to_dict()}
+        hello = {"op": "init", "model": self.spec, "settings": self.settings.to_dict(),
+                 "input_shapes": self.input_shapes}
         log_path = os.path.join(self.log_dir, f"worker-{backend}.log")
         w = _Worker(backend, self.command, env, log_path, self.startup_timeout_s, hello)
         if not w.info.get("ok", False):

@@ -2,8 +2,9 @@
 
     KERAS_BACKEND=jax python -m carm_advisor.trials.worker     (started by runner.WorkerRunner)
 
-Protocol, one JSON object per line: the parent sends {"op": "init", "model", "settings"} then
-{"op": "measure", "config"} messages; the worker answers each with {"ok": true, ...} or
+Protocol, one JSON object per line: the parent sends {"op": "init", "model", "settings", "input_shapes"} then
+{"op": "measure", "config"} messages ("input_shapes": the model's input shapes as mapping.input_shapes.shapes_json
+text, or null); the worker answers each with {"ok": true, ...} or
 {"ok": false, "kind": "oom" | "error", "error": "..."}. Its stdout carries only these lines
 (anything a library prints goes to stderr, which the parent keeps in a log file).
 
@@ -27,6 +28,8 @@ from collections import OrderedDict
 from typing import Any
 
 from carm_advisor.errors import MeasurementError
+from carm_advisor.mapping.given_shapes import call_shapes
+from carm_advisor.mapping.input_shapes import shapes_from_json
 from carm_advisor.measure import backends
 from carm_advisor.measure.backends import is_out_of_memory
 from carm_advisor.measure.inputs import (
@@ -52,10 +55,12 @@ class Worker:
 
         self.keras = keras
         self.backend = backends.active_backend()
-        self.spec = model_spec(message["model"])
+        self.shapes = shapes_from_json(message.get("input_shapes"))
+        self.spec = model_spec(message["model"], input_shapes=self.shapes)
         self.settings = WorkerSettings(**message.get("settings", {}))
         self.gpu = self._open_gpu()
         self.references: dict[str, Any] = {}   # layout -> float32 model (the weights every trial runs)
+        self.built: dict[str, Any] = {}        # layout -> that model as built (CallArguments aside)
         self.reference_outputs: dict[str, Any] = {}
         self.models: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self.inputs: dict[tuple[str, int], Any] = {}
@@ -77,8 +82,14 @@ class Worker:
 
     def reference(self, layout: str):
         if layout not in self.references:
-            self.references[layout] = build(self.spec, "float32", layout, seed=self.settings.seed)
+            self.built[layout] = build(self.spec, "float32", layout, seed=self.settings.seed)
+            self.references[layout] = self._runnable(self.built[layout])
         return self.references[layout]
+
+    def _runnable(self, model):
+        """The model as predict_on_batch runs it: itself, or inside CallArguments where its call() takes several
+        tensors (on the input shapes given)."""
+        return call_arguments_model(model) if _takes_several(model, self.shapes) else model
 
     def model_for(self, policy: str, layout: str):
         ref = self.reference(layout)
@@ -88,7 +99,7 @@ class Worker:
         if key in self.models:
             self.models.move_to_end(key)
             return self.models[key]
-        model = build(self.spec, policy, layout, seed=self.settings.seed)
+        model = self._runnable(build(self.spec, policy, layout, seed=self.settings.seed))
         model.set_weights(ref.get_weights())  # the same weights as every other trial
         self.models[key] = model
         while len(self.models) > _KEEP_MODELS:
@@ -101,9 +112,9 @@ class Worker:
         rows are the same for every batch size (one seed per input)."""
         key = (layout, batch_size)
         if key not in self.inputs:
-            model = self.reference(layout)
+            self.reference(layout)
             self.inputs = {k: v for k, v in self.inputs.items() if k[0] == layout}  # one layout's inputs at a time
-            self.inputs[key] = _host_inputs(model, batch_size, self.settings.seed + 1)
+            self.inputs[key] = _host_inputs(self.built[layout], batch_size, self.settings.seed + 1, self.shapes)
         return self.inputs[key]
 
     def reference_outputs_for(self, layout: str):
@@ -175,24 +186,53 @@ class Worker:
         }
 
 
-def _host_inputs(model, batch_size: int, seed: int):
-    """numpy inputs of one batch for ``model`` (Worker.host_inputs)."""
+def _takes_several(model, shapes) -> bool:
+    """Whether ``model`` is a subclassed model whose call() is traced (on the input shapes given) on more than one
+    positional tensor: CallArguments runs it then."""
+    if functional_inputs(model, shapes):
+        return False
+    with call_shapes(model, shapes):
+        try:
+            args, kwargs = subclassed_call_specs(model, 1)
+        except MeasurementError:   # nothing to feed it: _host_inputs says so
+            return False
+    return len(args) != 1 or bool(kwargs)
+
+
+def call_arguments_model(model):
+    """A one-input keras.Model around a subclassed ``model`` whose call() takes several tensors: its x is
+    {"args": [...], "kwargs": {...}}, so predict_on_batch and train_on_batch (one x each) can feed every argument.
+    Its weights are the model's own, in the same order."""
+    import keras
+
+    class CallArguments(keras.Model):
+        def __init__(self, inner):
+            super().__init__(name=inner.name)
+            self.inner = inner
+
+        def call(self, x):
+            return self.inner(*x["args"], **x["kwargs"])
+
+    return CallArguments(model)
+
+
+def _host_inputs(model, batch_size: int, seed: int, shapes=None):
+    """numpy inputs of one batch for ``model`` as built (Worker.host_inputs), on the input shapes given (``shapes``,
+    as mapping.input_shapes.normalized reads them); CallArguments' x for a call() of several tensors."""
     import keras
     import numpy as np
 
-    inputs = functional_inputs(model)
+    inputs = functional_inputs(model, shapes)
     if inputs:
         specs = functional_structure(model, inputs)
-    else:   # a subclassed model: the arguments the mapping traces its call() on (predict_on_batch passes one)
-        try:
-            args = subclassed_call_specs(model, batch_size)
-        except MeasurementError:
-            args = None
-        if args is None or len(args[0]) != 1 or args[1]:
-            raise ValueError(f"Expected model '{model.name}' to take one input (predict_on_batch's x) and to have "
-                             "been called once: a measured study cannot feed a call() of several tensors (a "
-                             "predicted one maps it on input_shapes / --call-shape)")
-        specs = args[0][0]
+    else:   # a subclassed model: the arguments the mapping traces its call() on
+        with call_shapes(model, shapes):
+            try:
+                args = subclassed_call_specs(model, batch_size)
+            except MeasurementError as exc:
+                raise ValueError(f"{exc}; a measured study feeds the model what its call() is traced on: give "
+                                 "its input shapes (input_shapes= / --input-shape)") from None
+        specs = args[0][0] if len(args[0]) == 1 and not args[1] else {"args": list(args[0]), "kwargs": dict(args[1])}
     high = model_int_high(model)
     whole = ids_as_floats(model)
     index = iter(range(10**6))
