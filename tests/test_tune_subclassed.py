@@ -74,16 +74,18 @@ def test_a_study_resumes_only_on_the_same_input_shapes(tmp_path):
         _tune(tmp_path, input_shapes={"a": (None, 16), "b": keras.Input((4,), dtype="float16")})
 
 
-def test_input_shapes_are_refused_for_a_measured_study_and_checked_before_the_storage(tmp_path):
+def test_input_shapes_reach_a_measured_study_and_are_checked_before_the_storage(tmp_path):
     from carm_advisor.errors import MappingError
-    from carm_advisor.trials.predicted import ConfigPredictor
     from carm_advisor.models.builder import model_spec
+    from carm_advisor.trials.predicted import ConfigPredictor
     from carm_advisor.trials.runner import FakeRunner
 
-    runner = FakeRunner(ConfigPredictor(model_spec(two_tensors)))
-    with pytest.raises(ValueError, match="^input_shapes is for predicted studies"):
-        tune(two_tensors, n_trials=1, storage=str(tmp_path / "m.db"), space=SearchSpace(**SPACE), runner=runner,
-             input_shapes=[(None, 16), (None, 4)], progress=False)
+    shapes = [(None, 16), (None, 4)]
+    runner = FakeRunner(ConfigPredictor(model_spec(two_tensors), input_shapes=shapes))
+    result = tune(two_tensors, n_trials=1, storage=str(tmp_path / "m.db"), space=SearchSpace(**SPACE), runner=runner,
+                  input_shapes=shapes, progress=False, baseline=TrialConfig("torch", "float32", 32, "channels_last",
+                                                                            "eager"))
+    assert result.baseline.measurement["flops"] == 32 * (264 + 72 + 8)   # the call traced whole, the add counted
     with pytest.raises(MappingError, match=r"keys among the tensor arguments of TwoTensors.call\(\) \(a, b\)"):
         _tune(tmp_path, input_shapes={"c": (None, 4)})
-    assert not (tmp_path / "m.db").exists() and not (tmp_path / "s.db").exists()
+    assert not (tmp_path / "s.db").exists()

@@ -4,12 +4,11 @@ is made and checked when it is resumed: a study is never resumed into stale valu
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from carm_advisor.errors import CarmError
-from carm_advisor.mapping.given_shapes import call_shapes, given_shapes_json
-from carm_advisor.models.builder import ModelSpec, content_hash, model_identity
+from carm_advisor.mapping.input_shapes import shapes_identity
+from carm_advisor.models.builder import ModelSpec, build, content_hash, model_identity
 from carm_advisor.tune.objective import FINISHED
 from carm_advisor.tune.objectives import Objective
 
@@ -19,13 +18,15 @@ class StudyMismatchError(CarmError):
 
 
 def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec: ModelSpec, predictor,
-                      gpu: str | None = None) -> dict:
+                      gpu: str | None = None, input_shapes=None) -> dict:
     """What a stored trial value depends on beyond its configuration. Every study: where the values come from
     (measured / predicted / fake), the mode, the objectives (in order), the model's name and its content
     ("model_identity", builder.model_identity: the same for the same model wherever its file lies and whatever
-    was built before it; another for an edited file or another module's function of the same name). A MEASURED
-    study also the GPU model it measures on (`gpu`, its NVML name; several: their names). A PREDICTED study
-    also: the cost model's version (mapping.registry.COST_MODEL_VERSION), the profile (its name and a hash of
+    was built before it; another for an edited file or another module's function of the same name), and, where
+    given, the model's input shapes ("input_shapes", input_shapes.shapes_identity: a Functional model's inputs by
+    name once resolved, a subclassed model's call shapes; never the batch; `input_shapes`, else the predictor's).
+    A MEASURED study also the GPU model it measures on (`gpu`, its NVML name; several: their names). A PREDICTED
+    study also: the cost model's version (mapping.registry.COST_MODEL_VERSION), the profile (its name and a hash of
     its content) and the calibration (a hash of its records, provenance and settings), since each predicted
     value is computed from them."""
     import keras
@@ -42,26 +43,16 @@ def study_fingerprint(source: str, mode: str, objectives: list[Objective], spec:
         out["cost_model"] = COST_MODEL_VERSION
         out["profile"] = _profile_identity(getattr(predictor, "profile", None))
         out["calibration"] = _calibration_hash(getattr(predictor, "calibration", None))
-        shapes = getattr(predictor, "input_shapes", None)
-        if shapes is not None:   # only where given: the fingerprints of studies stored before stay as they were
-            out["input_shapes"] = _shapes_identity(predictor.model(keras.config.image_data_format()), shapes)
+    shapes = input_shapes if input_shapes is not None else getattr(predictor, "input_shapes", None)
+    if shapes is not None:   # only where given: the fingerprints of studies stored before stay as they were
+        layout = keras.config.image_data_format()
+        if callable(model_for):
+            model = model_for(layout)
+        else:
+            with keras.device("cpu"):   # the tuner's own process takes no GPU memory from the trials
+                model = build(spec, "float32", layout, seed=0)
+        out["input_shapes"] = shapes_identity(model, shapes)
     return out
-
-
-def _shapes_identity(model, shapes) -> str:
-    """The call shapes as the walker reads them: shapes and dtypes, not the batch (the configuration's replaces it)
-    nor the names of the keras.Input tensors given (new in every process). The same shapes given by position and
-    by name read apart."""
-    def unbatched(node):
-        if isinstance(node, dict):
-            return {k: (([None] + v[1:]) if k == "shape" and v else unbatched(v)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [unbatched(v) for v in node]
-        return node
-
-    with call_shapes(model, shapes):
-        doc = json.loads(given_shapes_json(model))
-    return json.dumps(unbatched({"args": doc["args"], "kwargs": doc["kwargs"]}), sort_keys=True)
 
 
 def _profile_identity(profile) -> str:

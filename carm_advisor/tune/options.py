@@ -74,7 +74,11 @@ class TuneOptions:
       profile: a GPU profile (path or Profile) for the CARM bounds; None: this GPU's, else the recorded H200's.
       calibration: "auto" (a predicted study uses the shipped calibration), True, False / None, a path or a
         Calibration.
-      input_shapes: a subclassed model whose call() takes several tensors: its call shapes (predicted studies).
+      input_shapes: the model's input shapes (mapping/input_shapes.py: batch-first shapes in order or {name: shape};
+        a keras.Input keeps its dtype): an application's image size, a Functional model's inputs of unknown size
+        (keras_hub's BERT), a subclassed model's call() arguments. Predicted and measured studies alike: the
+        trials are predicted and measured on them, the study's fingerprint holds them and a joining worker reads
+        them from the study's "run" attributes.
 
     How trials are ordered and pruned
       carm_order: after the baseline, each backend's configuration predicted best comes first.
@@ -245,10 +249,11 @@ FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TuneOptions))
 
 
 def run_attributes(options: TuneOptions, *, model: str, trial_target: int, calibration: Any,
-                   fake_delay_s: float | None) -> dict[str, Any]:
+                   fake_delay_s: float | None, input_shapes: str | None = None) -> dict[str, Any]:
     """The study's "run" user attribute: what a worker joining by storage URL and study name rebuilds the run
     from (TuneOptions.from_run), with the model as a worker loads it (a name, a file, "module:function"), the
-    study's trial target, the calibration as a worker loads it (calibration_ref) and a fake runner's delay."""
+    study's trial target, the calibration as a worker loads it (calibration_ref), a fake runner's delay and the
+    model's input shapes (mapping.input_shapes.shapes_json text, None where none were given)."""
     return {
         "model": model, "mode": options.mode, "trial_target": trial_target, "carm_pruning": options.carm_pruning,
         "prune_margin": options.prune_margin, "max_slowdown": options.max_slowdown,
@@ -258,7 +263,7 @@ def run_attributes(options: TuneOptions, *, model: str, trial_target: int, calib
         "worker_settings": dataclasses.asdict(dataclasses.replace(options.worker_settings or WorkerSettings(),
                                                                   mode=options.mode)),
         "trial_timeout_s": options.trial_timeout_s, "runner_factory": options.runner_factory,
-        "calibration": calibration, "fake_delay_s": fake_delay_s}
+        "calibration": calibration, "fake_delay_s": fake_delay_s, "input_shapes": input_shapes}
 
 
 def unknown_option_message(name: str) -> str:

@@ -2,7 +2,7 @@
 
 Optuna's storage is the distributed engine: every worker (`carm-advise worker --storage URL --study NAME`,
 here or on another machine) loads the study, rebuilds the run from the study's "run" user attributes
-(model, mode, objectives, space, baseline, trial target) and calls study.optimize. `launch()` starts one
+(model and its input shapes, mode, objectives, space, baseline, trial target) and calls study.optimize. `launch()` starts one
 worker per local GPU, each pinned with CUDA_VISIBLE_DEVICES (and CUDA_DEVICE_ORDER=PCI_BUS_ID, so an index
 means the same GPU to CUDA and to NVML), and gives each an exact share of the trials: the shares add up
 to the trials asked for, so one machine runs exactly that many. A worker that dies is started again on
@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import optuna
 
+from carm_advisor.mapping.input_shapes import shapes_from_json
 from carm_advisor.models.builder import model_spec
 from carm_advisor.models.keras_import import import_tensorflow_quietly
 from carm_advisor.power.nvml import gpu_count
@@ -111,14 +112,17 @@ def runner_from_run(run: dict[str, Any], predictor=None):
         return load_factory(run["runner_factory"])(run)
     options = TuneOptions.from_run(run)
     calibration = run.get("calibration", False)   # a path (the study's own calibration) or True/False
-    predictor = predictor or ConfigPredictor(model_spec(run["model"]), options.profile,
-                                             calibration=calibration if isinstance(calibration, str) else bool(calibration))
+    shapes = shapes_from_json(run.get("input_shapes"))   # the model's input shapes, where the study was given some
+    if not isinstance(calibration, str):
+        calibration = bool(calibration)
+    predictor = predictor or ConfigPredictor(model_spec(run["model"], input_shapes=shapes), options.profile,
+                                             calibration=calibration, input_shapes=shapes)
     if run["source"] == "predicted":
         return predictor, PredictedRunner(predictor)
     if run["source"] == "fake":
         return predictor, FakeRunner(predictor, delay_s=run.get("fake_delay_s") or 0.0)
     return predictor, WorkerRunner(run["model"], predictor, options.worker_settings,
-                                   trial_timeout_s=options.trial_timeout_s)
+                                   trial_timeout_s=options.trial_timeout_s, input_shapes=run.get("input_shapes"))
 
 
 # ---- one worker ---------------------------------------------------------------------------------

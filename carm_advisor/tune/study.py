@@ -52,6 +52,7 @@ import optuna
 
 from carm_advisor.advise.analyze import mapping_warnings
 from carm_advisor.errors import GPUUnavailableError
+from carm_advisor.mapping.input_shapes import shapes_json
 from carm_advisor.measure.profile import profile_for_this_gpu
 from carm_advisor.models.builder import ModelSpec, model_spec
 from carm_advisor.models.keras_import import import_tensorflow_quietly
@@ -206,9 +207,10 @@ def tune(model_or_builder: Any, options: TuneOptions | None = None, **overrides:
     bound (benchmarks/tuning_prediction_check.py found the calibrated ranking of VGG16's batch sizes on jax
     inverted against the H200's measurements). True: the calibration in either (a measured study then orders by
     it). Pruning always compares the bound. Several `gpus`: one worker process per GPU runs the study
-    (tune/parallel.py). input_shapes: a predicted study maps a subclassed model on them instead of a lower bound; a
-    measured study refuses them (its workers run the model with predict_on_batch on the one input it was built on).
-    A predicted study stops once every configuration of its space has a finished trial.
+    (tune/parallel.py). input_shapes: the model's input shapes (mapping/input_shapes.py), which every trial is
+    predicted or measured on (an application is built at its image size); the study's fingerprint holds them, its
+    "run" attributes give them to joining workers. A predicted study stops once every configuration of its space
+    has a finished trial.
     """
     if options is None:
         options = TuneOptions()
@@ -239,7 +241,8 @@ def _resolve_source(model_or_builder: Any, o: TuneOptions) -> _Run:
     """The model, the objectives and where the figures come from; what cannot be done here is refused."""
     start_s = time.perf_counter()
     objectives = resolve_objectives(o.objective, o.pareto)
-    spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder)
+    spec = model_or_builder if isinstance(model_or_builder, ModelSpec) else model_spec(model_or_builder,
+                                                                                         input_shapes=o.input_shapes)
     several = o.gpus is not None and len(o.gpus) > 1
     if several and ((o.runner is not None and not isinstance(o.runner, FakeRunner)) or o.apply_clocks):
         raise ValueError("several GPUs: each worker process builds its own runner (give runner_factory, not runner), "
@@ -250,9 +253,6 @@ def _resolve_source(model_or_builder: Any, o: TuneOptions) -> _Run:
     if source == "predicted" and o.mode == "training":
         raise ValueError("a predicted study covers inference only (the CARM predictor maps forward passes); "
                          "training needs a GPU to measure")
-    if o.input_shapes is not None and source != "predicted":
-        raise ValueError("input_shapes is for predicted studies (predict=True / --predict): a measured study runs "
-                         "the model with predict_on_batch on the one input it was built on")
     if o.apply_clocks and source == "predicted":
         raise GPUUnavailableError("--apply-clocks locks the clocks of an NVIDIA GPU; this study is not measured on one")
     gpu = clock_control.clock_gpu(o.apply_clocks, o.clock_gpu)
@@ -346,7 +346,7 @@ def _open_study(run: _Run) -> None:
     o = run.options
     fingerprint = study_fingerprint(run.source, o.mode, run.objectives, run.spec, run.predictor,
                                     gpu=measured_gpu_name(o.gpus if run.parallel else None)
-                                    if run.source == "measured" else None)
+                                    if run.source == "measured" else None, input_shapes=o.input_shapes)
     run.url = storage_url(o.storage, run.spec.name)
     run.store = open_storage(o.storage, run.spec.name, o.heartbeat_s)
     # "-calibrated": an older bound-valued predicted study in the same file is not resumed into mixed values.
@@ -394,7 +394,8 @@ def _store_run(run: _Run, files: StudyFiles) -> str | None:
                                   run.study_name, files)
     run.study.set_user_attr("run", run_attributes(
         o, model=model_ref, trial_target=run.target, calibration=calibration,
-        fake_delay_s=o.runner.delay_s if isinstance(o.runner, FakeRunner) else None))
+        fake_delay_s=o.runner.delay_s if isinstance(o.runner, FakeRunner) else None,
+        input_shapes=shapes_json(o.input_shapes)))
     return model_ref
 
 
@@ -480,7 +481,8 @@ def _runner(run: _Run, model_ref: str | None, files: StudyFiles):
         return PredictedRunner(run.predictor, o.mode)
     model_ref = model_ref or portable_model(run.spec, run.built, files)
     settings = dataclasses.replace(o.worker_settings or WorkerSettings(), mode=o.mode)
-    return WorkerRunner(model_ref, run.predictor, settings, trial_timeout_s=o.trial_timeout_s, log_dir=o.log_dir)
+    return WorkerRunner(model_ref, run.predictor, settings, trial_timeout_s=o.trial_timeout_s, log_dir=o.log_dir,
+                        input_shapes=shapes_json(o.input_shapes))
 
 
 def _timeout_note(run: _Run) -> str:
