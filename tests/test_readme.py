@@ -264,6 +264,11 @@ def test_the_python_blocks_run_as_written_and_their_comments_hold(tmp_path, monk
     assert not [w for w in ns["report_2in"].warnings if "lower bound" in w]
     alone = advisor.analyze(ns["two_input_model"], batch_size=64)
     assert [w for w in alone.warnings if "lower bound" in w]
+    # the keras_hub backbone on 128 tokens: every layer costed, a 768 -> 3072 feed-forward Dense of 8 x 128 tokens
+    # (2 FLOPs per multiply-add, a bias per output) among them
+    bert = {r.name: r for r in ns["report_bert"].layers}
+    assert all(r.known for r in bert.values())
+    assert bert["transformer_layer_0/feedforward_output_dense"].flops == 2 * 8 * 128 * 3072 * 768 + 8 * 128 * 768
     assert ns["rows"]
 
     result = ns["result"]
@@ -361,7 +366,7 @@ def test_the_dev_extra_holds_what_the_tests_need():
     tomllib = pytest.importorskip("tomllib")
     extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower(): req for req in extras["dev"]}
-    assert {"pytest", "pytest-timeout", "torch", "jax", "psycopg2-binary", "pgserver"} <= set(names)
+    assert {"pytest", "pytest-timeout", "torch", "jax", "psycopg2-binary", "pgserver", "keras-hub"} <= set(names)
     assert names["torch"] == "torch==2.13.0" and names["jax"] == "jax==0.10.2"
 
 
