@@ -315,6 +315,17 @@ def test_the_trial_worker_feeds_the_backbone_the_shapes_of_its_init_message():
         without.measure(_trial(without, 5))
 
 
+def test_the_output_compared_is_the_same_whatever_the_order_of_a_dict_of_outputs():
+    """keras_hub's BERT returns {sequence_output, pooled_output}: on jax predict_on_batch and a direct call give
+    them in different orders, and the accuracy check compared a (3, 32) output with a (3, 16, 32) one."""
+    from carm_advisor.trials.worker import _first
+
+    sequence, pooled = np.zeros((3, 16, 32)), np.zeros((3, 32))
+    assert _first({"sequence_output": sequence, "pooled_output": pooled}) is pooled
+    assert _first({"pooled_output": pooled, "sequence_output": sequence}) is pooled
+    assert _first([(sequence, pooled)]) is sequence
+
+
 def test_the_trial_worker_runs_a_call_of_two_tensors_on_the_shapes_given():
     """predict_on_batch passes one x: a call(image, tokens) runs inside a one-input model fed both."""
     from carm_advisor.trials.worker import Worker

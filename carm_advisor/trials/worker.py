@@ -259,11 +259,12 @@ def _on_device(host):
 
 
 def _first(y):
-    while isinstance(y, (list, tuple)):
-        y = y[0]
-    if isinstance(y, dict):
-        y = next(iter(y.values()))
-    return y
+    """The first output of a model's outputs in Keras' flattening order (a dict's by sorted key): predict_on_batch
+    and a direct call may return a dict of outputs in different orders (keras_hub's BERT on jax: pooled_output
+    first from one, sequence_output from the other)."""
+    import keras
+
+    return keras.tree.flatten(y)[0]
 
 
 def _spread(m) -> float:
