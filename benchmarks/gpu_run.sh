@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One full GPU session: build the kernels, measure the ceilings beside the references, measure VGG16
+# One full GPU run: build the kernels, measure the ceilings beside the references, measure VGG16
 # layer by layer (float32 and mixed_bfloat16, torch backend, channels_first; counters on bf16), time
 # the CLI's whole analysis. Everything lands under $OUT/results (packed as $OUT/results.tgz).
 # Knobs: SKIP_CEILINGS=1 (layers only), SKIP_VGG=1 (ceilings only), SKIP_JAX=1, VGG_COUNTERS (extra vgg16_layers.py flags; default

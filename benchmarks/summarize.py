@@ -169,7 +169,7 @@ def cli_table(session: str) -> str:
         t = d.get("timings_s") or {}
         txt = path.with_suffix(".txt").read_text() if path.with_suffix(".txt").exists() else ""
         found = re.search(r"([0-9.]+) s since\s+start-up", txt)
-        timed = path.with_suffix(".time")   # /usr/bin/time's whole-process wall (gpu_session.sh cli stage)
+        timed = path.with_suffix(".time")   # /usr/bin/time's whole-process wall (gpu_call.sh cli stage)
         wall = re.search(r"wall ([0-9.]+) s", timed.read_text()) if timed.exists() else None
         graph = (d["measurement"].get("inference_graph") or {}).get("time_s")
         ratio = d["totals"]["sum_layer_time_s"] / graph if graph else None

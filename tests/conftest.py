@@ -8,9 +8,9 @@ from pathlib import Path
 # inherited by every child process the tests start. The tests then never touch the user's own caches
 # (~/.cache/carm_advisor: built kernels, measured profiles, calibrations; ~/.keras; matplotlib's font cache),
 # and never read them either (a user's ~/.keras/keras.json picking another backend).
-SESSION_DIR = Path(tempfile.mkdtemp(prefix="carm-advisor-tests-"))
-SESSION_STAMP = SESSION_DIR / "started"
-SESSION_STAMP.touch()
+RUN_DIR = Path(tempfile.mkdtemp(prefix="carm-advisor-tests-"))
+RUN_STAMP = RUN_DIR / "started"
+RUN_STAMP.touch()
 CACHE_DIRS = {
     "CARM_ADVISOR_CACHE": "carm_advisor",   # the package's cache (profiles/, calibration/, kernels/)
     "KERAS_HOME": "keras",
@@ -24,8 +24,8 @@ CACHE_DIRS = {
     "CUDA_CACHE_PATH": "nv-compute-cache",
 }
 for _var, _name in CACHE_DIRS.items():
-    os.environ[_var] = str(SESSION_DIR / _name)
-    (SESSION_DIR / _name).mkdir()
+    os.environ[_var] = str(RUN_DIR / _name)
+    (RUN_DIR / _name).mkdir()
 
 import pytest  # noqa: E402
 from _gpu import NO_GPU_REASON, gpu_present  # noqa: E402  (imports carm_advisor: after the directories are set)
@@ -37,13 +37,13 @@ HOME_CHECK = "test_isolation.py::test_the_suite_wrote_nothing_into_the_home_dire
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def session_cache_dirs():
+def run_cache_dirs():
     """(the run's temporary directory, the file stamped when it was made, {variable: directory})."""
-    return SESSION_DIR, SESSION_STAMP, {var: SESSION_DIR / name for var, name in CACHE_DIRS.items()}
+    return RUN_DIR, RUN_STAMP, {var: RUN_DIR / name for var, name in CACHE_DIRS.items()}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,18 +12,18 @@ HOME_CACHES = (".cache/carm_advisor", ".keras", ".cache/matplotlib", ".config/ma
                ".triton", ".nv/ComputeCache")
 
 
-def test_every_cache_and_config_directory_is_the_runs_own(session_cache_dirs):
+def test_every_cache_and_config_directory_is_the_runs_own(run_cache_dirs):
     import carm_advisor  # noqa: F401  (imported: nothing it set moved the directories back)
     import keras
 
-    root, _, dirs = session_cache_dirs
+    root, _, dirs = run_cache_dirs
     for var, path in dirs.items():
         assert os.environ[var] == str(path) and path.is_relative_to(root), var
     assert (dirs["KERAS_HOME"] / "keras.json").is_file()   # Keras wrote its config there on import
 
 
-def test_the_suite_wrote_nothing_into_the_home_directorys_caches(session_cache_dirs):
-    _, stamp, _ = session_cache_dirs
+def test_the_suite_wrote_nothing_into_the_home_directorys_caches(run_cache_dirs):
+    _, stamp, _ = run_cache_dirs
     since = stamp.stat().st_mtime
     home = Path(os.path.expanduser("~"))
     written = []

@@ -18,7 +18,7 @@ SMALL = ["--model", "tiny_models:tiny_cnn", "--fake", "--backends", "torch", "--
 
 
 def _run(tmp_path, *extra):
-    # In this process (Keras is imported once for the whole test session; three subprocesses would
+    # In this process (Keras is imported once for the whole test run; three subprocesses would
     # each spend 15-30 s importing it on a loaded 2-core machine).
     sys.path.insert(0, str(SUPPORT))
     spec = importlib.util.spec_from_file_location("vgg16_tuning", SCRIPT)

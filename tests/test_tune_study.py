@@ -207,11 +207,11 @@ def test_the_summary_and_json_say_how_the_best_was_picked(tmp_path):
     measured = {"float32": (0.02, 4.0, 0.0), "mixed_bfloat16": (0.02, 2.0, 0.0)}
     bounds = {p: (t / 2, e / 2) for p, (t, e, _) in measured.items()}
     result, _ = run(tmp_path, measured, bounds, measured, n_trials=4, objective=LAT_SPJ, carm_pruning=False)
-    rule = result.to_dict()["best_rule"]
-    assert rule.startswith("the Pareto front member best in latency")
-    assert "equal to 4 significant digits tie" in rule and "the best in samples_per_joule among them wins" in rule
+    stated = result.to_dict()["best_rule"]
+    assert stated.startswith("the Pareto front member best in latency")
+    assert "equal to 4 significant digits tie" in stated and "the best in samples_per_joule among them wins" in stated
     text = _rendered(result)
-    assert f"best: {rule} (1 configuration on the front)" in text
+    assert f"best: {stated} (1 configuration on the front)" in text
 
 
 def test_one_objective_needs_no_rule(tmp_path):

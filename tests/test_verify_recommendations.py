@@ -214,7 +214,7 @@ def test_advice_the_gpu_measured_slower_and_costlier_sinks_below_the_rest_and_sa
     text = verified_text(compile_rec.verified)
     assert "OFF by 83% in time" in text and "not advised here" in text
     assert "not advised" not in verified_text(report.recommendations[1].verified)    # batch: 1.00x, 2.00x energy
-    # one measured gain only (no energy reading): the same rule ranks and words it
+    # one measured gain only (no energy reading): the same ordering ranks and words it
     only_time = {"measured_speedup": 0.5, "measured_energy_ratio": None, "error": None}
     assert "not advised here" in verified_text(only_time)
 

@@ -200,7 +200,7 @@ def _build_tf_op(src: Path, out_dir: Path, lib_name: str, tf_cflags: list[str], 
                  fail: Callable[[str, str], KernelBuildError]) -> None:
     """tf_carm_ops.so from kernels/tf_carm_ops.cc, linked against out_dir's lib_name (the CUDA or host-only ABI)."""
     tmp_tf = out_dir / (TF_LIB_NAME + ".tmp")
-    # TensorFlow's own headers call deprecated absl helpers: their warnings are not ours
+    # TensorFlow's own headers call deprecated absl functions: their warnings are not ours
     cmd = [_cxx(), *_CXX_FLAGS, "-Wno-deprecated-declarations", *tf_cflags, f"-I{src}", str(src / TF_SOURCE),
            "-o", str(tmp_tf), f"-L{out_dir}", "-l:" + lib_name, "-Wl,-rpath,$ORIGIN", *tf_lflags]
     rc, out = _run(cmd, log)

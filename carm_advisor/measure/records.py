@@ -191,7 +191,7 @@ class RunMeasurement:
         return sum(m.time_s for m in self.layers)
 
 
-# ---- validation helpers ------------------------------------------------------------------------
+# ---- validation functions ----------------------------------------------------------------------
 
 _MODEL_KEYS = ("inference", "training_step", "inference_graph")
 

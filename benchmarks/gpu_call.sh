@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of a GPU session: stages picked by STAGES (space-separated), each bounded in time,
+# One device call: stages picked by STAGES (space-separated), each bounded in time,
 # everything under $OUT. Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
 #   kernels   build-kernels, then `carm-advise ceilings --quick` timed as a fresh process, then the launch floor
 #   floor     the launch floor alone (builds the kernels when the cache has none)
@@ -8,6 +8,10 @@
 #   grid      the same space measured exhaustively (GRID_BUDGET_S), resuming carry/vgg16-grid.db
 #   records   benchmarks/record_layers.py (RECORD_BUDGET_S; RECORD_ARGS replaces the models/precisions/... choice)
 #   sweep     benchmarks/power_sweep.py (SWEEP_BUDGET_S)
+#   hf        benchmarks/hf_reference.py (HF_ARGS; HF_BUDGET_S): Hugging Face BERT and ViT run by hand, the reference
+#             a tuned Keras transformer is held against, measured in the same call as the tuning
+#   ttune     a measured tuning study of a transformer builder (TTUNE_MODEL, TTUNE_TRIALS, TTUNE_BUDGET_S,
+#             TTUNE_ARGS) with carm-advise tune, resuming $OUT/$TTUNE_DB when a carried copy sits in carry/
 #   cli       carm-advise analyze timed on CLI_MODELS (default vgg16 resnet50 mobilenetv2; whole process, cli/M.time);
 #             the stage's first process runs under -X importtime (cli/importtime-cold.txt: the cold import profile
 #             of the very run timed), vgg16 runs a second time with a warm page cache (cli/vgg16-warm.*); then
@@ -21,14 +25,14 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
-# Every stage's timeout is capped by what is left of SESSION_S (default 570 s, under the device's 600 s per
+# Every stage's timeout is capped by what is left of CALL_S (default 570 s, under the device's 600 s per
 # call), so the packing at the end always runs and the results come back.
 START_S=$(date +%s)
-cap() { local left=$(( ${SESSION_S:-570} - ($(date +%s) - START_S) )); [ "$left" -lt 1 ] && left=1; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
+cap() { local left=$(( ${CALL_S:-570} - ($(date +%s) - START_S) )); [ "$left" -lt 1 ] && left=1; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
 has() { case " ${STAGES:-kernels tune} " in *" $1 "*) return 0 ;; esac; return 1; }
 if [ -d .whl ]; then
   # Byte-compiled at install, as a user's pip install is: with --no-compile the first CLI process of a
-  # fresh machine compiled Keras itself and its timing (issue 10's wall-time target) paid for it.
+  # fresh machine compiles Keras itself and its timing pays for it.
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || exit 1
 fi
@@ -49,7 +53,7 @@ fi
 if has cli; then
   mkdir -p "$OUT/cli"
   # The stage's first Python process runs under -X importtime: a separate profiling process before it would
-  # warm the page cache for the cold run that decides issue 10's target. Its stderr is the profile.
+  # warm the page cache for the cold run being timed. Its stderr is the profile.
   PROFILE_NEXT=1
   cli_run() {  # NAME MODEL: one whole `analyze` process, timed, into cli/NAME.{txt,json,time}
     local xopt=() err="$OUT/cli/$1.txt"
@@ -111,8 +115,21 @@ if has xla; then
         --batch-size "$b" --out "$OUT/xla/$m-jax-$p-b$b.json" 2>&1 | grep -v '^I0000\|^W0000\|^E0000' | tail -n 8
   done
 fi
+if has hf; then
+  step "hugging face reference"
+  timeout $(cap $(( ${HF_BUDGET_S:-90} + 60 ))) python3 benchmarks/hf_reference.py ${HF_ARGS:-} --budget-s "${HF_BUDGET_S:-90}" \
+      --out "$OUT/hf" 2>&1 | grep -v '^I0000\|^W0000' | tee "$OUT/hf.log" | tail -n 20
+fi
+if has ttune; then
+  DB=${TTUNE_DB:-transformer-study.db}
+  [ -f "carry/$DB" ] && { cp "carry/$DB" "$OUT/"; echo "resuming the carried study"; }
+  step "tuning study of ${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128}"
+  timeout $(cap $(( ${TTUNE_BUDGET_S:-300} + 60 ))) python3 -m carm_advisor.cli tune "${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128}" \
+      --objective samples_per_joule --trials "${TTUNE_TRIALS:-12}" --timeout "${TTUNE_BUDGET_S:-300}" --storage "$OUT/$DB" \
+      --json "$OUT/transformer-tune.json" ${TTUNE_ARGS:-} 2>&1 | grep -v '^I0000\|^W0000' | tee "$OUT/ttune.log" | tail -n 60
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
 # The device tool brings back a limited number of files: pack the many small ones.
-tar czf "$OUT/session.tgz" -C "$OUT" --exclude session.tgz . 2>/dev/null
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name session.tgz ! -name '*.db' -exec rm -rf {} +
+tar czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name '*.db' -exec rm -rf {} +
 step done
