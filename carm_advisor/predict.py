@@ -15,7 +15,15 @@ from typing import Any, Iterable, Mapping, Protocol
 from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
 from carm_advisor.carm.dvfs import predicted_time_energy
-from carm_advisor.carm.placement import DEFAULT_MATH_MODE, compute_path_for, memory_level_for, missing_roof_note
+from carm_advisor.carm.placement import (
+    DEFAULT_MATH_MODE,
+    QUANTIZED_DTYPE,
+    available_path,
+    compute_path_for,
+    memory_level_for,
+    missing_roof_note,
+    quantized_placement,
+)
 from carm_advisor.carm.power_model import host_paced_fraction
 from carm_advisor.mapping import map_model
 from carm_advisor.mapping.registry import dtype_bytes_of, elems
@@ -31,10 +39,22 @@ class Calibration(Protocol):
         """Bound / achieved time for this layer on this backend, in (0, 1]; None where nothing calibrates it."""
 
 
-def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None) -> str:
-    """The compute roof a layer's dominant work runs on."""
+def compute_path(cost: LayerCost, math_mode: dict[str, str], available: set[str] | None = None,
+                 backend: str | None = None) -> str:
+    """The compute roof a layer's dominant work runs on: a quantised layer's (its cost's extra["quantization_mode"])
+    where `backend` runs it (quantized_path), any other's at its compute dtype."""
+    if cost.extra.get("quantization_mode") and cost.op_class == OP_MATMUL:
+        return available_path(quantized_path(cost, math_mode, backend)[0], available)
     on_tensor_cores = cost.tensor_core and cost.op_class == OP_MATMUL
     return compute_path_for(cost.compute_dtype, on_tensor_cores, cost.type, math_mode, available)
+
+
+def quantized_path(cost: LayerCost, math_mode: dict[str, str], backend: str | None) -> tuple[str, str]:
+    """(compute path, note) of a quantised matmul layer on `backend`: carm.placement.QUANTIZED_PATHS, one table
+    with the provenance of each entry; the note says where the layer falls back to a float path."""
+    units = cost.output_shapes[0][-1] if cost.output_shapes and cost.output_shapes[0] else None
+    return quantized_placement(backend, cost.extra["quantization_mode"], cost.type, cost.compute_dtype, math_mode,
+                               cost.input_shapes[0] if cost.input_shapes else None, units)
 
 
 def memory_level(cost: LayerCost, l2_usable_bytes: int) -> str:
@@ -100,18 +120,24 @@ class Predictor:
         levels = set(carm.bandwidth_bytes_per_s)
         rows = []
         for c in costs:
-            path = compute_path(c, self.math_mode, paths)
-            wanted = compute_path(c, self.math_mode)   # the roof the work runs on, whether the profile has it or not
+            path = compute_path(c, self.math_mode, paths, self.backend)
+            # the roof the work runs on, whether the profile has it or not
+            wanted = compute_path(c, self.math_mode, None, self.backend)
             level = memory_level(c, l2)
             if level not in levels:   # the slowest slope the profile has: the safe upper bound
                 level = min(levels, key=lambda m: carm.bandwidth_bytes_per_s[m])
+            mode = c.extra.get("quantization_mode")
+            placed = quantized_path(c, self.math_mode, self.backend)[1] if mode and c.op_class == OP_MATMUL else ""
+            weight_bytes = c.extra.get("weight_bytes", c.params * dtype_bytes_of(c.compute_dtype))
             row = LayerRow(
-                name=c.name, type=c.type, dtype=c.compute_dtype, flops=c.flops, bytes=c.bytes, ai=c.ai,
-                ai_source="analytic", path=path, level=level, bound="unknown", attainable_flops_per_s=None,
-                predicted_time_s=None, predicted_energy_j=None, tensor_core=c.tensor_core, known=c.known,
-                notes="; ".join(n for n in (c.notes, missing_roof_note(wanted, path) if path != wanted else "") if n),
+                name=c.name, type=c.type, dtype=QUANTIZED_DTYPE.get(mode, c.compute_dtype), flops=c.flops,
+                bytes=c.bytes, ai=c.ai, ai_source="analytic", path=path, level=level, bound="unknown",
+                attainable_flops_per_s=None, predicted_time_s=None, predicted_energy_j=None,
+                tensor_core=c.tensor_core, known=c.known,
+                notes="; ".join(n for n in (c.notes, placed, missing_roof_note(wanted, path) if path != wanted else "")
+                                if n),
                 channels=_channels(c), analytic_ai=c.ai,
-                input_bytes=max(0, c.bytes_read - c.params * dtype_bytes_of(c.compute_dtype)) if c.known else 0,
+                input_bytes=max(0, c.bytes_read - weight_bytes) if c.known else 0,
                 output_elements=sum(elems(s) for s in c.output_shapes if s and all(d for d in s)),
             )
             copy_bytes = calibration_policy.layout_copy_bytes(self.backend, c.type, c.extra.get("data_format"),
@@ -153,6 +179,10 @@ class Predictor:
         row.calibrated_time_s = row.calibrated_energy_j = None
         if row.predicted_time_s is None or self.calibration is None:
             return
+        if row.dtype in QUANTIZED_DTYPE.values() and not self._has_own_cells(row):
+            # a quantised layer runs other kernels than any float layer: no other dtype's cells stand in for it
+            row.calibration = f"none: no {row.dtype} cells on {self.backend} (a quantised layer keeps its bound)"
+            return
         describe = getattr(self.calibration, "describe", None)
         row.calibration = describe(row, self.backend) if describe else ""
         efficiency = self.calibration.efficiency(row, self.backend)
@@ -180,6 +210,16 @@ class Predictor:
             power_w = pm.duty_power_w(busy_w, row.calibrated_time_s, bound_time_s=bound_s,
                                       output_elements=row.output_elements, path=row.path)
             row.calibrated_energy_j = power_w * row.calibrated_time_s
+
+
+    def _has_own_cells(self, row: LayerRow) -> bool:
+        """Whether the calibration calibrates `row` from cells of its own dtype (Calibration.estimate's key: backend,
+        class, dtype, size), not from another dtype's or a pooled fallback."""
+        estimate = getattr(self.calibration, "estimate", None)
+        if estimate is None:
+            return False
+        found = estimate(self.backend or "", row.type, row.dtype, row.predicted_time_s)
+        return found is not None and len(found.key) > 2 and found.key[2] == row.dtype
 
 
 def layout_copies_time_s(row, calibration, backend: str | None) -> float:

@@ -6,6 +6,7 @@ The Keras side (a mapping LayerCost) is adapted to these in carm_advisor.predict
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from carm_advisor.carm.roofline import COMPUTE_PATHS
 
@@ -59,6 +60,12 @@ def compute_path_for(
             path = _TENSOR_CORE_PATH.get(dtype, "fp32")
     else:
         path = _CUDA_CORE_PATH.get(dtype, "fp32")
+    return available_path(path, available)
+
+
+def available_path(path: str, available: set[str] | None) -> str:
+    """`path` where the profile has it (`available`; None: every path), else the nearest one it has (_FALLBACK),
+    else FP32 on the CUDA cores."""
     if available is None or path in available:
         return path
     seen = {path}
@@ -90,3 +97,87 @@ def missing_roof(notes: str | None) -> tuple[str, str] | None:
     notes (missing_roof_note), None for a layer placed on its own roof."""
     match = _MISSING_ROOF.search(notes or "")
     return (match.group(1), match.group(2)) if match else None
+
+
+# ---- Keras' quantised layers (model.quantize("int8" | "float8")) ---------------------------------------------
+
+# What a quantised Dense or EinsumDense computes in, by (Keras backend, quantisation mode): a Tensor Core path
+# of its own ("tc_int8", "tc_fp8_e4m3"), or the float path it falls back to: FLOAT32_MATMUL (a float32 matmul,
+# TF32 or IEEE FP32 as the float32 math mode says) or COMPUTE_DTYPE (the matmul at the layer's compute dtype).
+FLOAT32_MATMUL = "float32 matmul"
+COMPUTE_DTYPE = "compute dtype"
+ASSUMED = "assumed: not yet read on a GPU"
+# The dtype name a quantised layer's row carries (the calibration's cells are keyed by it).
+QUANTIZED_DTYPE = {"int8": "int8", "float8": "float8_e4m3fn"}
+
+
+@dataclass(frozen=True)
+class QuantizedPath:
+    """Where one backend runs one quantisation mode's matmul. path: a compute path key, FLOAT32_MATMUL or
+    COMPUTE_DTYPE; provenance: "read from the profiler's kernel names on <GPU> (<file>)" or ASSUMED with the Keras
+    source read; how: what Keras runs there, said in a fallback's notes; matrix_path: the path of a Dense called
+    on a 2-D input whose sizes torch._int_mm takes (torch only; None: the same path)."""
+
+    path: str
+    provenance: str
+    how: str
+    matrix_path: str | None = None
+
+
+_KERAS = "Keras 3.15 source"
+QUANTIZED_PATHS: dict[tuple[str, str], QuantizedPath] = {
+    ("torch", "int8"): QuantizedPath(
+        FLOAT32_MATMUL, f"{ASSUMED} ({_KERAS}: backend/torch/numpy.py matmul and einsum)",
+        "Keras' int8 Dense and EinsumDense on torch cast their int8 operands to float32 (torch has no CUDA integer "
+        "matmul but torch._int_mm, which Keras calls for a Dense's 2-D operands alone)", matrix_path="tc_int8"),
+    ("torch", "float8"): QuantizedPath(
+        COMPUTE_DTYPE, f"{ASSUMED} ({_KERAS}: layers/core/dense.py _float8_call)",
+        "Keras' float8 Dense on torch quantises and dequantises its inputs and kernel, then multiplies them in the "
+        "compute dtype"),
+    ("jax", "int8"): QuantizedPath(
+        "tc_int8", f"{ASSUMED} ({_KERAS}: backend/jax/numpy.py matmul and einsum, int8 operands with an int32 "
+        "result)",
+        "XLA's int8 matmul"),
+    ("jax", "float8"): QuantizedPath(
+        "tc_fp8_e4m3", f"{ASSUMED} ({_KERAS}: dense.py _float8_call places the quantise-dequantise pairs for "
+        "XLA's GEMM rewriter, which fuses them into an FP8 matmul)", "XLA's FP8 matmul"),
+    ("tensorflow", "int8"): QuantizedPath(
+        "tc_int8", f"{ASSUMED} ({_KERAS}: backend/tensorflow/numpy.py matmul, int8 operands with an int32 result)",
+        "TensorFlow's int8 matmul"),
+    ("tensorflow", "float8"): QuantizedPath(
+        COMPUTE_DTYPE, f"{ASSUMED} ({_KERAS}: dense.py _float8_call; only XLA's GEMM rewriter makes FP8 matmuls "
+        "of it, and TensorFlow's default graph execution has none)",
+        "Keras' float8 Dense on TensorFlow without XLA multiplies the dequantised operands in the compute dtype"),
+}
+_MATRIX_ALIGN = 8   # torch._int_mm: the contracted and output sizes multiples of 8, more than 16 rows, K >= 16
+
+
+def _int_mm_takes(input_shape, units: int | None) -> bool:
+    """Whether torch._int_mm takes a Dense's int8 matmul (keras/src/backend/torch/numpy.py can_use_int_matmul)."""
+    if input_shape is None or len(input_shape) != 2 or units is None:
+        return False
+    rows, k = input_shape
+    return rows > 16 and k >= 16 and k % _MATRIX_ALIGN == 0 and units % _MATRIX_ALIGN == 0
+
+
+def quantized_placement(backend: str | None, mode: str, layer_type: str, compute_dtype: str,
+                        math_mode: dict[str, str], input_shape=None, units: int | None = None) -> tuple[str, str]:
+    """(the compute path a quantised layer's matmul runs on, the note its row carries) from QUANTIZED_PATHS. A
+    backend without an entry (the numpy backend: the CPU) computes at the layer's compute dtype."""
+    entry = QUANTIZED_PATHS.get((backend or "", mode))
+    if entry is None:
+        path = compute_path_for(compute_dtype, True, layer_type, math_mode)
+        return path, (f"{mode} weights, placed at its compute dtype ({compute_dtype}): no quantised placement is "
+                      f"known for the {backend or 'unnamed'} backend")
+    wanted = entry.path
+    if entry.matrix_path and layer_type == "Dense" and _int_mm_takes(input_shape, units):
+        wanted = entry.matrix_path
+    if wanted == FLOAT32_MATMUL:
+        path, dtype = compute_path_for("float32", True, layer_type, math_mode), "float32"
+    elif wanted == COMPUTE_DTYPE:
+        path, dtype = compute_path_for(compute_dtype, True, layer_type, math_mode), compute_dtype
+    else:
+        return wanted, f"{mode} on the {COMPUTE_PATHS.get(wanted, wanted)} ({entry.provenance})"
+    weights = "int8 weights and inputs" if mode == "int8" else "float8 (e4m3) inputs and kernel"
+    return path, (f"{weights}, computed in {dtype} on the {COMPUTE_PATHS.get(path, path)}: {entry.how} "
+                  f"({entry.provenance})")

@@ -19,6 +19,23 @@ Attention (MultiHeadAttention, ops.dot_product_attention, rotary embeddings) is 
   both (square, sum, divide: 3 per element, + 1 square root per row), the similarity matmul (Bt*Bv*D MACs),
   the logit scale (1 per logit) and SigLIP's logit bias (1 per logit); the image-by-text logits are the
   transposed copy of the text-by-image ones.
+
+Keras' quantised layers (``model.quantize("int8" | "float8")``, Keras 3.15's layers/core/dense.py, einsum_dense.py,
+embedding.py, reversible_embedding.py; each converts its own class alone, not a subclass) keep the float layer's
+FLOPs; what changes is what they read and what they compute in (the CARM's placement: carm/placement.py
+QUANTIZED_PATHS):
+- int8 Dense / EinsumDense: the kernel is stored as int8 and read at 1 byte per element; its per-output scales and
+  the bias at the compute dtype, as every float weight. The inputs are quantised to int8 on the fly (Keras'
+  AbsMaxQuantizer: abs, max, multiply, round and clip's two compares, 6 per input element) and the int32 result
+  is descaled (the scales' product and a divide, 2 per output element): ``extra["quantize_flops"]``, elementwise
+  work apart from the matmul's FLOPs.
+- float8 Dense / EinsumDense: Keras keeps the float kernel (its quantize() adds scalar scales and amax histories,
+  deletes no kernel) and quantises it and the inputs to float8_e4m3fn and back on every call (divide, clip's two
+  compares, multiply: 4 per element of each): the kernel is read at the compute dtype as before, plus the two
+  scalar scales read at inference (the amax histories are read in training only).
+- int8 Embedding / ReversibleEmbedding: the table is int8 (1 byte per element) with one scale per row: a lookup
+  reads its rows at 1 byte per element and one scale per index; the reverse (logits) matmul reads the whole table
+  at 1 byte per element and its scales.
 """
 
 from __future__ import annotations
@@ -42,6 +59,65 @@ def _bias_act(layer, out_elems: int) -> int:
     return bias + activation_flops(getattr(layer, "activation", None)) * out_elems
 
 
+# The layer classes each quantisation mode converts (Keras 3.15: Dense, EinsumDense, Embedding and
+# ReversibleEmbedding implement int8; Dense and EinsumDense float8; any other layer's quantize() raises
+# NotImplementedError, which model.quantize turns into a warning and skips).
+QUANTIZABLE_LAYERS = {"int8": ("Dense", "EinsumDense", "Embedding", "ReversibleEmbedding"),
+                      "float8": ("Dense", "EinsumDense")}
+QUANTIZED_MODES = tuple(QUANTIZABLE_LAYERS)
+INT8_INPUT_FLOPS = 6    # per input element: abs, max, multiply by the scale, round, clip (2 compares)
+INT8_OUTPUT_FLOPS = 2   # per output element: the inputs' and kernel's scales multiplied, the divide
+FLOAT8_QDQ_FLOPS = 4    # per element of the inputs and of the kernel: divide, clip (2 compares), multiply
+FLOAT8_SCALES = 2       # inputs_scale and kernel_scale: scalars read at inference
+
+
+def quantization_mode(layer) -> str | None:
+    """The layer's Keras quantisation mode where the mapping costs it ("int8", "float8"), else None."""
+    mode = getattr(layer, "quantization_mode", None)
+    return mode if mode in QUANTIZED_MODES else None
+
+
+def quantizable_flops(costs, mode: str) -> tuple[int, int]:
+    """(FLOPs of the layers ``model.quantize(mode)`` converts, FLOPs of every costed layer) of a float model's
+    costs (map_model): the classes of QUANTIZABLE_LAYERS[mode] (by their own class name: Keras converts no
+    subclass), and the query/key/value/output projections of a MultiHeadAttention (its
+    ``extra["projection_macs"]``: they are EinsumDense layers, which model.quantize converts inside it)."""
+    classes = QUANTIZABLE_LAYERS[mode]
+    total = quantized = 0
+    for c in costs:
+        if not c.known:
+            continue
+        total += c.flops
+        if c.type in classes:
+            quantized += c.flops
+        elif "projection_macs" in c.extra and "EinsumDense" in classes:
+            quantized += 2 * int(c.extra["projection_macs"])
+    return quantized, total
+
+
+def _quantized(cost: LayerCost, layer, dtype_bytes: int, in_elems: int, out_elems: int) -> LayerCost:
+    """A quantised Dense or EinsumDense cost (made with no weights read) with what its kernel, scales and bias read
+    and the quantisation's elementwise work (module docstring)."""
+    mode = quantization_mode(layer)
+    bias = getattr(layer, "bias", None)
+    bias_elems = elems(bias.shape) if bias is not None else 0
+    kernel = elems(layer._kernel.shape)
+    if mode == "int8":
+        scales = elems(layer.kernel_scale.shape)
+        params, weight_bytes = kernel + scales + bias_elems, kernel + (scales + bias_elems) * dtype_bytes
+        work = INT8_INPUT_FLOPS * in_elems + INT8_OUTPUT_FLOPS * out_elems
+        notes = "int8 kernel (1 byte per element) and per-output scales; inputs quantised to int8 per call"
+    else:   # float8
+        params = kernel + bias_elems + FLOAT8_SCALES
+        weight_bytes = params * dtype_bytes
+        work = FLOAT8_QDQ_FLOPS * (in_elems + kernel)
+        notes = ("float8: the float kernel is kept and quantised with the inputs to float8_e4m3fn and back on every "
+                 "call (Keras stores no 8-bit kernel for float8)")
+    return dataclasses.replace(cost, bytes_read=cost.bytes_read + weight_bytes, params=params, notes=notes,
+                               extra={**cost.extra, "quantization_mode": mode, "weight_bytes": weight_bytes,
+                                      "quantize_flops": work})
+
+
 @register_cost("Dense")
 def dense_cost(call: LayerCall, dtype_bytes: int):
     layer = call.layer
@@ -49,8 +125,13 @@ def dense_cost(call: LayerCall, dtype_bytes: int):
     out_elems = elems(call.output_shapes[0])
     macs = elems(in_shape[:-1]) * in_shape[-1] * layer.units
     act = activation_flops(layer.activation) * out_elems
-    return make_cost(call, dtype_bytes, flops=2 * macs + _bias_act(layer, out_elems),
-                     op_class=OP_MATMUL, tensor_core=True, extra={"macs": macs, "activation_flops": act})
+    extra = {"macs": macs, "activation_flops": act}
+    if quantization_mode(layer) is None:
+        return make_cost(call, dtype_bytes, flops=2 * macs + _bias_act(layer, out_elems),
+                         op_class=OP_MATMUL, tensor_core=True, extra=extra)
+    cost = make_cost(call, dtype_bytes, flops=2 * macs + _bias_act(layer, out_elems), op_class=OP_MATMUL,
+                     tensor_core=True, weights=0, extra=extra)
+    return _quantized(cost, layer, dtype_bytes, elems(in_shape), out_elems)
 
 
 def _contracted_size(subscripts: str, shapes) -> int:
@@ -77,8 +158,13 @@ def einsum_dense_cost(call: LayerCall, dtype_bytes: int):
     macs = out_elems * contracted
     bias = out_elems if getattr(layer, "bias", None) is not None else 0
     act = activation_flops(getattr(layer, "activation", None)) * out_elems
-    return make_cost(call, dtype_bytes, flops=2 * macs + bias + act, op_class=OP_MATMUL,
-                     tensor_core=True, extra={"macs": macs, "equation": layer.equation, "activation_flops": act})
+    extra = {"macs": macs, "equation": layer.equation, "activation_flops": act}
+    if quantization_mode(layer) is None:
+        return make_cost(call, dtype_bytes, flops=2 * macs + bias + act, op_class=OP_MATMUL, tensor_core=True,
+                         extra=extra)
+    cost = make_cost(call, dtype_bytes, flops=2 * macs + bias + act, op_class=OP_MATMUL, tensor_core=True,
+                     weights=0, extra=extra)
+    return _quantized(cost, layer, dtype_bytes, elems(call.input_shapes[0]), out_elems)
 
 
 @register_cost("ops.Einsum")
@@ -116,8 +202,15 @@ def embedding_cost(call: LayerCall, dtype_bytes: int):
     out_elems = elems(call.output_shapes[0])
     cost = make_cost(call, dtype_bytes, flops=0, op_class=OP_DATA, weights=0, read_elems=out_elems,
                      notes="gather: reads the indices and the looked-up rows, not the whole table")
-    return dataclasses.replace(cost, bytes_read=cost.bytes_read + index_elems * index_bytes,
+    cost = dataclasses.replace(cost, bytes_read=cost.bytes_read + index_elems * index_bytes,
                                params=elems(call.layer.embeddings.shape))
+    if quantization_mode(call.layer) != "int8":
+        return cost
+    # int8 rows (1 byte per element, not dtype_bytes) and one scale per index at the compute dtype
+    rows_saved = out_elems * (dtype_bytes - 1)
+    return dataclasses.replace(cost, bytes_read=cost.bytes_read - rows_saved + index_elems * dtype_bytes,
+                               notes=cost.notes + "; int8 table: rows read at 1 byte per element, a scale per index",
+                               extra={**cost.extra, "quantization_mode": "int8"})
 
 
 @register_cost("ReversibleEmbedding")
@@ -131,9 +224,20 @@ def reversible_embedding_cost(call: LayerCall, dtype_bytes: int):
     cap = (activation_flops("tanh") + 2) * logits if getattr(layer, "logit_soft_cap", None) else 0
     table = getattr(layer, "reverse_embeddings", None) if not getattr(layer, "tie_weights", True) else None
     table = layer.embeddings if table is None else table
-    return make_cost(call, dtype_bytes, flops=2 * macs + cap, op_class=OP_MATMUL, tensor_core=True,
+    cost = make_cost(call, dtype_bytes, flops=2 * macs + cap, op_class=OP_MATMUL, tensor_core=True,
                      weights=elems(table.shape), notes="reverse=True: the logits matmul against the embedding table",
                      extra={"macs": macs})
+    if quantization_mode(layer) != "int8":
+        return cost
+    # the int8 table at 1 byte per element, and its per-row scales at the compute dtype
+    rows = table.shape[0] if table is layer.embeddings else table.shape[-1]
+    weight_bytes = elems(table.shape) + rows * dtype_bytes
+    read = cost.bytes_read - elems(table.shape) * dtype_bytes + weight_bytes
+    return dataclasses.replace(cost, bytes_read=read, params=elems(table.shape) + rows,
+                               notes=cost.notes + "; int8 table (1 byte per element) and per-row scales",
+                               extra={**cost.extra, "quantization_mode": "int8", "weight_bytes": weight_bytes,
+                                      "quantize_flops": INT8_INPUT_FLOPS * elems(call.input_shapes[0])
+                                      + INT8_OUTPUT_FLOPS * logits})
 
 
 @register_cost("PositionEmbedding")
