@@ -1,29 +1,47 @@
-"""Markdown tables of a recorded GPU run, read from benchmarks/results (for README.md and notes).
+"""Markdown tables of recorded GPU measurements, read from benchmarks/results (for README.md and docs/).
 
-    python benchmarks/summarize.py [--run 2026-12-02]   # the ceilings run of that date and the VGG16 layer runs
-    python benchmarks/summarize.py --session 2026-12-04 # tuning studies and CLI timings of a session
-    python benchmarks/summarize.py --session 2026-12-04-s2  # a second session of that day (its -s2 files)
-    python benchmarks/summarize.py --compare 'nvidia-h100-80gb-hbm3-power-model-*-2026-12-06*'  # power-model results side by side
+    python benchmarks/summarize.py                     # the README's tables: the H200 ceilings and VGG16 layer runs
+    python benchmarks/summarize.py --date 2026-12-04   # every table of the result files of that date
+    python benchmarks/summarize.py --cli 'DIR/cli'     # `carm-advise analyze` timed by gpu_call.sh's cli stage
+    python benchmarks/summarize.py --compare 'nvidia-h100-80gb-hbm3-power-model-*-2026-12-06*'  # validations side by side
+
+--date DATE (default 2026-12-02) prints, for each kind of result file of that date found: the ceilings run beside
+its library references, the VGG16 layer runs, the VGG16 tuning studies, the tuning grid summary, the held-out
+prediction accuracy and the power-model validation (its figures against the targets, its test record sets scored
+alone and the form choices it holds). --cli GLOB: folders (relative to benchmarks/results, or absolute) of the
+analyze results gpu_call.sh's cli stage writes (NAME.json, NAME.txt, NAME.time). --compare GLOB: the headline
+figures of the power-model validations matching GLOB, one row each. A selection that matches no file is a one-line
+error (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 from carm_advisor.files import COMPRESSED_SUFFIXES, read_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# How a record folder's name after its date tells which set of records it belongs to, as the validation files name
+# those sets in their test keys and choice texts (benchmarks/results/INDEX.md, Former names).
+RECORD_SET = re.compile(r"(\d{4}-\d{2}-\d{2})(-s\d+h?)(?=c\d|-|$)")
+RECORD_SET_KEY = re.compile(r"-s\d+h?\b")
+TEST_SETS = "session_tests"   # a validation file's key of its test record sets, each scored alone
+
+
+class NoMatch(Exception):
+    """No result file matches the selection."""
 
 
 def matches(pattern: str) -> list[Path]:
     """The result files matching `pattern` (*.json), else their compressed copies (*.json.xz, or *.json.gz for older
-    ones: validation results are kept compressed, the working tree that travels to the GPU machine being limited)."""
-    import glob
-
+    ones: validation results are kept compressed)."""
     # relative to benchmarks/results; an absolute pattern (a result written elsewhere) as it is
     base = "" if Path(pattern).is_absolute() else str(RESULTS) + "/"
     found = sorted(Path(p) for p in glob.glob(base + pattern))
@@ -32,10 +50,12 @@ def matches(pattern: str) -> list[Path]:
     return found
 
 
-def load(pattern: str) -> dict:
-    """The one result file matching `pattern` (matches)."""
-    (path,) = matches(pattern)
-    return read_json(path)
+def dated(what: str, date: str) -> list[Path]:
+    """The result files of kind `what` of `date`, `<gpu>-<what>[-<variant>]-<date>.json` compressed or not, at the top
+    of benchmarks/results and one folder down (a characterisation folder)."""
+    found = {p for where in ("*", "*/*") for suffix in ("", *COMPRESSED_SUFFIXES)
+             for p in glob.glob(f"{RESULTS}/{where}-{what}-*{date}.json{suffix}")}
+    return sorted(map(Path, found))
 
 
 def ceilings_table(d: dict) -> str:
@@ -68,7 +88,9 @@ def ceilings_table(d: dict) -> str:
     checks = (d.get("counter_check") or {}).get("rows") or []
     worst = [x for x in checks if not x["ok"]]
     rows.append("")
-    rows.append(f"All ceilings with power: {d['ceilings_wall_s']:.0f} s, `--quick` {d['ceilings_quick_wall_s']:.0f} s. "
+    quick = d.get("ceilings_quick_wall_s")   # None where the run skipped --quick
+    rows.append(f"All ceilings with power: {d['ceilings_wall_s']:.0f} s"
+                + (f", `--quick` {quick:.0f} s" if quick is not None else "") + ". "
                 f"CARM fitness of the mixed sweep: {q['sweep_fitness']:.2f}{_sweep_detail(d.get('sweep') or {})}. "
                 f"Nsight Compute counter check: "
                 f"{len(checks) - len(worst)} of {len(checks)} benchmarks within 5% of their declared FLOPs and bytes"
@@ -107,15 +129,18 @@ def _sweep_detail(sweep: dict) -> str:
     return f" ({n - len(missed)} of {n} points within 10% of min(roofs)" + (f"; off: {off}" if off else "") + ")"
 
 
-def vgg_table(run: str) -> str:
-    rows = ["| run | precision | model (eager) | model (CUDA graph) | sum of layers | ratio | counter / analytic FLOPs |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(RESULTS.glob("*vgg16-layers-*.json")):
-        d = json.loads(path.read_text())
+def vgg_table(paths: list[Path]) -> str:
+    """The VGG16 layer runs (benchmarks/vgg16_layers.py): whole model eager and graph-replayed, the layers' sum, the
+    counters' FLOPs against the analytic count; a configuration measured again is labelled a repeat."""
+    rows = [("| backend, layout | precision | model (eager) | model (CUDA graph) | sum of layers | ratio | "
+            "counter / analytic FLOPs |"), "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in paths:
+        d = read_json(path)
         g = d.get("model_graph_time_s")
         ratio = d.get("sum_layers_vs_model_graph") or d["sum_layers_vs_model"]
         cf = d.get("counters_flops_vs_analytic")
-        rows.append(f"| {path.stem.rsplit('-', 1)[-1]} {d['backend']} {d['layout']} | {d['precision']} | "
+        repeat = " (repeat)" if "-repeat-" in path.name else ""
+        rows.append(f"| {d['backend']} {d['layout']}{repeat} | {d['precision']} | "
                     f"{d['model_time_s'] * 1e3:.2f} ms | {'-' if g is None else f'{g * 1e3:.2f} ms'} | "
                     f"{d['sum_layer_time_s'] * 1e3:.2f} ms | {ratio:.3f} | {'-' if cf is None else f'{cf:.3f}'} |")
     return "\n".join(rows)
@@ -128,23 +153,20 @@ def _cfg(t: dict | None) -> str:
     return f"{c['backend']} {c['compiler']}, {c['precision']}, batch {c['batch_size']}, {c['layout']}"
 
 
-def tuning_table() -> str:
-    """Every measured VGG16 tuning study (not the grids, not the summaries): baseline, best, gain, time."""
+def tuning_table(paths: list[Path]) -> str:
+    """Measured VGG16 tuning studies (not the grids, not the summaries): baseline, best, gain, time."""
     rows = ["| study (file) | baseline, GFLOP/s per W | best, GFLOP/s per W | gain | trials | study wall |",
             "| --- | --- | --- | --- | --- | --- |"]
-    for path in sorted(RESULTS.glob("*-vgg16-tuning-*.json")):
-        if "summary" in path.name or "resume" in path.name:
-            continue
-        d = json.loads(path.read_text())
+    for path in paths:
+        d = read_json(path)
         b, t = d["baseline"], d["best"]
         rows.append(f"| {path.stem} | {_cfg(b)}: {b['gflops_per_watt']:.1f} | {_cfg(t)}: {t['gflops_per_watt']:.1f} | "
                     f"{d['gain_gflops_per_watt']:.2f}x | {len(d['trials'])} | {d['study_wall_s']:.0f} s |")
     return "\n".join(rows)
 
 
-def grid_summary(session: str) -> str:
-    """The session's --summarize output: grid coverage, grid best, trials to within 2%, noise."""
-    d = load(f"*-vgg16-tuning-*summary-{session}.json")
+def grid_summary(d: dict) -> str:
+    """A study against its grids (vgg16_tuning.py --summarize): grid coverage, grid best, trials to within 2%, noise."""
     g, n, u = d["grid_best"], d["within_2pct_noise"] or {}, d.get("grid_unmeasured") or {}
     top = u.get("best_bound") or {}
     unmeasured = (f"the {u['n']} unmeasured have CARM bounds of at most {top['bound']:.1f} "
@@ -156,20 +178,18 @@ def grid_summary(session: str) -> str:
             f"study best spread {n.get('study_best_spread', 0):.1%}: inside the noise {n.get('judgement_inside_noise')})")
 
 
-def cli_table(session: str) -> str:
-    """`carm-advise analyze` timed on the GPU: the CLI's own phase timings, and layers vs graph time."""
-    rows = ["| call / model | keras import | model build | analysis | since start-up | whole process | "
-            "sum of layers / CUDA graph |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    date, tag = session[:10], session[11:]   # "2026-12-04-s2": the day's folder, its "s2-*" calls only
-    for path in sorted(RESULTS.glob(f"*-cli-{date}/*/*.json")):
-        if (not path.parent.name.startswith(tag + "-")) if tag else re.match(r"s\d+-", path.parent.name):
-            continue   # another session of the same day
+def cli_table(folders: list[Path]) -> str:
+    """`carm-advise analyze` timed on the GPU (gpu_call.sh's cli stage: NAME.json, NAME.txt, NAME.time in each
+    folder): the CLI's own phase timings, the whole process, and the layers' sum against the CUDA-graph time."""
+    rows = [("| folder / model | keras import | model build | analysis | since start-up | whole process | "
+            "sum of layers / CUDA graph |"), "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in (p for folder in folders for p in sorted(folder.glob("*.json"))):
         if "timings_s" not in (d := json.loads(path.read_text())):
-            continue   # call.json
+            continue   # call.json, or a result of another command
         t = d.get("timings_s") or {}
         txt = path.with_suffix(".txt").read_text() if path.with_suffix(".txt").exists() else ""
         found = re.search(r"([0-9.]+) s since\s+start-up", txt)
-        timed = path.with_suffix(".time")   # /usr/bin/time's whole-process wall (gpu_call.sh cli stage)
+        timed = path.with_suffix(".time")   # /usr/bin/time's whole-process wall
         wall = re.search(r"wall ([0-9.]+) s", timed.read_text()) if timed.exists() else None
         graph = (d["measurement"].get("inference_graph") or {}).get("time_s")
         ratio = d["totals"]["sum_layer_time_s"] / graph if graph else None
@@ -179,10 +199,11 @@ def cli_table(session: str) -> str:
     return "\n".join(rows)
 
 
-def accuracy_table(session: str) -> str:
+def accuracy_table(d: dict) -> str:
     """Calibrated prediction on held-out models (benchmarks/prediction_accuracy.py --train-models)."""
-    d = load(f"*-prediction-accuracy-{session}.json")
-    rows = [f"Held out: {', '.join(d['models'])}; trained on {', '.join(d.get('train_models') or [])} (batch 64).", "",
+    batches = ", ".join(str(b) for b in sorted({e["batch_size"] for e in d.get("details") or []}))
+    rows = [f"Held out: {', '.join(d['models'])}; trained on {', '.join(d.get('train_models') or [])}"
+            + (f" (batch {batches})." if batches else "."), "",
             "| backend | per-layer median abs. error | whole model: median abs. error (max) | n (layers, whole-model runs) |",
             "| --- | --- | --- | --- |"]
     for backend, b in sorted(d["by_backend"].items()):
@@ -195,50 +216,79 @@ def accuracy_table(session: str) -> str:
     return "\n".join(rows)
 
 
-def power_table(session: str) -> str:
-    """The power model against measured layers and whole models (benchmarks/power_model_validation.py)."""
-    d = load(f"*-power-model-{session}.json")
-    v, t = d["validation"], d["validation"]["targets"]
-    h = v["models"]["headline"]
+def record_set_labels(d: dict) -> dict[str, str]:
+    """What each set of records a validation file names by its folders' key (RECORD_SET) holds, from the file's own
+    runs: "the DATE record set (BACKENDS, batch SIZES)"."""
+    layers = d.get("layers") if isinstance(d.get("layers"), dict) else {}   # compact_layers' runs table
+    runs = [dict(zip(layers["runs_columns"], r)) for r in layers.get("runs") or []]
+    found: dict[str, dict] = {}
+    for r in runs + [m for m in d.get("models") or [] if isinstance(m, dict)]:
+        m = RECORD_SET.search(r.get("source") or "")
+        if m:
+            s = found.setdefault(m.group(2), {"dates": set(), "backends": set(), "batches": set()})
+            s["dates"].add(m.group(1))
+            s["backends"].add(r["backend"])
+            s["batches"].add(r["batch_size"])
+    return {key: f"the {', '.join(sorted(s['dates']))} record set ({' and '.join(sorted(s['backends']))}, batch "
+                 f"{', '.join(str(b) for b in sorted(s['batches']))})" for key, s in found.items()}
+
+
+def _plain(text: str, labels: dict[str, str]) -> str:
+    """A validation file's text with each set of records it names by its folders' key told by what it holds."""
+    return RECORD_SET_KEY.sub(lambda m: labels.get(m.group(0), "a record set this file does not hold"), text)
+
+
+def power_table(d: dict) -> str:
+    """The power model against measured layers and whole models (benchmarks/power_model_validation.py): the headline
+    figures against their targets, each test record set scored alone, the form choices the file holds."""
+    v = d["validation"]
+    if "targets" not in v:   # a validation written before the targets and the whole-model headline
+        m = v.get("models") or {}
+        return "\n".join([
+            "| figure | median abs. error | n |", "| --- | --- | --- |",
+            f"| per-layer power | {_pct(v.get('power_median_abs_err'))} | {v.get('n')} |",
+            f"| per-layer energy, measured time | {_pct(v.get('energy_median_abs_err'))} | {v.get('n')} |",
+            f"| whole-model power | {_pct(m.get('power_median_abs_err'))} | {m.get('n')} |"])
+    t, h = v["targets"], v["models"]["headline"]
 
     def ok(key: str) -> str:
         return "met" if t[f"{key}_met"] else "NOT met"
 
-    return "\n".join([
+    return _plain("\n".join([
         f"Headline variant: {v['headline_variant']}.", "",
         "| figure | median abs. error | n | target |", "| --- | --- | --- | --- |",
         f"| per-layer power | {v['power_median_abs_err']:.1%} | {v['n']} | <= {t['layer_power']:.0%}: {ok('layer_power')} |",
-        f"| per-layer energy, measured time | {v['energy_median_abs_err']:.1%} | {v['n']} | "
-        f"<= {t['layer_energy_given_time']:.0%}: {ok('layer_energy_given_time')} |",
+        (f"| per-layer energy, measured time | {v['energy_median_abs_err']:.1%} | {v['n']} | "
+        f"<= {t['layer_energy_given_time']:.0%}: {ok('layer_energy_given_time')} |"),
         f"| whole-model power | {h['power_median_abs_err']:.1%} | {h['n']} | <= {t['model_power']:.0%}: {ok('model_power')} |",
-        f"| whole-model energy per sample, calibrated time (leave one model out) | "
+        (f"| whole-model energy per sample, calibrated time (leave one model out) | "
         f"{h['energy_per_sample_median_abs_err_calibrated_time']:.1%} | {h['n']} | "
-        f"<= {t['model_energy_per_sample_calibrated_time']:.0%}: {ok('model_energy_per_sample_calibrated_time')} |",
-        f"| the same with the in-sample calibrated time | {h['energy_per_sample_median_abs_err_in_sample_calibrated_time']:.1%} "
-        f"| {h['n']} | - |",
+        f"<= {t['model_energy_per_sample_calibrated_time']:.0%}: {ok('model_energy_per_sample_calibrated_time')} |"),
+        (f"| the same with the in-sample calibrated time | {h['energy_per_sample_median_abs_err_in_sample_calibrated_time']:.1%} "
+        f"| {h['n']} | - |"),
         *_measured_time_row(v),
-        *_session_test_rows(v),
+        *_test_set_rows(v),
         *_form_choice_rows(v),
-    ])
+    ]), record_set_labels(d))
 
 
-def _session_test_rows(v: dict) -> list[str]:
-    """The issue's four figures on each test session's rows alone (validation.session_tests), whole models by backend
-    and model beside them (signed medians)."""
+def _test_set_rows(v: dict) -> list[str]:
+    """The four target figures on each test record set's rows alone (TEST_SETS: records made after the forms they
+    test were fixed), whole models by backend and model beside them (signed medians)."""
     rows = []
-    for test, st in (v.get("session_tests") or {}).items():
+    for key, st in (v.get(TEST_SETS) or {}).items():
         lay, m, t = st["layers"], st["models"], st["targets"]
         if not lay["n"] and not m["n"]:
             continue
-        rows += ["", f"Test {test}, its rows alone:", "", "| figure | median abs. error | n | target |",
-                 "| --- | --- | --- | --- |",
+        rows += ["", f"Test on {key} alone:", "",
+                 "| figure | median abs. error | n | target |", "| --- | --- | --- | --- |",
                  f"| per-layer power | {_pct(lay['power_median_abs_err'])} | {lay['n']} | <= {t['layer_power']:.0%} |",
-                 f"| per-layer energy, measured time | {_pct(lay['energy_median_abs_err_given_time'])} | {lay['n']} | "
-                 f"<= {t['layer_energy_given_time']:.0%} |",
+                 (f"| per-layer energy, measured time | {_pct(lay['energy_median_abs_err_given_time'])} | {lay['n']} | "
+                 f"<= {t['layer_energy_given_time']:.0%} |"),
                  f"| whole-model power | {_pct(m['power_median_abs_err'])} | {m['n']} | <= {t['model_power']:.0%} |",
-                 f"| whole-model energy per sample, calibrated time (leave one model out) | "
+                 (f"| whole-model energy per sample, calibrated time (leave one model out) | "
                  f"{_pct(m['energy_per_sample_median_abs_err'])} | {m['n']} | "
-                 f"<= {t['model_energy_per_sample_calibrated_time']:.0%} |",
+                 f"<= {t['model_energy_per_sample_calibrated_time']:.0%} |"),
                  "", "| whole models | n | power (signed) | energy per sample (signed) | time (signed) |",
                  "| --- | --- | --- | --- | --- |"]
         for name, g in st["models_by_backend_model"].items():
@@ -257,8 +307,8 @@ def _measured_time_row(v: dict) -> list[str]:
     m = (v.get("variants") or {}).get("duty_lomo_measured_time")
     if not m or m.get("power_median_abs_err") is None:
         return []
-    return [f"| per-layer power, measured time per call (not the headline) | {m['power_median_abs_err']:.1%} | "
-            f"{m['n']} | - |"]
+    return [(f"| per-layer power, measured time per call (not the headline) | {m['power_median_abs_err']:.1%} | "
+            f"{m['n']} | - |")]
 
 
 def _pct(x) -> str:
@@ -271,22 +321,23 @@ def _form_choice_rows(v: dict) -> list[str]:
     c, j = v.get("duty_form_choice"), v.get("whole_model_jit_choice")
     rows = []
     if c and c.get("candidates") and "form_test" in next(iter(c["candidates"].values())):
-        rows += ["", f"Duty form choice ({c.get('session', '')}): chosen {c['chosen']} (incumbent "
+        made = DATE.search(c.get("session") or "")   # the date the choice was made on
+        rows += ["", (f"Duty form choice{f' ({made.group(0)})' if made else ''}: chosen {c['chosen']} (incumbent "
                  f"{c.get('incumbent', '-')}, in use {c['in_use']}); per-layer power of GPU-paced layers at the "
                  "calibrated time, fitted leave one model out on the choosing records, then fitted on all of them "
-                 "and scored on the test records:", "",
+                 "and scored on the test records:"), "",
                  "| form | choosing (leave one model out) | test |", "| --- | --- | --- |"]
         for form, t in c["candidates"].items():
             ch, te = t["choosing_lomo"], t["form_test"]
             rows.append(f"| {form} | {_pct(ch['calibrated_time_power_median_abs_err'])} (n={ch['n']}) | "
                         f"{_pct(te['calibrated_time_power_median_abs_err'])} (n={te['n']}) |")
     if j:
-        rows += ["", f"Compiled (jit) whole models, layers weighted at dispatch vs in-model times: chosen "
+        rows += ["", (f"Compiled (jit) whole models, layers weighted at dispatch vs in-model times: chosen "
                  f"{j['chosen']}; whole-model power on the choosing records "
                  f"{_pct(j['choosing']['dispatch_times_power_median_abs_err'])} vs "
                  f"{_pct(j['choosing']['in_model_power_median_abs_err'])} (n={j['choosing']['n']}), on the test records "
                  f"{_pct(j['test']['dispatch_times_power_median_abs_err'])} vs "
-                 f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']})."]
+                 f"{_pct(j['test']['in_model_power_median_abs_err'])} (n={j['test']['n']}).")]
     w = v.get("whole_model_power_choice")
     if w:
         rows += ["", f"Whole-model power from the layers: chosen {w['chosen']}, in use {w['in_use']} ({w['rule']}): "
@@ -316,10 +367,11 @@ def _form_choice_rows(v: dict) -> list[str]:
 
 def _duty_busy_rows(c: dict | None) -> list[str]:
     """What the duty curve scales (validation.duty_busy_choice): per form, the per-layer and whole-model power over
-    every record (the rule's test rows are the session tests of a run with each form as its headline)."""
+    every record (each form's figures on the test records alone are those of a validation run with it as the
+    headline)."""
     if not c:
         return []
-    # files written before "headline" was added (the thirteenth session's test) hold the run's headline in "in_use"
+    # a file without "headline" holds the run's headline in "in_use"
     rows = ["", f"What the duty curve scales: this run's headline {c.get('headline', c['in_use'])}"
                 + (f", in use {c['in_use']}" if "headline" in c else "") + " (every record):", "",
             "| form | per-layer power | at the measured time | in sample | whole-model power |",
@@ -336,8 +388,8 @@ def _layout_test_rows(t: dict | None, title: str = "The layout copies' test") ->
     """The layout copies' test (validation.layout_copies_test; the copies' form test, layout_copy_form_test, reads the
     same on its own records): the torch channels_last time errors and the paired layouts' measured and calibrated
     cost."""
-    if not t:
-        return []
+    if not t or not (t["whole_models_channels_last"]["n"] or t["layers_with_copies"] or t["paired_layouts"]):
+        return []   # none of its records in the file
     w = t["whole_models_channels_last"]
     rows = ["", f"{title} ({t['test']}, torch channels_last): whole-model time "
                 f"{_pct(w['time_median_abs_err'])} (n={w['n']}); layers with copies: "
@@ -411,8 +463,8 @@ def _replay_choice_rows(c: dict | None, title: str = "Replayed layers' busy shar
     if not c:
         return []
     rows = ["", f"{title}: chosen {c['chosen']}, in use {c['in_use']} ({c['rule']}):", "",
-            "| candidate | choosing: all layers | choosing: torch layers | choosing: whole models | test: all layers "
-            "| test: torch layers | test: whole models |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            ("| candidate | choosing: all layers | choosing: torch layers | choosing: whole models | test: all layers "
+            "| test: torch layers | test: whole models |"), "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, t in c["candidates"].items():
         rows.append("| " + name + " | " + " | ".join(
             f"{_pct(t[part][key])} (n={t[part][n]})" for part in ("choosing", "test")
@@ -442,11 +494,11 @@ def compare_table(pattern: str) -> str:
     the measured time, calibrated time) and per whole model (power, energy per sample and time with the calibrated
     time, and the CARM bound's time summed over the layers the validation matched to the record: close to what a
     user gets with no calibration where every layer matched)."""
-    rows = ["| file | layers | layer power | layer energy | layer time | models | model power | model energy/sample "
-            "| model time | model time at the CARM bound of the scored layers |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [("| file | layers | layer power | layer energy | layer time | models | model power | model energy/sample "
+            "| model time | model time at the CARM bound of the scored layers |"), "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     paths = matches(pattern)
     if not paths:
-        raise SystemExit(f"error: no result file matches {pattern} (relative to {RESULTS}, or absolute)")
+        raise NoMatch(f"no result file matches {pattern} (relative to {RESULTS}, or absolute)")
     for path in paths:
         d = read_json(path)
         v = d.get("validation") or {}
@@ -464,32 +516,52 @@ def compare_table(pattern: str) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def date_tables(date: str) -> list[str]:
+    """Every table of the result files of `date` (dated): the ceilings runs, the VGG16 layer runs, the tuning
+    studies and their grid summary, the held-out prediction accuracy and the power-model validations; a table of
+    one file each (accuracy, validation) after the file's name."""
+    out = [ceilings_table(read_json(p)) for p in dated("ceilings", date)]
+    if layers := dated("vgg16-layers", date):
+        out.append(vgg_table(layers))
+    tuning = dated("vgg16-tuning", date)
+    if studies := [p for p in tuning if "summary" not in p.name and "resume" not in p.name]:
+        out.append(tuning_table(studies))
+    out += [grid_summary(read_json(p)) for p in tuning if "summary" in p.name]
+    out += [f"`{p.name}`:\n\n" + accuracy_table(read_json(p)) for p in dated("prediction-accuracy", date)]
+    out += [f"`{p.name}`:\n\n" + power_table(read_json(p)) for p in dated("power-model", date)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="2026-12-02")
-    parser.add_argument("--session", help="print a session's tuning and CLI tables instead (a date)")
-    parser.add_argument("--compare", metavar="GLOB", help="power-model result files in benchmarks/results, side by side")
-    args = parser.parse_args()
-    if args.compare:
-        print(compare_table(args.compare))
-        return
-    if args.session:
-        print(tuning_table())
-        print()
-        if sorted(RESULTS.glob(f"*-vgg16-tuning-*summary-{args.session}.json")):
-            print(grid_summary(args.session))
-            print()
-        print(cli_table(args.session))
-        print()
-        for what, table in (("prediction-accuracy", accuracy_table), ("power-model", power_table)):
-            if matches(f"*-{what}-{args.session}.json"):
-                print(table(args.session))
-                print()
-        return
-    print(ceilings_table(load(f"*-ceilings-{args.run}.json")))
-    print()
-    print(vgg_table(args.run))
+    select = parser.add_mutually_exclusive_group()
+    select.add_argument("--date", default="2026-12-02",
+                        help="the result files of this date (YYYY-MM-DD; default 2026-12-02: the README's tables)")
+    select.add_argument("--cli", metavar="GLOB",
+                        help="folders of gpu_call.sh's cli stage (relative to benchmarks/results, or absolute)")
+    select.add_argument("--compare", metavar="GLOB", help="power-model result files in benchmarks/results, side by side")
+    args = parser.parse_args(argv)
+    try:
+        if args.compare:
+            print(compare_table(args.compare))
+        elif args.cli:
+            base = "" if Path(args.cli).is_absolute() else str(RESULTS) + "/"
+            folders = sorted(Path(p) for p in glob.glob(base + args.cli) if Path(p).is_dir())
+            if not folders:
+                raise NoMatch(f"no folder matches {args.cli} (relative to {RESULTS}, or absolute)")
+            print(cli_table(folders))
+        else:
+            if not DATE.fullmatch(args.date):
+                raise NoMatch(f"--date expects YYYY-MM-DD, received: {args.date}")
+            tables = date_tables(args.date)
+            if not tables:
+                raise NoMatch(f"no result file of {args.date} in {RESULTS}")
+            print("\n\n".join(tables))
+    except NoMatch as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

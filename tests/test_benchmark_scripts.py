@@ -104,6 +104,10 @@ def test_summarize_prints_the_duty_busy_forms_and_the_layout_test():
                        "layers with copies: windows 40.0% (signed -25.0%, n=3)")
     assert rows[-1] == "| vgg16 float32 b32 | 1.37 | 1.15 |"
     assert mod._duty_busy_rows(None) == [] and mod._layout_test_rows(None) == []
+    # a test whose records the file does not hold: no dangling line
+    empty = {"test": "later records", "whole_models_channels_last": {"n": 0, "time_median_abs_err": None, "rows": []},
+             "layers_with_copies": {}, "paired_layouts": {}}
+    assert mod._layout_test_rows(empty) == []
 
 
 def test_xla_kernel_breakdown_splits_library_matmuls_from_xla_fusions_against_the_carm_bounds(tmp_path):
@@ -153,9 +157,8 @@ def test_summarize_test_rows_print_the_four_figures_and_the_whole_models_by_grou
           "models": {"n": 3, "power_median_abs_err": 0.0703, "energy_per_sample_median_abs_err": 0.2004},
           "models_by_backend_model": {"torch vgg16": group}, "targets": targets}
     empty = {"layers": {"n": 0}, "models": {"n": 0}, "models_by_backend_model": {}, "targets": targets}
-    # the result files key each set of test records by its folders' tag (benchmarks/results/INDEX.md)
-    rows = mod._session_test_rows({"session_tests": {"first": st, "second": empty}})
-    assert "Test first, its rows alone:" in rows and not any("second" in r for r in rows)   # an empty test: no table
+    rows = mod._test_set_rows({mod.TEST_SETS: {"first": st, "second": empty}})
+    assert "Test on first alone:" in rows and not any("second" in r for r in rows)   # an empty test: no table
     assert "| per-layer power | 14.1% | 1056 | <= 10% |" in rows
     assert "| whole-model power | 7.0% | 3 | <= 7% |" in rows
     assert "| torch vgg16 | 3 | 8.0% (-8.0%) | 88.6% (+88.6%) | 100.8% (+100.8%) |" in rows
@@ -192,8 +195,83 @@ def test_summarize_compare_reads_a_result_written_outside_the_results_folder_and
     copy.write_text(json.dumps(read_json(committed)))
     rows = mod.compare_table(str(copy)).splitlines()
     assert rows[2].startswith("| copy.json | 6897 | 11.3% |")
-    with pytest.raises(SystemExit, match="no result file matches nothing"):
+    with pytest.raises(mod.NoMatch, match="no result file matches nothing"):
         mod.compare_table("nothing*")
+
+
+def test_summarize_record_set_labels_say_what_each_set_of_record_folders_holds():
+    """A validation names a set of record folders by the key after their date; the label is the set's date, backends
+    and batch sizes, from its layer runs and whole-model rows; a folder outside any set gets none."""
+    mod = _load("summarize")
+    doc = {"layers": {"runs_columns": ["file", "source", "backend", "batch_size"],
+                      "runs": [["a.json", "nvidia-h200-records-2026-12-05-s9c1-torch", "torch", 48],
+                               ["b.json", "nvidia-h200-records-2026-12-05-s9c1-torch", "torch", 24],
+                               ["c.json", "nvidia-h200-records-2026-12-04-call3", "jax", 64],
+                               ["d.json", "data", "torch", 64]]},
+           "models": [{"source": "nvidia-h200-records-2026-12-05-s9c2-whole", "backend": "jax", "batch_size": 192},
+                      {"source": "nvidia-h200-records-2026-12-03", "backend": "jax", "batch_size": 64}]}
+    labels = mod.record_set_labels(doc)
+    assert list(labels.values()) == ["the 2026-12-05 record set (jax and torch, batch 24, 48, 192)"]
+    assert mod.record_set_labels({"layers": [], "models": []}) == {}   # an early file's layout: nothing to name
+
+
+def test_summarize_power_table_of_the_validation_in_use_names_its_test_sets_by_what_they_hold():
+    """The H200 validation of 2026-12-07: its test sets and choices are told by their records (the figures are those
+    docs/measurements.md quotes for the torch batch-32 test of 2026-12-05), no folder key is printed."""
+    import re
+
+    mod = _load("summarize")
+    from carm_advisor.files import read_json
+
+    text = mod.power_table(read_json(mod.RESULTS / "nvidia-h200-power-model-2026-12-07.json.xz"))
+    lines = text.splitlines()
+    at = lines.index("Test on the 2026-12-05 record set (torch, batch 32) alone:")
+    assert lines[at + 4] == "| per-layer power | 9.7% | 373 | <= 10% |"
+    assert lines[at + 6] == "| whole-model power | 5.0% | 18 | <= 7% |"
+    assert "Duty form choice (2026-12-04): chosen size_efficiency" in text
+    assert not re.search(r"-s\d", text)
+
+
+def test_summarize_power_table_reads_a_validation_without_targets():
+    mod = _load("summarize")
+    doc = {"validation": {"n": 20, "power_median_abs_err": 0.187, "energy_median_abs_err": 0.18,
+                          "models": {"n": 3, "power_median_abs_err": 0.185}}}
+    assert mod.power_table(doc).splitlines()[2:] == ["| per-layer power | 18.7% | 20 |",
+                                                     "| per-layer energy, measured time | 18.0% | 20 |",
+                                                     "| whole-model power | 18.5% | 3 |"]
+
+
+def test_summarize_prints_the_readme_tables_by_default_and_refuses_a_bad_selection(capsys):
+    """No option: the H200 ceilings run and the VGG16 layer runs of 2026-12-02 (the README's figures); a date with no
+    file, a malformed date or a --cli glob matching no folder: one line on stderr, exit 2."""
+    mod = _load("summarize")
+    assert mod.main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("| BF16 Tensor Core (wgmma, zero / random data) | 948 / 877 TFLOP/s (261 / 684 W) | cuBLAS 8192^3: 663 "
+            "TFLOP/s (712 W) |") in out
+    assert "| torch channels_first (repeat) | mixed_bfloat16 | 10.79 ms | 10.58 ms | 10.95 ms | 1.035 | 1.003 |" in out
+    assert "| jax channels_last | mixed_bfloat16 | 4.20 ms | - | 7.85 ms | 1.871 | - |" in out
+    for argv, said in ((["--date", "2026-12"], "--date expects YYYY-MM-DD"), (["--date", "1999-01-01"], "no result file"),
+                       (["--cli", "no-such-folder*"], "no folder matches")):
+        assert mod.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and said in err and err.count("\n") == 1
+
+
+def test_summarize_cli_table_reads_the_cli_stage_folders(tmp_path, capsys):
+    mod = _load("summarize")
+    folder = tmp_path / "cli"
+    folder.mkdir()
+    (folder / "vgg16.json").write_text(json.dumps({
+        "timings_s": {"keras_import": 1.04, "model_build": 2.0, "analysis": 3.26},
+        "measurement": {"inference_graph": {"time_s": 0.010}}, "totals": {"sum_layer_time_s": 0.011}}))
+    (folder / "vgg16.txt").write_text("... 12.5 s since\n start-up\n")
+    (folder / "vgg16.time").write_text("vgg16 CLI wall 14.2 s\n")
+    (folder / "call.json").write_text(json.dumps({"command": "not an analyze result"}))
+    assert mod.main(["--cli", str(folder)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    # 0.011 s of layers over a 0.010 s graph replay: 1.100
+    assert rows[2:] == ["| cli vgg16 | 1.0 s | 2.0 s | 3.3 s | 12.5 s | 14.2 s | 1.100 |"]
 
 
 def test_xla_kernel_breakdown_counts_each_run_of_fused_layers_at_its_largest():
