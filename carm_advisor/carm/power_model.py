@@ -12,9 +12,9 @@ without them): a data factor per compute path (all-zero operands cost a fraction
 Cores; real layers are taken as random, DEFAULT_DATA), and a voltage curve that scales energy per
 operation with the SM clock (DVFS), used by carm/dvfs.py to predict time, power and energy at any clock.
 
-What real layers draw (H200, records of 2026-12-03, 284 layer windows of >= 0.5 s, VGG16 and ResNet50;
-benchmarks/power_model_validation.py): NOT this model at their useful rates. A layer at 3-40% of its
-roof draws nearly the power of its bounding unit running flat out: VGG16's convolutions 680-705 W at
+What real layers draw (H200, 284 layer windows of >= 0.5 s of VGG16 and ResNet50:
+benchmarks/results/nvidia-h200-records-windows-500ms-2026-12-03/): NOT this model at their useful rates. A layer
+at 3-40% of its roof draws nearly the power of its bounding unit running flat out: VGG16's convolutions 680-705 W at
 13-45% of the BF16 roof, ResNet50's BatchNormalization 340-600 W at 2-6% of the HBM roof. Measured
 power above the constant, divided by the model's dynamic power at the layer's FLOPs and bytes over its
 measured time, is ~1.4-2x for VGG16's convolutions, 3.5x for ResNet50's, 24x for BatchNormalization
@@ -63,7 +63,8 @@ Host-paced calls (benchmarks/results/nvidia-h200-records-resnet50-mobilenetv2-wi
 resnet50-jax-*.json): a ResNet50 layer jitted alone and dispatched from Python takes tens of microseconds per
 call whatever its work, and small layers draw far below their busy power: the GPU idles while the host
 dispatches. Such a call draws P_const + (P_busy - P_const) * t_gpu / t_wall (host_paced_fraction), t_gpu the
-layer's GPU time; the duty curve (GPU-paced replays) is not applied on top (benchmarks/power_model_validation.py).
+layer's GPU time; the duty curve (GPU-paced replays) is not applied on top (carm_advisor/validation/scoring.py
+scores such layers so, and leaves them out of the curve's fit).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class VoltageCurve:
 
 
 
-# What a duty curve is a function of (benchmarks/power_model_validation.py scores each; docs/design/power_model.md):
+# What a duty curve is a function of (each scored in the result files named here; docs/design/power_model.md):
 # the time per call ("time"); the layer's efficiency, its CARM bound time / its time per call ("efficiency");
 # the efficiency times the layer's size, its CARM bound time against a fitted t_size_s ("size_efficiency", in
 # use: a layer whose work is too small to fill the GPU draws little whatever share of its roof it reaches;
@@ -143,7 +144,7 @@ DUTY_BUSY_FORMS = ("capped", "uncapped")   # what the duty scales: PowerModel.du
 @dataclass(frozen=True)
 class DutyCurve:
     """Share of its busy power (above the constant power) that a layer taking `time_s` per call draws.
-    It is fitted on the GPU's busy share of each replay (benchmarks/power_model_validation.py: replay_share): the
+    It is fitted on the GPU's busy share of each replay (carm_advisor/validation/scoring.py, replay_share): the
     idle a replayed layer leaves while the host launches the next replay is not in it (the short-replay powers
     below are of whole replays, that idle included).
     variable "time": d(t) = min(1, (t / t_full_s) ** gamma). variable "efficiency": d = e ** gamma, e =
@@ -262,17 +263,22 @@ class PowerModel:
     voltage: VoltageCurve | None = None                 # energy per operation vs SM clock (None: clock-blind)
     fit: dict = field(default_factory=dict)            # fit quality: n, r2, median/max abs relative error
     duty: DutyCurve | None = None                      # busy power vs time per call (None: the busy power)
-    # Layers on a Tensor Core path (TENSOR_CORE_PATH_PREFIX) follow this curve where set, the rest `duty`
-    # (DUTY_BY_UNIT: power_model_validation.py duty_unit_choice); None: one curve for every layer.
+    # Layers on a Tensor Core path (TENSOR_CORE_PATH_PREFIX) follow this curve where set, the rest `duty`; None: one
+    # curve for every layer. Per-layer power 10.9% against 11.0% for one curve (n=4900), whole-model power 7.5%
+    # against 8.2% (n=208) (nvidia-h200-power-model-duty-per-unit-2026-12-05.json.xz, validation.duty_unit_choice).
     duty_tensor_core: DutyCurve | None = None
-    # A compute path's own curve ({path: curve}; DUTY_BY_PATH: power_model_validation.py duty_path_choice): the
-    # layers on that path follow it before their unit's curve; a path without one keeps its unit's.
+    # A compute path's own curve ({path: curve}): the layers on that path follow it before their unit's curve; a path
+    # without one keeps its unit's. No shipped profile has one: per-layer power 9.1% against 11.8% for the per-unit
+    # curves on the records it was chosen on (n=5956), 10.0% against 8.4% on the torch records made after (n=550)
+    # (nvidia-h200-power-model-candidates-on-new-records-2026-12-05.json.xz, validation.duty_path_choice).
     duty_by_path: dict[str, DutyCurve] = field(default_factory=dict)
     # What the duty scales (DUTY_BUSY_FORMS): "capped", the busy power at the CARM operating point with the power
     # limit as a roof (the incumbent); "uncapped", the power at the roofs' own rates with no limit (each path's own
     # energy per FLOP: a half-precision Tensor Core path at a share of its roof draws less than TF32 at the same
-    # share), the duty at the uncapped roofs' time, the result capped at the power limit (duty_busy_choice in
-    # benchmarks/power_model_validation.py). The caller passes the matching busy power and bound time.
+    # share), the duty at the uncapped roofs' time, the result capped at the power limit. Over every H200 record
+    # per-layer power 10.8% uncapped against 11.3% capped (n=6897), whole-model power 7.7% for both (n=277)
+    # (nvidia-h200-power-model-2026-12-07.json.xz, validation.duty_busy_choice); the shipped profiles stay capped.
+    # The caller passes the matching busy power and bound time.
     duty_busy: str = "capped"
 
     def __post_init__(self):
@@ -372,7 +378,7 @@ class PowerModel:
         """A whole model's power from its layers, (busy_w, bound_time_s, time_s[, output_elements[, path]]) each: their
         duty powers (duty_power_w, GPU-paced) time-weighted over their times, then scaled above the constant
         power by `gpu_share` (host_paced_fraction of a host-paced whole-model call, 1 otherwise). None without
-        layers. What benchmarks/power_model_validation.py validates as the whole-model headline."""
+        layers. What carm_advisor/validation/scoring.py scores as the whole-model headline."""
         layers = [(b, bt, t, *rest) for b, bt, t, *rest in layers if t and t > 0]
         total = sum(layer[2] for layer in layers)
         if not total:
@@ -397,7 +403,9 @@ def host_paced_fraction(gpu_time_s: float | None, wall_time_s: float | None) -> 
 
 
 # How a replayed layer's GPU time and the host's launch per replay combine (replay_paced_fraction): the larger
-# of the two (chosen by benchmarks/power_model_validation.py, validation.replay_pacing_choice).
+# of the two. Per-layer power 9.7% against 10.1% with no share and 10.5% with the norm-2 overlap on the records it
+# was chosen on (n=3581), 11.2% against 14.5% and 12.4% on the later small-batch torch windows (n=1298)
+# (nvidia-h200-power-model-replay-pacing-2026-12-04.json.xz, validation.replay_pacing_choice).
 REPLAY_OVERLAP_NORM = math.inf
 
 
