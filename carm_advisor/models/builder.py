@@ -139,8 +139,59 @@ def _resolve_builder(spec: str) -> Callable[..., Any]:
 
 
 def build(spec: ModelSpec, policy: str = "float32", layout: str | None = "channels_last", seed: int | None = 0,
-          config: Any = None):
-    """A built keras.Model for one configuration. `seed` fixes the random weights (same for every trial)."""
+          config: Any = None, quantize: str | None = None):
+    """A built keras.Model for one configuration. `seed` fixes the random weights (same for every trial).
+    `quantize`: a Keras quantisation mode ("int8", "float8") applied to the model built under `policy`
+    (quantize_model); a built model (kind "model") is quantised in a copy, never in the user's own object."""
+    model = _build(spec, policy, layout, seed, config)
+    if quantize is None:
+        return model
+    if spec.kind == "model":
+        copy = rebuild_under_policy(model, policy, copy=True)
+        if copy is model:
+            raise ModelLoadError(f"cannot quantise the model {spec.name!r} to {quantize}: its dtype policies cannot "
+                                 f"be replaced ({config_traits_of(model).fixed_precision}), so no copy of it can be "
+                                 "made to quantise")
+        model = copy
+    return quantize_model(model, quantize, spec.name)
+
+
+def quantize_model(model, mode: str, name: str | None = None):
+    """`model` after `model.quantize(mode)` (Keras converts the layers that implement the mode, Dense and
+    EinsumDense among them, and warns about and skips every other: those warnings are left out here). A model
+    Keras cannot quantise in that mode (it raises: int8 under a float16 compute dtype, a layer quantised already)
+    is a one-line ModelLoadError."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.quantize(mode)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ModelLoadError(f"cannot quantise {name or model.name!r} to {mode}: {type(exc).__name__}: "
+                             f"{first}") from None
+    return model
+
+
+def quantized_layers(model) -> dict[str, str]:
+    """{layer path: quantisation mode} of every layer of `model` Keras quantised (its dtype policy's
+    quantization_mode), nested models' and composite layers' sublayers included."""
+    return {getattr(layer, "path", layer.name): layer.dtype_policy.quantization_mode
+            for layer in model._flatten_layers(include_self=False)
+            if getattr(getattr(layer, "dtype_policy", None), "quantization_mode", None)}
+
+
+def config_traits_of(model) -> FileTraits:
+    """FileTraits of a built model's serialised config (FileTraits(None, None, why) where it cannot be
+    serialised)."""
+    import keras
+
+    try:
+        return config_traits(keras.saving.serialize_keras_object(model))
+    except Exception as exc:
+        return FileTraits(None, None, f"its config cannot be serialised: {type(exc).__name__}")
+
+
+def _build(spec: ModelSpec, policy: str, layout: str | None, seed: int | None, config: Any):
     import keras
 
     if seed is not None:
@@ -344,14 +395,15 @@ def _replace_policies(node, old: str, new: str):
     return node
 
 
-def rebuild_under_policy(model, policy: str | None):
+def rebuild_under_policy(model, policy: str | None, copy: bool = False):
     """`model` (loaded from a file) at dtype policy `policy`: rebuilt from its config with its own policy (the
     one most of its layers hold) replaced, under that global policy (for layers whose config names none) and
     its own image data format, with its weights (float32 variables in every REBUILDABLE_POLICIES policy).
-    The model itself where the policy is its own, or where its policies cannot be replaced (FileTraits)."""
+    The model itself where the policy is its own (unless `copy`: then a rebuilt copy at its own policy too), or
+    where its policies cannot be replaced (FileTraits)."""
     import keras
 
-    if policy is None:
+    if policy is None and not copy:
         return model
     try:
         config = keras.saving.serialize_keras_object(model)
@@ -359,7 +411,8 @@ def rebuild_under_policy(model, policy: str | None):
         raise ModelLoadError(f"cannot rebuild {model.name!r} at {policy}: its config cannot be serialised "
                              f"({type(exc).__name__}: {exc})") from None
     traits = config_traits(config)
-    if traits.fixed_precision or traits.policy == policy:
+    policy = policy or traits.policy
+    if traits.fixed_precision or (traits.policy == policy and not copy):
         return model
     try:
         with image_data_format(traits.layout), dtype_policy(policy):

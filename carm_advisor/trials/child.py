@@ -9,8 +9,9 @@ state; a fresh process (KERAS_BACKEND set) measures exactly the configuration as
 the caller's process untouched. `analyze --verify` uses it (advise/verify.py); the tuner's
 trials measure the same way.
 
-config keys: model (a keras.applications name, a keras_hub preset or a .keras file), precision (Keras dtype policy),
-layout, batch_size, backend ("torch" | "jax" | "tensorflow"), compile: "none" (as the user calls
+config keys: model (a keras.applications name, a keras_hub preset or a .keras file), precision (a Keras dtype
+policy, or a quantised precision of trials.space.PRECISION_SETUP: "int8" / "float8", the model built under its
+policy then quantised, `model.quantize(mode)`: a model Keras cannot quantise so fails in one line), layout, batch_size, backend ("torch" | "jax" | "tensorflow"), compile: "none" (as the user calls
 model(x): eager on torch, jitted on jax), "cuda_graph" (torch: replayed from one CUDA graph) or "jit";
 input_shapes (optional): the model's input shapes as mapping.input_shapes.shapes_json text, which it is built
 (an application's image size) and measured on.
@@ -29,9 +30,10 @@ from typing import Callable
 
 from carm_advisor.mapping.input_shapes import shaped_model, shapes_from_json
 from carm_advisor.measure.model import measure_model, measure_model_graph
-from carm_advisor.models.builder import model_spec
+from carm_advisor.models.builder import model_spec, quantize_model
 from carm_advisor.models.loader import load_model
 from carm_advisor.power.nvml import gpu_count, open_gpu
+from carm_advisor.trials.space import PRECISION_SETUP
 
 DEFAULTS = {"precision": "float32", "layout": "channels_last", "batch_size": 1, "backend": "torch", "compile": "none"}
 COMPILE_MODES = ("none", "cuda_graph", "jit")
@@ -94,7 +96,12 @@ def run_here(cfg: dict) -> dict:
     keras.config.set_image_data_format(cfg["layout"])
     shapes = shapes_from_json(cfg.get("input_shapes"))
     image = model_spec(cfg["model"], input_shapes=shapes).input_shape   # an application's image size
-    model, _ = load_model(cfg["model"], precision=cfg["precision"], input_shape=image)
+    setup = PRECISION_SETUP.get(cfg["precision"])
+    quantize = setup.quantize if setup is not None else None
+    policy = setup.policy if quantize is not None else cfg["precision"]
+    model, _ = load_model(cfg["model"], precision=policy, input_shape=image)
+    if quantize is not None:
+        quantize_model(model, quantize, str(cfg["model"]))
     gpu = open_gpu(0) if gpu_count() else None
     with shaped_model(model, shapes) as model:
         if cfg["compile"] == "cuda_graph":

@@ -41,12 +41,14 @@ from typing import Any
 from carm_advisor.calibration import Calibration, load_calibration
 from carm_advisor.calibration.store import borrowed_note, with_borrowed
 from carm_advisor.carm.dvfs import Work, predict_model_at_clock
+from carm_advisor.carm.placement import QUANTIZED_DTYPE
+from carm_advisor.mapping.layers_dense import QUANTIZED_MODES, quantizable_flops
 from carm_advisor.mapping.memory import does_not_fit
 from carm_advisor.models.builder import ModelSpec, build
 from carm_advisor.predict import resolve_math_mode, whole_batch_range, whole_model_power_w
 from carm_advisor.profiles.profile import DEFAULT_EMBEDDED, EMBEDDED, Profile, load_profile
 from carm_advisor.report.render import power_limited
-from carm_advisor.trials.space import TrialConfig
+from carm_advisor.trials.space import PRECISION_SETUP, TrialConfig
 
 SOURCE_BOUND = "predicted (CARM bound)"
 SOURCE_CALIBRATED = "predicted (calibrated)"
@@ -204,14 +206,18 @@ class ConfigPredictor:
 
     def predict(self, config: TrialConfig) -> Prediction:
         mode = math_mode_for(config)
+        # a quantised layer's roof depends on the backend (carm.placement.QUANTIZED_PATHS), as a calibration does
         key = (config.precision if config.compute_dtype != "float32" else "float32",
                mode.get("conv"), mode.get("matmul"), config.batch_size, _layout_key(self.spec, config.layout),
-               config.backend if self.calibration is not None else None)
+               config.backend if self.calibration is not None or config.quantize else None)
         if key not in self._cache:
             from carm_advisor.predict import Predictor
 
             predictor = Predictor(self.profile, mode, backend=config.backend, calibration=self.calibration)
-            rows = predictor.rows_for_costs(self._costs(config))
+            costs = self._costs(config)
+            rows = predictor.rows_for_costs(costs)
+            if config.quantize:
+                _note_quantized_projections(costs, rows, config.quantize)
             known = [r for r in rows if r.known and r.predicted_time_s is not None]
             energies = [r.predicted_energy_j for r in known]
             calibrated_t = [getattr(r, "calibrated_time_s", None) for r in known]
@@ -227,19 +233,48 @@ class ConfigPredictor:
             )
         return self._cache[key]
 
+    def quantized_model(self, layout: str, precision: str):
+        """The model of a quantised precision (TrialConfig.quantize), built under its policy and quantised as a
+        trial builds it (builder.build(..., quantize=mode)), in this layout; on the CPU, kept."""
+        setup = PRECISION_SETUP[precision]
+        key = ("quantized", setup.policy, setup.quantize, _layout_key(self.spec, layout))
+        if key not in self._models:
+            import keras
+
+            with keras.device("cpu"):
+                self._models[key] = build(self.spec, setup.policy, layout, seed=0, quantize=setup.quantize)
+        return self._models[key]
+
+    def quantizable_shares(self, layout: str = "channels_last") -> dict[str, tuple[int, int]]:
+        """{quantisation mode: (FLOPs of the layers model.quantize(mode) converts, FLOPs of the model)} of the model
+        at batch 1 (mapping.layers_dense.quantizable_flops): what decides whether a study searches the mode
+        (space.with_quantization)."""
+        key = ("shares", _layout_key(self.spec, layout))
+        if key not in self._cache:
+            from carm_advisor.mapping import map_model
+
+            costs = map_model(self.model(layout), batch_size=1, input_shapes=self.input_shapes)
+            self._cache[key] = {mode: quantizable_flops(costs, mode) for mode in QUANTIZED_MODES}
+        return self._cache[key]
+
     def _costs(self, config: TrialConfig) -> list:
         """The model's layer costs at this configuration's layout, batch size and compute dtype (map_model): the
         layers under the model's own policy (builder.model_policy) at the configuration's compute dtype, layers
         pinned to another policy (a built mixed model's float32 output layer) at theirs, as analyze does; every
-        layer at its own where the model's policies cannot be replaced (_policies_fixed)."""
-        key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype)
+        layer at its own where the model's policies cannot be replaced (_policies_fixed). A quantised precision:
+        its quantised model's costs, each layer at its own dtype policy (quantized_model)."""
+        key = ("costs", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype,
+               config.quantize)
         if key not in self._cache:
             from carm_advisor.mapping import map_model
             from carm_advisor.models.builder import model_policy
 
-            model = self.model(config.layout)
-            # A model whose policies cannot be replaced runs at its own dtypes whatever the configuration.
-            dtypes = None if self._policies_fixed() else {model_policy(model): config.compute_dtype}
+            if config.quantize:
+                model, dtypes = self.quantized_model(config.layout, config.precision), None
+            else:
+                model = self.model(config.layout)
+                # A model whose policies cannot be replaced runs at its own dtypes whatever the configuration.
+                dtypes = None if self._policies_fixed() else {model_policy(model): config.compute_dtype}
             self._cache[key] = map_model(model, batch_size=config.batch_size, compute_dtype=dtypes,
                                          input_shapes=self.input_shapes)
         return self._cache[key]
@@ -251,12 +286,14 @@ class ConfigPredictor:
         under a float32 configuration); in training the largest of that,
         the gradients and the activations kept for backward."""
         key = ("memory", _layout_key(self.spec, config.layout), config.batch_size, config.compute_dtype, mode,
-               config.backend if mode == "training" else None)
+               config.backend if mode == "training" else None, config.quantize)
         if key not in self._cache:
             from carm_advisor.mapping.memory import footprint_lower_bound
 
-            self._cache[key] = footprint_lower_bound(self.model(config.layout), self._costs(config),
-                                                     training=mode == "training", backend=config.backend)
+            model = (self.quantized_model(config.layout, config.precision) if config.quantize
+                     else self.model(config.layout))
+            self._cache[key] = footprint_lower_bound(model, self._costs(config), training=mode == "training",
+                                                     backend=config.backend)
         return self._cache[key]
 
     def does_not_fit(self, config: TrialConfig, mode: str = "inference") -> str | None:
@@ -331,10 +368,14 @@ class ConfigPredictor:
         if self.calibration.whole_fit(config.backend, execution) is None:
             return f"the calibration has no {config.backend} {execution} whole-model records"
         bound = bound or self.predict(config)
-        missing = [r.name for r in bound.rows if r.known and r.predicted_time_s is not None
+        missing = [r for r in bound.rows if r.known and r.predicted_time_s is not None
                    and getattr(r, "calibrated_time_s", None) is None]
+        quantized = [r for r in missing if r.dtype in QUANTIZED_DTYPE.values()]
+        if quantized:
+            return (f"{len(quantized)} quantised layer(s) without {quantized[0].dtype} cells in the calibration on "
+                    f"{config.backend} (e.g. {quantized[0].name}): the CARM bound on the roof they run on")
         if missing:
-            return f"{len(missing)} layer(s) without a calibration on {config.backend} (e.g. {missing[0]})"
+            return f"{len(missing)} layer(s) without a calibration on {config.backend} (e.g. {missing[0].name})"
         return None
 
     def calibrates(self, backend: str, compiler: str) -> bool:
@@ -355,6 +396,19 @@ class ConfigPredictor:
     def flops(self, config: TrialConfig) -> float:
         """Analytic FLOPs of one batch (1 multiply-add = 2 FLOPs)."""
         return self.predict(config).flops
+
+
+def _note_quantized_projections(costs, rows, mode: str) -> None:
+    """Say on an attention layer's row (its cost has extra["projection_macs"]) that model.quantize converted its
+    query/key/value/output projections (EinsumDense layers inside it), which its cost, as one layer, places at its
+    compute dtype."""
+    left = {"int8": "their int8 kernels left out of its bytes, which count float weights",
+            "float8": "its bytes with their float kernels and float8 scale histories"}[mode]
+    for c, r in zip(costs, rows):
+        if "projection_macs" in c.extra:
+            note = (f"its Q/K/V/output projections are {mode} EinsumDense layers after model.quantize; costed and "
+                    f"placed here with the attention at {c.compute_dtype} ({left})")
+            r.notes = f"{r.notes}; {note}" if r.notes else note
 
 
 def profile_origin(profile) -> dict[str, Any]:

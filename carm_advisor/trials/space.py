@@ -9,9 +9,15 @@ with --apply-clocks only, `sm_clock_mhz`.
 Precisions: "float32" is the backend's default float32 math (what a user runs today: torch TF32
 convolutions and FP32 matmuls, jax and tensorflow TF32 for both); "float32_tf32" turns TF32 on for
 convolutions and matmuls; "float32_no_tf32" turns it off (IEEE FP32 on CUDA cores); "mixed_float16"
-and "mixed_bfloat16" are Keras' mixed policies. Keras' float8/int8 quantisation (`model.quantize`) is
-left out: it replaces Dense and EinsumDense kernels only, so VGG16's convolutions (93% of its FLOPs)
-would stay as they are, and its accuracy needs calibration data a random-weights study does not have.
+and "mixed_bfloat16" are Keras' mixed policies. "int8" and "float8" are Keras' quantisation
+(`model.quantize(mode)`) of the model built under mixed_bfloat16: Keras refuses int8 under a float16 compute
+dtype (keras/src/layers/layer.py _check_quantize_args), and its float8 Dense rounds the bias through bfloat16 for
+XLA's fused FP8 matmul (layers/core/dense.py _float8_call), so both take the bfloat16 policy, which also makes
+"mixed_bfloat16" the configuration they differ from by the quantisation alone. model.quantize converts Dense and
+EinsumDense (and int8 Embedding) layers only: the quantised precisions are searched only where the layers it
+converts carry at least QUANTIZE_MIN_FLOPS_SHARE of the model's FLOPs (with_quantization; a transformer's
+projections and feed-forward layers), not in a CNN whose convolutions it leaves as they are. Their output error is
+measured against float32 with TF32 off on the same weights, as every precision's (--max-output-error).
 
 Each precision is one row of PRECISION_SETUP (its Keras policy, compute dtype, TF32 switch, quantisation mode):
 the trial worker reads the policy and the TF32 switch from it (TrialConfig.keras_policy, .tf32), and
@@ -21,10 +27,11 @@ the trial worker reads the policy and the TF32 switch from it (TrialConfig.keras
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from carm_advisor.models.loader import application_names
 
@@ -47,8 +54,15 @@ PRECISION_SETUP = {
     "float32_no_tf32": PrecisionSetup("float32", "float32", tf32=False),
     "mixed_float16": PrecisionSetup("mixed_float16", "float16"),
     "mixed_bfloat16": PrecisionSetup("mixed_bfloat16", "bfloat16"),
+    "int8": PrecisionSetup("mixed_bfloat16", "bfloat16", quantize="int8"),
+    "float8": PrecisionSetup("mixed_bfloat16", "bfloat16", quantize="float8"),
 }
 PRECISIONS = tuple(PRECISION_SETUP)
+QUANTIZED_PRECISIONS = tuple(name for name, setup in PRECISION_SETUP.items() if setup.quantize)
+# The least share of a model's FLOPs the layers model.quantize converts must carry for its quantised precisions to be
+# searched: the rest keep their time whatever the quantised layers gain, so below a tenth even infinitely fast
+# quantised layers save less than 10% of the compute (1 / (1 - 0.1) = 1.11x), for the accuracy quantisation costs.
+QUANTIZE_MIN_FLOPS_SHARE = 0.10
 LAYOUTS = ("channels_last", "channels_first")
 BACKENDS = ("torch", "jax", "tensorflow")
 COMPILERS = {"torch": ("eager", "torch.compile"), "tensorflow": ("graph", "xla"), "jax": ("xla",)}
@@ -114,6 +128,11 @@ class TrialConfig:
         """TF32 for float32 work: True on, False off, None the backend's default."""
         return PRECISION_SETUP[self.precision].tf32
 
+    @property
+    def quantize(self) -> str | None:
+        """The Keras quantisation mode applied to the built model (`model.quantize(mode)`), None: not quantised."""
+        return PRECISION_SETUP[self.precision].quantize
+
     def keras_code(self, model_expr: str = DEFAULT_MODEL_EXPR) -> str:
         """The Python lines that run the model in this configuration: the backend chosen before Keras is imported,
         the TF32 switch where the precision sets one, the dtype policy and image data format set before the model
@@ -135,7 +154,8 @@ class TrialConfig:
                   f'keras.config.set_image_data_format("{self.layout}")',
                   f"model = {model_expr}  # built after these lines: it takes their policy and format"]
         if setup.quantize is not None:
-            lines.append(f'model.quantize("{setup.quantize}")')
+            lines.append(f'model.quantize("{setup.quantize}")  # its Dense and EinsumDense layers to {setup.quantize}; '
+                         f"the others stay {setup.policy}")
         jit, what = JIT_COMPILE[self.compiler]
         lines.append(f"model.compile(jit_compile={jit})  # {what}")
         lines.append(f"y = model.predict(x, batch_size={self.batch_size})  # or predict_on_batch on {self.batch_size} "
@@ -146,13 +166,21 @@ class TrialConfig:
         return "\n".join(lines) + "\n"
 
     def label(self) -> str:
-        parts = [self.backend, self.precision, f"b{self.batch_size}", self.layout, self.compiler]
+        precision = self.precision
+        if self.quantize is not None:
+            precision += f" (model.quantize on {PRECISION_SETUP[self.precision].policy})"
+        parts = [self.backend, precision, f"b{self.batch_size}", self.layout, self.compiler]
         if self.sm_clock_mhz is not None:
             parts.append(f"SM {self.sm_clock_mhz:g} MHz")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, and for a quantised precision "quantize" (its mode) and "policy" (the dtype policy the model
+        is built under before it): what a result file names a quantised configuration by."""
+        out = asdict(self)
+        if self.quantize is not None:
+            out.update(quantize=self.quantize, policy=self.keras_policy)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
@@ -242,6 +270,38 @@ class SearchSpace:
                 "batch_sizes": list(self.batch_sizes), "layouts": list(self.layouts),
                 "compilers": {b: list(self.compilers[b]) for b in self.backends},
                 "sm_clocks_mhz": list(self.sm_clocks_mhz)}
+
+
+def with_quantization(space: SearchSpace, shares: Mapping[str, tuple[float, float]] | None, model_name: str,
+                      keep: Iterable[str] = ()) -> tuple[SearchSpace, list[str]]:
+    """(the space without the quantised precisions whose mode converts layers carrying less than
+    QUANTIZE_MIN_FLOPS_SHARE of the model's FLOPs, the one-line warning that names them and why). `shares`: {mode:
+    (FLOPs of the layers model.quantize(mode) converts, FLOPs of the model)} (mapping.layers_dense.
+    quantizable_flops); None: nothing known, the space as it is. Precisions in `keep` (the baseline's) stay."""
+    if shares is None:
+        return space, []
+    dropped: dict[str, float] = {}
+    for precision in space.precisions:
+        mode = PRECISION_SETUP[precision].quantize
+        if mode is None or precision in keep:
+            continue
+        converted, total = shares.get(mode, (0.0, 0.0))
+        share = converted / total if total else 0.0
+        if share < QUANTIZE_MIN_FLOPS_SHARE:
+            dropped[precision] = share
+    if not dropped:
+        return space, []
+    kept = tuple(p for p in space.precisions if p not in dropped)
+    by_share: dict[str, list[str]] = {}
+    for precision, share in dropped.items():
+        by_share.setdefault(f"{share:.1%}", []).append(precision)
+    carry = "; ".join(f"{'/'.join(names)}: {pct}" for pct, names in by_share.items()) if len(by_share) > 1 \
+        else next(iter(by_share))
+    note = (f"{'/'.join(dropped)} not searched: the layers model.quantize converts (Dense, EinsumDense and attention "
+            f"projections) carry {carry} of {model_name}'s FLOPs; quantisation is searched from "
+            f"{QUANTIZE_MIN_FLOPS_SHARE:.0%} (below it the quantised layers could save at most that share of the "
+            "compute, the other layers keeping their time)")
+    return dataclasses.replace(space, precisions=kept), [note]
 
 
 def baseline_config(backend: str, layout: str = "channels_last") -> TrialConfig:

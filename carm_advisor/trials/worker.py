@@ -8,8 +8,10 @@ text, or null); the worker answers each with {"ok": true, ...} or
 {"ok": false, "kind": "oom" | "error", "error": "..."}. Its stdout carries only these lines
 (anything a library prints goes to stderr, which the parent keeps in a log file).
 
-Per configuration: the model is built once per (dtype policy, layout) and kept (weights copied from
-the float32 model built with a fixed seed, so every trial runs the same weights); it is compiled the
+Per configuration: the model is built once per (dtype policy, layout, quantisation mode) and kept (weights
+copied from the float32 model built with a fixed seed, so every trial runs the same weights; a quantised
+precision's model quantised after that copy, `model.quantize(mode)`: builder.quantize_model, whose one-line error
+fails the trial); it is compiled the
 trial's way (`model.compile(jit_compile=...)`: torch.compile for torch, XLA for jax and tensorflow)
 and run with `predict_on_batch` on inputs already on the device. The first call is timed apart
 (compile time); then warm-up calls, then NVML energy windows through power.energy.measure_energy,
@@ -40,7 +42,7 @@ from carm_advisor.measure.inputs import (
     model_int_high,
     subclassed_call_specs,
 )
-from carm_advisor.models.builder import build, model_spec
+from carm_advisor.models.builder import build, model_spec, quantize_model
 from carm_advisor.power.energy import measure_energy
 from carm_advisor.power.nvml import gpu_count, open_visible_gpu
 from carm_advisor.trials.runner import WorkerSettings
@@ -91,16 +93,21 @@ class Worker:
         tensors (on the input shapes given)."""
         return call_arguments_model(model) if _takes_several(model, self.shapes) else model
 
-    def model_for(self, policy: str, layout: str):
+    def model_for(self, policy: str, layout: str, quantize: str | None = None):
+        """The model of a trial: built under `policy` with the reference's weights, then quantised in `quantize`
+        mode where the precision names one (its int8 kernels are the reference's weights quantised)."""
         ref = self.reference(layout)
-        if policy == "float32" or not self.spec.rebuilds_per_precision:
+        if quantize is None and (policy == "float32" or not self.spec.rebuilds_per_precision):
             return ref
-        key = (policy, layout)
+        key = (policy, layout, quantize)
         if key in self.models:
             self.models.move_to_end(key)
             return self.models[key]
-        model = self._runnable(build(self.spec, policy, layout, seed=self.settings.seed))
-        model.set_weights(ref.get_weights())  # the same weights as every other trial
+        built = build(self.spec, policy, layout, seed=self.settings.seed)
+        built.set_weights(self.built[layout].get_weights())  # the same weights as every other trial
+        if quantize is not None:
+            quantize_model(built, quantize, self.spec.name)
+        model = self._runnable(built)
         self.models[key] = model
         while len(self.models) > _KEEP_MODELS:
             self.models.popitem(last=False)
@@ -141,7 +148,7 @@ class Worker:
         keras = self.keras
         try:
             with backends.get(self.backend).float32_math(cfg.tf32):
-                model = self.model_for(cfg.keras_policy, cfg.layout)
+                model = self.model_for(cfg.keras_policy, cfg.layout, cfg.quantize)
                 x_host = self.host_inputs(cfg.layout, cfg.batch_size)
                 x = _on_device(x_host)
                 jit = cfg.compiler in ("torch.compile", "xla")
