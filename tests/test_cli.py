@@ -142,6 +142,19 @@ def test_ceilings_show_prints_the_recorded_profile(capsys, tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("gpu_name, shown", [("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
+                                              ("NVIDIA A100-SXM4-80GB", "NVIDIA H200")])
+def test_ceilings_show_on_a_gpu_without_a_measured_profile_shows_its_models_shipped_one(monkeypatch, tmp_path,
+                                                                                           gpu_name, shown):
+    """On an H100 with nothing measured, --show is the H100's shipped profile, not the H200's; a GPU model none
+    ships for (an A100) sees the recorded default."""
+    from carm_advisor.cli import ceilings
+    from carm_advisor.power.fake import FakeGPU
+
+    monkeypatch.setattr("carm_advisor.power.nvml.open_gpu", lambda index=0, **kw: FakeGPU(name=gpu_name))
+    assert ceilings.profile_for_show().name.startswith(shown)
+
+
 def test_an_error_from_a_fresh_process_is_exactly_one_line_on_stderr():
     """TensorFlow's native start-up lines must not reach the terminal around our one-line error."""
     proc = subprocess.run([sys.executable, "-m", "carm_advisor.cli", "analyze", "vgg17"], capture_output=True, text=True,

@@ -72,18 +72,20 @@ def run(args) -> int:
 
 
 def profile_for_show():
-    """This GPU's cached measured profile, else the recorded one."""
+    """This GPU's cached measured profile, else the profile shipped for its GPU model, else the recorded default
+    (no GPU here, or a model none ships for)."""
     from carm_advisor.errors import PowerError
     from carm_advisor.measure.profile import measured_profile_for
     from carm_advisor.power.nvml import open_gpu
-    from carm_advisor.profiles.profile import load_profile
+    from carm_advisor.profiles.profile import load_profile, shipped_profile_name
 
     try:
         gpu = open_gpu(0)
         cached = measured_profile_for({"uuid": gpu.uuid(), "driver": gpu.driver_version()})
+        shipped = shipped_profile_name(gpu.name())
     except PowerError:   # no NVML or no GPU here: show the recorded profile
-        cached = None
-    return cached if cached is not None else load_profile()
+        cached, shipped = None, None
+    return cached if cached is not None else load_profile(shipped)
 
 
 def check_recorded_benchmarks(names: tuple[str, ...], profile_path: str | None) -> None:
