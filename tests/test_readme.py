@@ -246,7 +246,7 @@ def test_analyze_on_torch(tmp_path):
 
 
 def test_the_python_blocks_run_as_written_and_their_comments_hold(tmp_path, monkeypatch):
-    """Run in order in one namespace, in an empty directory, as a reader pastes them into one session."""
+    """Run in order in one namespace, in an empty directory, as a reader pastes them into one Python prompt."""
     import carm_advisor as advisor
 
     code_blocks = blocks("python")
