@@ -103,7 +103,7 @@ def test_a_quantized_file_keeps_its_precision_and_the_warning_names_what_was_dro
     assert space.precisions == ("float32", "float32_tf32", "float32_no_tf32")
     assert space.layouts == ("channels_last",)
     assert len(notes) == 1
-    assert notes[0].startswith("q.keras: mixed_float16, mixed_bfloat16, channels_first not searched")
+    assert notes[0].startswith("q.keras: mixed_float16, mixed_bfloat16, int8, float8, channels_first not searched")
     assert "int8_from_float32" in notes[0] and "'module:function'" in notes[0]
 
 

@@ -307,6 +307,10 @@ def test_a_predicted_study_says_which_layers_no_value_counts(tmp_path):
     said = [w for w in result.warnings if "no cost model" in w]
     assert said == ["1 layer(s) have no cost model and are left out of every predicted value, so each is a lower "
                     "bound: double (Lambda)"]
+    # its Dense layers carry the FLOPs, but a copy to quantise cannot be rebuilt from a Python lambda: not searched
+    (quantized,) = [w for w in result.warnings if w.startswith("int8/float8 not searched")]
+    assert "cannot rebuild 'lam'" in quantized and "Lambda" in quantized
+    assert not {"int8", "float8"} & {t.config.precision for t in result.trials if t.config}
 
 
 def test_a_fully_costed_model_has_no_such_line(tmp_path):

@@ -59,13 +59,7 @@ from carm_advisor.models.keras_import import import_tensorflow_quietly
 from carm_advisor.power.nvml import gpu_count
 from carm_advisor.trials.predicted import ConfigPredictor, predicted_device
 from carm_advisor.trials.runner import FakeRunner, PredictedRunner, TrialFailed, WorkerRunner, WorkerSettings
-from carm_advisor.trials.space import (
-    QUANTIZED_PRECISIONS,
-    SearchSpace,
-    TrialConfig,
-    baseline_config,
-    with_quantization,
-)
+from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config
 from carm_advisor.tune import clocks as clock_control
 from carm_advisor.tune import parallel
 from carm_advisor.tune.fingerprint import check_fingerprint, study_fingerprint
@@ -100,6 +94,7 @@ from carm_advisor.tune.study_setup import (
     measured_gpu_name,
     narrow_to_file,
     resume_notes,
+    searched_quantization,
     with_baseline,
 )
 from carm_advisor.units import plural
@@ -344,11 +339,8 @@ def _build_predictor(run: _Run) -> None:
     check_model(run.spec, run.predictor, run.baseline, run.own_predictor)
     check_costed(run.spec, run.predictor, run.baseline)
     # Keras' quantised precisions only where the layers model.quantize converts carry enough of the FLOPs
-    shares = getattr(run.predictor, "quantizable_shares", None)
-    if shares is not None and set(run.space.precisions) & set(QUANTIZED_PRECISIONS):
-        run.space, said = with_quantization(run.space, shares(run.baseline.layout), run.spec.name,
-                                            keep=(run.baseline.precision,))
-        run.space_notes = run.space_notes + said
+    run.space, said = searched_quantization(run.space, run.predictor, run.baseline, run.spec.name)
+    run.space_notes = run.space_notes + said
     run.fits = fits_in_memory(run.source, run.predictor, o.mode)
     run.notes += batch_sizes_that_never_fit(run.space, run.asked_batch_sizes, run.fits, run.predictor, o.mode)
 

@@ -4,16 +4,17 @@ what a resumed study must say."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from carm_advisor.errors import CarmError, MappingError
+from carm_advisor.errors import CarmError, MappingError, ModelLoadError
 from carm_advisor.models.builder import ModelSpec, file_traits, narrowing_note
 from carm_advisor.models.loader import application_names, load_model
 from carm_advisor.power.nvml import open_gpu
 from carm_advisor.trials.predicted import ConfigPredictor, value_prediction
-from carm_advisor.trials.space import SearchSpace, TrialConfig
+from carm_advisor.trials.space import QUANTIZED_PRECISIONS, SearchSpace, TrialConfig, with_quantization
 from carm_advisor.tune import parallel
 from carm_advisor.tune.fingerprint import StudyMismatchError
 from carm_advisor.tune.objective import FINISHED
@@ -181,3 +182,22 @@ def with_baseline(space: SearchSpace, baseline: TrialConfig) -> SearchSpace:
     return SearchSpace(add(space.backends, baseline.backend), add(space.precisions, baseline.precision),
                        tuple(sorted(add(space.batch_sizes, baseline.batch_size))), add(space.layouts, baseline.layout),
                        compilers, space.sm_clocks_mhz)
+
+
+def searched_quantization(space: SearchSpace, predictor, baseline: TrialConfig, name: str) -> tuple[SearchSpace, list[str]]:
+    """The space with Keras' quantised precisions kept only where the layers model.quantize converts carry enough of
+    the FLOPs (trials.space.with_quantization) and the model can be quantised at all (a built model is quantised in a
+    copy rebuilt from its config: one whose config cannot be rebuilt, a Python lambda in a Lambda layer, cannot);
+    the notes that say what was dropped and why. A predictor without quantizable_shares leaves the space as it is."""
+    shares = getattr(predictor, "quantizable_shares", None)
+    if shares is None or not set(space.precisions) & set(QUANTIZED_PRECISIONS):
+        return space, []
+    space, notes = with_quantization(space, shares(baseline.layout), name, keep=(baseline.precision,))
+    left = [p for p in space.precisions if p in QUANTIZED_PRECISIONS and p != baseline.precision]
+    if left:
+        try:
+            predictor.quantized_model(baseline.layout, left[0])
+        except ModelLoadError as exc:
+            space = dataclasses.replace(space, precisions=tuple(p for p in space.precisions if p not in left))
+            notes.append(f"{'/'.join(left)} not searched: {exc}")
+    return space, notes
