@@ -29,11 +29,26 @@ for _var, _name in CACHE_DIRS.items():
 
 import pytest  # noqa: E402
 from _gpu import NO_GPU_REASON, gpu_present  # noqa: E402  (imports carm_advisor: after the directories are set)
+from _isolation import home_caches_written_since  # noqa: E402
 
 # TensorFlow's start-up chatter would bury test output; the CLI sets the same.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 HOME_CHECK = "test_isolation.py::test_the_suite_wrote_nothing_into_the_home_directorys_caches"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With worker processes (pytest-xdist), the controlling process checks the home directory's caches once every
+    worker has finished: a worker's own check (test_isolation.py) cannot run after the other workers' tests. Its
+    stamp was made before any worker started."""
+    if hasattr(session.config, "workerinput") or not getattr(session.config.option, "numprocesses", None):
+        return
+    written = home_caches_written_since(RUN_STAMP.stat().st_mtime)
+    if written:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"written into the home directory's caches during the run: {written[:20]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config):

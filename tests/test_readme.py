@@ -30,7 +30,7 @@ TEXT = README.read_text()
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 INSTALL = ('python3 -m venv .venv && .venv/bin/pip install -e ".[tensorflow,dev]" && .venv/bin/carm-advise analyze '
            "vgg16 --batch-size 64 --json vgg16.json --plot vgg16-carm.png")
-TESTS = ".venv/bin/python -m pytest -q"
+TESTS = ".venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile"
 
 
 def blocks(lang: str | None = None) -> list[tuple[str, int]]:
