@@ -11,8 +11,8 @@ from pathlib import Path
 
 import keras
 import pytest
+from _cli import assert_one_line_error, run_cli
 from rich.console import Console
-from test_cli import assert_one_line_error, run_cli
 
 import carm_advisor as advisor
 from carm_advisor.report.render import print_report

@@ -7,28 +7,15 @@ import zipfile
 
 import keras
 import pytest
+from _cli import assert_one_line_error, run_cli
 
 from carm_advisor.cli import main, tune_shorthand
 
 VGG16_TF_PROFILER_FLOPS = 30_960_211_824   # TensorFlow profiler, VGG16 at 224x224, per sample
 
 
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own exits
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def assert_one_line_error(code, err, fragment):
-    assert code == 2
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("carm-advise: error:")
-    assert fragment in lines[0]
-    assert "Traceback" not in err
 
 
 def test_vgg16_end_to_end_on_the_recorded_profile(tmp_path):

@@ -20,7 +20,6 @@ import pytest
 
 keras_hub = pytest.importorskip("keras_hub", reason="keras_hub is not installed: the backbones come from it")
 
-from carm_advisor.cli import main  # noqa: E402
 from carm_advisor.errors import MappingError  # noqa: E402
 from carm_advisor.mapping.input_shapes import shaped_model, shapes_json  # noqa: E402
 from carm_advisor.measure import backends  # noqa: E402
@@ -29,6 +28,7 @@ from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 SUPPORT = Path(__file__).parent / "tune_support"
 sys.path.insert(0, str(SUPPORT))
 import hub_models  # noqa: E402
+from _cli import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BERT = "hub_models:bert_tiny"
@@ -38,13 +38,6 @@ BERT_BY_NAME_SHAPES = {"token_ids": keras.Input((16,), dtype="int32"), "segment_
                        "padding_mask": (None, 16)}
 
 
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own exits
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line_error(code, err, fragment):

@@ -7,11 +7,11 @@ import stat
 
 import keras
 import pytest
+from _cli import assert_one_line_error, run_cli
 
 import carm_advisor as advisor
 from carm_advisor.errors import CarmError
 from carm_advisor.files import Outputs, write_text_atomic
-from test_cli import assert_one_line_error, run_cli
 
 
 @pytest.fixture

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_cli
 from _gpu import gpu_present
-
-from carm_advisor.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = REPO_ROOT / "README.md"
@@ -129,13 +128,6 @@ def test_every_carm_advise_command_in_the_readme_is_covered():
     assert {_synopsis(c) for c in commands} - {None} == set(SYNOPSES)
 
 
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:   # argparse's own exits (--help)
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("name", sorted(SYNOPSES))

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-from carm_advisor.cli import main
+from _cli import run_cli
 
 SUPPORT = Path(__file__).parent / "tune_support"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -30,13 +29,6 @@ def _tiny_models(monkeypatch):
     monkeypatch.syspath_prepend(str(SUPPORT))
 
 
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:   # argparse's own exits
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(code, err, fragment, exit_code=2) -> str:

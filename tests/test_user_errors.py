@@ -8,10 +8,10 @@ from pathlib import Path
 
 import keras
 import pytest
+from _cli import assert_one_line_error, run_cli
 
 import carm_advisor as advisor
 from carm_advisor.errors import MappingError
-from test_cli import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
