@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +34,21 @@ def result_path(folder: str | Path, gpu_name: str, what: str) -> Path:
 def write(path: Path, doc: dict) -> Path:
     doc.setdefault("date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     doc.setdefault("command", shlex.join([sys.executable.rsplit("/", 1)[-1]] + sys.argv))
+    doc.setdefault("commit", source_commit())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return path
+
+
+def source_commit() -> str | None:
+    """The checkout's commit the script ran at, "+modified" where tracked files differ from it; None outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+modified" if dirty.stdout.strip() else "")
