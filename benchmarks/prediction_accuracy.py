@@ -16,8 +16,8 @@ Writes <out>/<gpu>-prediction-accuracy-<date>.json with {"models", "per_layer_me
 they join the training set as any record of that model does (never evaluated themselves).
 --eager-host-forms: the torch eager whole models also with the host's time per layer call taken as the median over
 the models of each model's median host-paced record (MedianHostCalibration) beside the product's fastest record,
-and the fastest record's host time over every mapped row (EveryRowHostCalibration) in place of the calibrated rows:
-eager_host_forms in the file.
+and the fastest record's host time over the calibrated rows alone (CalibratedRowsHostCalibration) in place of every
+mapped row: eager_host_forms in the file.
 """
 
 from __future__ import annotations
@@ -66,20 +66,15 @@ class MedianHostCalibration(Calibration):
                 f"median over {len(by_model)} models of their host-paced records' median")
 
 
-class EveryRowHostCalibration(Calibration):
-    """The torch eager host term over every mapped row (each a Keras layer call the host pays: a Dropout, a Reshape or
-    a Cast with no CARM bound too) in place of the rows with a calibrated time (Calibration.whole_time_s)."""
+class CalibratedRowsHostCalibration(Calibration):
+    """The torch eager host term over the rows with a calibrated time alone, in place of the product's every mapped
+    row (Calibration.whole_time_s): a Dropout, a Reshape or a Cast with no CARM bound left out of the host's calls."""
 
     def whole_time_s(self, rows, backend, execution, model=None):
-        from carm_advisor.calibration.samples import kernel_calls, rows_dtype
-
-        t = super().whole_time_s(rows, backend, execution, model)
-        if t is None or execution != "eager":
-            return t
-        fit = self.whole_fit(backend, execution, rows_dtype(rows), model, kernel_calls(rows))
-        if fit is None or fit.dispatch_per_call_s is None:
-            return t
-        return max(t, len(rows) * fit.dispatch_per_call_s)
+        if execution != "eager":
+            return super().whole_time_s(rows, backend, execution, model)
+        calibrated = [r for r in rows if getattr(r, "calibrated_time_s", None)]
+        return super().whole_time_s(calibrated, backend, execution, model)
 
 
 def rows_by_run(runs: list, build=None, profile=None) -> list[list]:
@@ -237,7 +232,7 @@ def eager_host_forms(runs: list, rows: list[list], batch_size: int | None = None
     ("median_of_models"): per form, median |error|, median signed error, n, how many too fast, the worst."""
     full = full_calibration(runs, rows, studies, profile)   # fitted once; each form reads its records its own way
     forms = {"fastest": full, "median_of_models": MedianHostCalibration(full.samples, full.whole, full.provenance),
-             "fastest_every_row": EveryRowHostCalibration(full.samples, full.whole, full.provenance)}
+             "fastest_calibrated_rows": CalibratedRowsHostCalibration(full.samples, full.whole, full.provenance)}
     table = {}
     for form, calibration in forms.items():
         doc = evaluate(runs, rows, batch_size, train_models, studies, profile, full=calibration)
