@@ -152,6 +152,16 @@ def test_eager_whole_model_is_bounded_below_by_the_dispatch_per_layer_call():
     assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(0.3)   # 3 calls * 0.1 s > 0.15 s of GPU work
 
 
+def test_the_eager_host_pays_every_rows_layer_call_those_without_a_calibrated_time_too():
+    """A Dropout or Reshape row has no CARM bound and no calibrated time, yet it is a Keras call the host pays."""
+    c = Calibration(whole=[
+        WholeSample("torch", "eager", 10.0, 1.0, 1.0, 100),   # 5x the GPU sum: Python-bound, 0.1 s per call
+        WholeSample("torch", "eager", 2.0, 1.0, 1.0, 100),    # GPU-bound
+    ])
+    rows = _rows(("Conv2D", 0.05), ("Dropout", None), ("Reshape", None), ("Dense", 0.05))
+    assert c.whole_time_s(rows, "torch", "eager") == pytest.approx(0.4)   # 4 calls x 0.1 s, not the 2 with a time
+
+
 def test_jit_whole_model_is_the_bound_at_the_median_efficiency_of_the_jit_records():
     whole = [
         # bound (matmul + other) / whole: (1.0 + 2.0) / 2.5 = 1.2; (0.6 + 0.8) / 2.0 = 0.7; 2.0 / 2.5 = 0.8

@@ -283,7 +283,8 @@ def test_eager_host_forms_score_the_torch_eager_models_with_each_host_time_per_c
     mod = _load("prediction_accuracy")
     full = Calibration([], [WholeSample("torch", "eager", 1.0, 0.1, 0.1, 10, "m")], {"records": ["r"]})
     monkeypatch.setattr(mod, "full_calibration", lambda *a, **k: full)
-    ratios = {Calibration: [0.70, 0.80, 1.10], mod.MedianHostCalibration: [0.95, 1.20, 1.02]}
+    ratios = {Calibration: [0.70, 0.80, 1.10], mod.MedianHostCalibration: [0.95, 1.20, 1.02],
+              mod.CalibratedRowsHostCalibration: [0.60, 0.80, 1.00]}
     seen = []
 
     def evaluate(runs, rows, batch_size, train_models, studies, profile, full):
@@ -297,8 +298,10 @@ def test_eager_host_forms_score_the_torch_eager_models_with_each_host_time_per_c
 
     monkeypatch.setattr(mod, "evaluate", evaluate)
     out = mod.eager_host_forms([], [])
-    assert seen[0] is full and type(seen[1]) is mod.MedianHostCalibration          # one fit, read two ways
-    assert (seen[1].samples, seen[1].whole, seen[1].provenance) == (full.samples, full.whole, full.provenance)
+    assert seen[0] is full and type(seen[1]) is mod.MedianHostCalibration          # one fit, read three ways
+    assert type(seen[2]) is mod.CalibratedRowsHostCalibration
+    for other in seen[1:]:
+        assert (other.samples, other.whole, other.provenance) == (full.samples, full.whole, full.provenance)
     c = out["forms"]
     # fastest: errors -0.30, -0.20, +0.10 -> median |err| 0.20, signed -0.20, 2 too fast, worst 0.30
     assert c["fastest"]["n"] == 3 and c["fastest"]["too_fast"] == 2
@@ -309,6 +312,10 @@ def test_eager_host_forms_score_the_torch_eager_models_with_each_host_time_per_c
     assert c["median_of_models"]["time_median_abs_err"] == pytest.approx(0.05)
     assert c["median_of_models"]["time_median_signed_err"] == pytest.approx(0.02)
     assert c["median_of_models"]["too_fast"] == 1 and out["in_use"] == "fastest"
+    # calibrated rows alone: -0.40, -0.20, 0.00 -> 0.20, signed -0.20, 2 too fast, worst 0.40
+    assert c["fastest_calibrated_rows"]["time_median_abs_err"] == pytest.approx(0.20)
+    assert c["fastest_calibrated_rows"]["too_fast"] == 2
+    assert c["fastest_calibrated_rows"]["worst_abs_err"] == pytest.approx(0.40)
 
 
 def test_the_median_host_form_takes_the_median_over_models_of_each_models_median_per_call():
