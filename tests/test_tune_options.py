@@ -27,7 +27,14 @@ def test_the_defaults_are_tunes_defaults():
     assert (o.objective, o.n_trials, o.mode, o.predict, o.calibration) == ("gflops_per_watt", 30, "inference", "auto",
                                                                             "auto")
     assert (o.carm_pruning, o.carm_order, o.prune_margin, o.trial_timeout_s, o.seed) == (True, True, 0.10, 900.0, 0)
-    assert len(FIELD_NAMES) == 36 and "model_or_builder" not in FIELD_NAMES
+    assert len(FIELD_NAMES) == 37 and "model_or_builder" not in FIELD_NAMES
+
+
+def test_a_reference_is_parsed_once_from_text_or_a_pair():
+    assert TuneOptions(reference="hf-bert=25.7").reference == ("hf-bert", 25.7)
+    assert TuneOptions(reference=("hf-bert", 25.7)).reference == ("hf-bert", 25.7)
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        TuneOptions(reference="hf-bert")
 
 
 def test_sequences_become_tuples_and_the_value_is_frozen():

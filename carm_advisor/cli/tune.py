@@ -64,6 +64,10 @@ def add_parser(sub) -> None:
     t.add_argument("--max-slowdown", type=positive_float, help="infeasible if slower than the baseline by more than X times")
     t.add_argument("--max-output-error", type=positive_float,
                    help="infeasible if max |y - y_ref| / max |y_ref| against float32 (TF32 off) exceeds E")
+    t.add_argument("--reference", metavar="NAME=VALUE", type=reference_figure,
+                   help="a figure to hold the best against, in the first objective's unit (e.g. the same model run by "
+                        "hand, measured: hf-bert-bf16=25.7); the result says how far the best is from it and where "
+                        "its time goes on the CARM")
     t.add_argument("--backends", type=backend_list, help="Keras backends to search (default: those installed)")
     t.add_argument("--batch-sizes", type=int_list, help="batch sizes to search (default 32,64,128,256)")
     t.add_argument("--apply-clocks", action="store_true",
@@ -87,6 +91,15 @@ def study_name(text: str) -> str:
 
     try:
         return check_study_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def reference_figure(text: str) -> tuple[str, float]:
+    from carm_advisor.tune.breakdown import parse_reference
+
+    try:
+        return parse_reference(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -169,7 +182,8 @@ def tune_options(args, terminal: bool):
         objective=tuple(args.objective or ("gflops_per_watt",)), n_trials=args.trials, storage=args.storage,
         study_name=args.study, mode=args.mode, pareto=args.pareto, backends=args.backends,
         batch_sizes=args.batch_sizes, timeout_s=args.timeout, max_slowdown=args.max_slowdown,
-        max_output_error=args.max_output_error, predict=True if args.predict else "auto", profile=args.profile,
+        max_output_error=args.max_output_error, reference=args.reference,
+        predict=True if args.predict else "auto", profile=args.profile,
         apply_clocks=args.apply_clocks, runner=runner, carm_pruning=not args.no_carm_pruning, progress=terminal,
         gpus=args.gpus, calibration=False if args.no_calibration else "auto",
         input_shapes=input_shapes,

@@ -26,6 +26,7 @@ from typing import Any
 
 from carm_advisor.trials.runner import WorkerSettings
 from carm_advisor.trials.space import BACKENDS, SearchSpace, TrialConfig
+from carm_advisor.tune.breakdown import parse_reference
 from carm_advisor.tune.objective import PRUNE_MARGIN
 from carm_advisor.tune.objectives import OBJECTIVES
 from carm_advisor.tune.storage import HEARTBEAT_S
@@ -107,6 +108,8 @@ class TuneOptions:
     mode: str = "inference"
     max_slowdown: float | None = None
     max_output_error: float | None = None
+    # a figure the best is held against, in the primary objective's unit: "NAME=VALUE" or (name, value)
+    reference: Any = None
     # the search space
     space: SearchSpace | None = None
     backends: tuple[str, ...] | None = None
@@ -170,6 +173,9 @@ class TuneOptions:
             _refuse("mode", f"one of {', '.join(MODES)}", self.mode)
         for name in ("max_slowdown", "max_output_error"):
             _check_positive(name, getattr(self, name), optional=True)
+        if self.reference is not None:
+            text = self.reference if isinstance(self.reference, str) else "=".join(map(str, self.reference))
+            object.__setattr__(self, "reference", parse_reference(text))   # ValueError in one line
 
     def _check_space(self) -> None:
         _check_type("space", self.space, SearchSpace)

@@ -13,9 +13,10 @@ from rich.text import Text
 
 from carm_advisor.report.render import POWER_LEGEND, POWER_MARK, bound_label
 from carm_advisor.trials.space import TrialConfig
+from carm_advisor.tune.breakdown import AT_ROOF
 from carm_advisor.tune.objectives import OBJECTIVES
 from carm_advisor.tune.records import TOP1_CAVEAT, throughput, value_of
-from carm_advisor.units import count, plural
+from carm_advisor.units import count, plural, seconds
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -193,6 +194,7 @@ def render(result) -> Iterator:
                        bound_label(str(ch["bound_after"])) + (POWER_MARK if ch.get("power_limited_after") else ""),
                        f"{ch['speedup']:.2f}x")
         yield lc
+    yield from _breakdown(result)
     clock = result.clock_recommendation
     if clock:
         top = clock["clocks"][0]["sm_clock_mhz"] if clock.get("clocks") else None
@@ -204,3 +206,30 @@ def render(result) -> Iterator:
             yield Text(f"SM clock, PREDICTED (not measured): lock at {clock['recommended_sm_clock_mhz']:g} MHz for "
                        f"{clock['predicted_gain']:.2f}x {clock['objective']} over the top clock ({top:g} MHz); "
                        f"source: {clock['source']}")
+
+
+def _breakdown(result) -> Iterator:
+    """The reference line (how far the best is from it) and where the best's time per batch goes, class by class."""
+    ref, b = result.reference, result.best_breakdown
+    if ref is not None:
+        if ref["ratio"] is None:
+            yield Text(f"reference {ref['name']}: {_fmt(ref['value'])} {ref['unit']}; no best to hold against it")
+        else:
+            verdict = "short of it" if ref["short"] else "at or above it"
+            yield Text(f"best {result.source}: {ref['ratio']:.3g}x the reference {ref['name']} "
+                       f"({_fmt(ref['value'])} {ref['unit']}), {verdict}",
+                       style="bold yellow" if ref["short"] else "bold")
+    if b is None or (ref is None and not any(c["hint"] for c in b["classes"]) and not b["hint_outside"]):
+        return   # without a reference, the table only where something stands far from its roofs
+    table = Table(title=f"where the best's time per batch goes ({b['whole_source']} {seconds(b['whole_s'])}; "
+                        "each class's time: calibrated prediction or CARM bound)", box=None, title_justify="left")
+    for col in ("class", "layers", "time", "share", "x its bound", "what would close it"):
+        table.add_column(col, justify="right" if col in ("layers", "time", "share", "x its bound") else "left")
+    for c in b["classes"]:
+        below = "-" if c["below_roof"] != c["below_roof"] else f"{c['below_roof']:.1f}x"
+        table.add_row(c["class"], str(c["layers"]), seconds(c["time_s"]), f"{c['share']:.0%}", below,
+                      c["hint"] or ("at its roofs" if c["below_roof"] <= AT_ROOF else ""))
+    if b["outside_layers_s"] > 0:
+        table.add_row("outside the layers", "", seconds(b["outside_layers_s"]), f"{b['outside_share']:.0%}", "",
+                      b["hint_outside"] or "")
+    yield table

@@ -21,6 +21,7 @@ from carm_advisor.trials.space import (
     application_expression,
     keras_default_config,
 )
+from carm_advisor.tune.breakdown import reference_gap, time_by_class
 from carm_advisor.tune.objective import carm_prune_reason
 from carm_advisor.tune.objectives import OBJECTIVES, Objective
 from carm_advisor.tune.plots import plot_study
@@ -72,6 +73,10 @@ class TuneResult:
     model_expr: str = DEFAULT_MODEL_EXPR
     # predicted studies: where a backend's values come from when not from its own records ({backend: note})
     calibration_notes: dict[str, str] = field(default_factory=dict)
+    # where the best's time per batch goes, class by class on the CARM (breakdown.time_by_class)
+    best_breakdown: dict[str, Any] | None = None
+    # the figure the best is held against (breakdown.reference_gap), None without one
+    reference: dict[str, Any] | None = None
 
     def keras_code(self) -> str | None:
         """The Python lines that run the model in the best configuration (TrialConfig.keras_code), None without
@@ -144,6 +149,7 @@ class TuneResult:
             "pareto": [t.to_dict() for t in self.pareto],
             "counts": self.counts, "blind_search": self.blind_search,
             "layer_changes": self.layer_changes, "clock_recommendation": self.clock_recommendation,
+            "best_breakdown": self.best_breakdown, "reference": self.reference,
             "trials": [t.to_dict() for t in self.trials], "wall_s": self.wall_s, "command": self.command,
             "budget_stopped": self.budget_stopped, "value_policy": self.value_policy,
             "value_sources": self.value_sources(), "caveats": {"top1_agreement": TOP1_CAVEAT},
@@ -240,7 +246,8 @@ def uncosted_warning(rows) -> list[str]:
 
 def build_result(study, objectives: list[Objective], space: SearchSpace, predictor, baseline_cfg: TrialConfig, *,
                  source: str, storage_url: str, wall_s: float, device: dict, command: str, prune_margin: float,
-                 max_slowdown, max_output_error, budget_stopped: bool = False) -> TuneResult:
+                 max_slowdown, max_output_error, budget_stopped: bool = False,
+                 reference: tuple[str, float] | None = None) -> TuneResult:
     records = [record_of(t) for t in study.get_trials(deepcopy=False)]
     distinct: dict[str, TrialRecord] = {}
     for r in records:
@@ -290,6 +297,8 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
     if best is not None and best.config.sm_clock_mhz is None and predictor.predict(best.config).rows:
         clock = _clock_recommendation(best, predictor, primary)
     defaults = keras_default_gains(best, space, predictor) if source == "predicted" else []
+    breakdown = best_time_by_class(best, predictor, source) if best is not None and best.config is not None else None
+    gap = reference_gap(best.values[0] if best is not None else None, reference, primary) if reference else None
     warnings = list(study.user_attrs.get("space_notes") or [])   # what a model file left out of the space
     warnings += batch_range_warnings(records, predictor) if source == "predicted" else []
     baseline_rows = predictor.predict(baseline_cfg).rows
@@ -309,7 +318,22 @@ def build_result(study, objectives: list[Objective], space: SearchSpace, predict
         keras_defaults=defaults, warnings=warnings, best_rule=best_rule(objectives) if len(objectives) > 1 else None,
         recurrent=recurrent, model_expr=model_expression(getattr(predictor, "spec", None)),
         calibration_notes=calibration_notes(space, predictor) if source == "predicted" else {},
+        best_breakdown=breakdown, reference=gap,
     )
+
+
+def best_time_by_class(best: TrialRecord, predictor, source: str) -> dict[str, Any] | None:
+    """breakdown.time_by_class of the best configuration's predicted rows, against its whole batch's time as
+    measured (a measured trial) or predicted (calibrated where the calibration gives it, else the bound)."""
+    prediction = predictor.predict(best.config)
+    measured_s = (best.measurement or {}).get("time_s") if source == "measured" else None
+    if measured_s:
+        whole, said = measured_s, "measured"
+    elif prediction.calibrated_time_s:
+        whole, said = prediction.calibrated_time_s, "calibrated prediction"
+    else:
+        whole, said = prediction.time_s, "CARM bound"
+    return time_by_class(prediction.rows, whole, said)
 
 
 def model_expression(spec) -> str:

@@ -501,7 +501,7 @@ def _result(run: _Run, outcome: _Outcome) -> TuneResult:
                           storage_url=run.url, wall_s=time.perf_counter() - run.start_s, device=outcome.device,
                           command=o.command or shlex.join(sys.argv), prune_margin=o.prune_margin,
                           max_slowdown=o.max_slowdown, max_output_error=o.max_output_error,
-                          budget_stopped=outcome.budget_stopped)
+                          budget_stopped=outcome.budget_stopped, reference=o.reference)
     result.warnings[:0] = run.notes + outcome.notes
     return result
 
