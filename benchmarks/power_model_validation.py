@@ -97,8 +97,8 @@ def _inputs(args) -> tuple[list[Path], list[Path], str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from carm_advisor.carm.power_fit import fit_power_runs
     from carm_advisor.calibration import shipped_calibration
+    from carm_advisor.carm.power_fit import fit_power_runs
     from carm_advisor.errors import CarmError
     from carm_advisor.profiles.profile import load_profile
     from carm_advisor.validation import compact_layers, load_runs, validate

@@ -32,11 +32,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from _common import result_path, write  # noqa: E402
-from fit_calibration import (add_profile_argument, add_studies, launch_floor, load_runs, parse_args,  # noqa: E402
-                             read_profile, record_files)
+from fit_calibration import (  # noqa: E402
+    add_profile_argument,
+    add_studies,
+    launch_floor,
+    load_runs,
+    parse_args,
+    read_profile,
+    record_files,
+)
 
 from carm_advisor.calibration import Calibration  # noqa: E402
-
 
 # What the figures of a result file rest on (written into it as "notes").
 NOTES = [

@@ -72,7 +72,7 @@ def measured_rows(files: list[str]) -> list[dict]:
     return rows
 
 
-def rank(values) -> "list[float]":
+def rank(values) -> list[float]:
     """Ranks from 1, ties averaged (scipy.stats.rankdata where scipy is installed)."""
     try:
         from scipy.stats import rankdata

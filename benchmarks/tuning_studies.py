@@ -3,8 +3,9 @@ on a GPU): every measured trial is a whole-model record of its configuration, wi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import optuna
 
@@ -14,7 +15,6 @@ from carm_advisor.models.builder import model_spec
 from carm_advisor.trials.predicted import ConfigPredictor
 from carm_advisor.trials.space import TrialConfig
 from carm_advisor.tune.storage import open_storage
-
 
 # A tuning trial's compiler -> the whole-model execution it measured.
 STUDY_EXECUTION = {("torch", "eager"): "eager", ("torch", "torch.compile"): "torch.compile", ("jax", "xla"): "jit"}

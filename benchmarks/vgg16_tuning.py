@@ -115,10 +115,10 @@ def main(argv=None) -> int:
     import optuna
 
     from carm_advisor.models.builder import model_spec
-    from carm_advisor.tune.objectives import get_objective
     from carm_advisor.trials.predicted import ConfigPredictor
     from carm_advisor.trials.runner import FakeRunner
     from carm_advisor.trials.space import SearchSpace
+    from carm_advisor.tune.objectives import get_objective
     from carm_advisor.tune.options import TuneOptions
     from carm_advisor.tune.storage import open_storage
     from carm_advisor.tune.study import tune
@@ -369,12 +369,12 @@ def summarize(args, start_s: float) -> int:
     import optuna
 
     from carm_advisor.models.builder import model_spec
-    from carm_advisor.tune.objectives import get_objective
     from carm_advisor.trials.predicted import ConfigPredictor
-    from carm_advisor.tune.result import build_result
     from carm_advisor.trials.space import SearchSpace, TrialConfig
-    from carm_advisor.tune.storage import open_storage, storage_url
+    from carm_advisor.tune.objectives import get_objective
     from carm_advisor.tune.options import TuneOptions
+    from carm_advisor.tune.result import build_result
+    from carm_advisor.tune.storage import open_storage, storage_url
 
     for f in [args.storage, *args.grid_storage, *args.grid_json]:
         if not Path(f).is_file():

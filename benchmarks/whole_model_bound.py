@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from carm_advisor.learn import rebuilt_model
 from carm_advisor.carm.dvfs import Work, predict_at_clock, reference_clock_mhz  # noqa: E402
+from carm_advisor.files import read_json  # noqa: E402
+from carm_advisor.learn import rebuilt_model
 from carm_advisor.models.loader import image_data_format  # noqa: E402
 from carm_advisor.predict import Predictor  # noqa: E402
 from carm_advisor.profiles.profile import load_profile  # noqa: E402
-from carm_advisor.files import read_json  # noqa: E402
 
 
 def record_of(row: dict, results: Path) -> dict:
@@ -55,8 +55,9 @@ def bound_time_s(rows: list, carm, pm, f0_mhz: float) -> float:
 
 def sweep_fit_power_model(ceilings: list[Path], profile):
     """The power model power_model_validation.py fits on these ceilings/sweep files, and its reference clock."""
-    from carm_advisor.carm.power_fit import fit_power_runs
     from power_model_validation import power_model_of
+
+    from carm_advisor.carm.power_fit import fit_power_runs
 
     drop = set(((profile.provenance.get("measured") or {}).get("dropped") or {}))
     fit, limit = fit_power_runs([json.loads(p.read_text()) for p in ceilings], drop)

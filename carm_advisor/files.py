@@ -185,7 +185,7 @@ class Outputs:
                 tmp.unlink()
         self._staged.clear()
 
-    def __enter__(self) -> "Outputs":
+    def __enter__(self) -> Outputs:
         return self
 
     def __exit__(self, *exc) -> None:

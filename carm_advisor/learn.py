@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from carm_advisor.calibration import (
     GPU_TIME_EXECUTIONS,

@@ -10,10 +10,11 @@ and the calibrated figure side by side, never one in place of the other.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
-from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS, kernel_calls, rows_dtype
+from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.carm.dvfs import predicted_time_energy
 from carm_advisor.carm.placement import (
     DEFAULT_MATH_MODE,
@@ -334,7 +335,7 @@ def _channels(c: LayerCost) -> tuple[int, ...]:
         return ()
 
 
-def apply_calibration(rows: Iterable, calibration: "Calibration | None", backend: str, profile=None) -> None:
+def apply_calibration(rows: Iterable, calibration: Calibration | None, backend: str, profile=None) -> None:
     """Lay `calibration` over rows already predicted (and perhaps measured), as predict.Predictor does
     when it predicts them: re-calibrating the same rows with another calibration (leave one model out)."""
     predictor = Predictor(profile, {}, backend=backend, calibration=calibration)

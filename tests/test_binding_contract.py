@@ -19,8 +19,15 @@ import pytest
 from carm_advisor.errors import GPUUnavailableError, MeasurementError
 from carm_advisor.measure import build
 from carm_advisor.measure.binding import Binding, default_binding
-from carm_advisor.measure.kernels import open_binding
-from carm_advisor.measure.kernels import BenchmarkInfo, DeviceInfo, KernelLibrary, RunResult, TensorFlowOps, _Params
+from carm_advisor.measure.kernels import (
+    BenchmarkInfo,
+    DeviceInfo,
+    KernelLibrary,
+    RunResult,
+    TensorFlowOps,
+    _Params,
+    open_binding,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="no C++ compiler")
 HAVE_TF = build._tf_available()

@@ -1,14 +1,14 @@
 """Calibration: efficiencies by key with fallbacks, calibrated times, whole-model fit (hand numbers)."""
 
-from types import SimpleNamespace
-
 import dataclasses
 import math
+from types import SimpleNamespace
+
 import pytest
 
-from carm_advisor.calibration import Calibration, Sample, shipped_calibration, size_bucket, WholeSample
-from carm_advisor.predict import apply_calibration
+from carm_advisor.calibration import Calibration, Sample, WholeSample, shipped_calibration, size_bucket
 from carm_advisor.errors import ProfileError
+from carm_advisor.predict import apply_calibration
 
 
 def _additive(samples, whole=(), provenance=None):
@@ -233,8 +233,7 @@ def test_the_shipped_h200_calibration_has_torch_and_jax_conv_samples():
 
 
 def test_the_shipped_calibration_is_only_used_for_its_own_gpu_and_the_cache_extends_it(tmp_path, monkeypatch):
-    from carm_advisor.calibration import load_calibration
-    from carm_advisor.calibration import store_calibration
+    from carm_advisor.calibration import load_calibration, store_calibration
 
     monkeypatch.setenv("CARM_ADVISOR_CACHE", str(tmp_path))
     device = {"uuid": "GPU-1", "driver": "1"}

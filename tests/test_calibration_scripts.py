@@ -172,7 +172,7 @@ def test_records_accumulate_over_repeated_flags_and_each_file_counts_once(tmp_pa
 
 def test_fit_calibration_places_the_layers_on_the_profile_it_is_given(tmp_path, monkeypatch, capsys):
     # Another GPU's records need that GPU's roofs: --profile reaches the fit; a bad one is a one-line error
-    import carm_advisor.learn as learn
+    from carm_advisor import learn
     from carm_advisor.profiles.profile import load_profile
 
     fit = _load("fit_calibration")

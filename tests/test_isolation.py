@@ -11,8 +11,8 @@ from _isolation import home_caches_written_since
 
 
 def test_every_cache_and_config_directory_is_the_runs_own(run_cache_dirs):
+
     import carm_advisor  # noqa: F401  (imported: nothing it set moved the directories back)
-    import keras
 
     root, _, dirs = run_cache_dirs
     for var, path in dirs.items():

@@ -7,13 +7,12 @@ Profile figures are round (HBM 1e11 B/s) so every expected time is a hand calcul
 
 import keras
 import pytest
+from test_predict import FixedEfficiency, profile
 
-import carm_advisor.calibration as calibration
+from carm_advisor import calibration
 from carm_advisor.calibration import layout_copy_passes, samples_from_rows
 from carm_advisor.mapping.types import OP_ELEMENTWISE, OP_MATMUL, LayerCost
 from carm_advisor.predict import Predictor
-
-from test_predict import FixedEfficiency, profile
 
 MODE = {"conv": "tf32", "matmul": "fp32"}
 
@@ -85,8 +84,9 @@ def test_a_measured_layer_learns_its_efficiency_without_its_copies():
 
 
 def test_the_layout_advice_predicts_the_gain_of_the_copies_the_calibrated_time_holds(monkeypatch):
-    import carm_advisor.advise.analyze as analysis
     from test_analysis import round_profile
+
+    import carm_advisor.advise.analyze as analysis
 
     # every torch convolution and pooling layer at half its bound (three samples each: MIN_SAMPLES); pure data
     # movement at its bound, so the copies take their bound (tests/test_layout_copy_form.py: below it)

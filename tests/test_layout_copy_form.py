@@ -69,9 +69,9 @@ def test_samples_keep_the_copies_bound_they_had_taken_off_and_files_round_trip()
 
 def test_the_layout_advice_takes_the_copies_as_the_calibration_counts_them(monkeypatch):
     import keras
+    from test_analysis import round_profile
 
     import carm_advisor.advise.analyze as analysis
-    from test_analysis import round_profile
 
     # convolutions at half their bound; pure data movement at a quarter (floor 0.4 ms)
     cal = Calibration(samples=[Sample("torch", "Conv2D", "float32", 1e-3, 2e-3)] * 3

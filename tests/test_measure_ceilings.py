@@ -5,9 +5,11 @@ best-of variants, per-clock flags, exclusions and counter-undercounted rows, aga
 import pytest
 
 from carm_advisor.measure import ceilings as C
+from carm_advisor.measure import profile as P
 from carm_advisor.measure.kernels import BenchmarkInfo, DeviceInfo, RunResult
 from carm_advisor.power.fake import FakeGPU
-from carm_advisor.measure import profile as P
+
+
 def info(i, name, kind, key, variant, flops_item, bytes_item, memory_key=""):
     return BenchmarkInfo(index=i, name=name, kind=kind, carm_key=key, memory_key=memory_key, variant=variant,
                          instruction="x", item="x", min_arch=80, max_arch=0, flops_per_item=flops_item,

@@ -8,7 +8,13 @@ import pytest
 
 from carm_advisor.mapping.walker import iter_layer_calls
 from carm_advisor.measure.profiled import (
-    RANGE_PREFIX, Launch, Range, attribute_kernels, layer_times_s, named_layer_ranges, share_energy,
+    RANGE_PREFIX,
+    Launch,
+    Range,
+    attribute_kernels,
+    layer_times_s,
+    named_layer_ranges,
+    share_energy,
 )
 
 
@@ -86,9 +92,8 @@ def test_identical_layer_calls_are_measured_once_and_mapped_back():
 ])
 def test_analyze_measures_torch_with_one_profiled_pass_unless_asked_or_it_fails(monkeypatch, method, failing, expected):
     import carm_advisor.advise.analyze as analysis
-    import carm_advisor.measure.profiled as profiled
     from carm_advisor.errors import MeasurementError
-    from carm_advisor.measure import backends
+    from carm_advisor.measure import backends, profiled
 
     def fake_profile_run(*a, **k):
         if failing:

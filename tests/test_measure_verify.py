@@ -41,7 +41,7 @@ def test_a_benchmark_missing_from_the_profile_is_not_ok():
 
 
 def test_without_ncu_verification_returns_none(monkeypatch, tmp_path):
-    import carm_advisor.measure.counters as counters
+    from carm_advisor.measure import counters
 
     monkeypatch.setattr(counters, "ncu_path", lambda: None)
     assert verify_with_counters(tmp_path / "lib.so") is None

@@ -331,8 +331,8 @@ def test_verify_compares_a_compile_advice_on_the_power_basis_the_advice_used():
     #   time-weighted over 9 + 5 ms: (589.90 * 9 + 457.77 * 5) / 14 = 542.71 W
     #   eager: 100 + 442.71 * 0.5 = 321.35 W; compiled: 542.71 W
     from carm_advisor.advise.analyze import _whole_model_calibration
-    from carm_advisor.carm.power_model import DutyCurve, PowerModel
     from carm_advisor.advise.verify import on_worker_baseline
+    from carm_advisor.carm.power_model import DutyCurve, PowerModel
 
     class Fit:
         samples, provenance = [], {}

@@ -1,7 +1,8 @@
 """The wheel must carry every subpackage, the embedded profiles and the CUDA sources."""
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ import pytest
 from _same_json import assert_same_json
 
 from carm_advisor.errors import CarmError, ProfileError
-from carm_advisor.profiles.profile import load_profile, profile_from_dict
 from carm_advisor.files import read_json
+from carm_advisor.profiles.profile import load_profile, profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

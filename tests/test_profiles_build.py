@@ -6,6 +6,8 @@ import pytest
 from carm_advisor.carm import fitting as F
 from carm_advisor.errors import MeasurementError
 from carm_advisor.measure import profile as P
+
+
 def test_cached_profiles_are_told_apart_by_kernel_source_hash(tmp_path, monkeypatch):
     from carm_advisor.profiles.cache import cached_profile_for, store_profile
     from carm_advisor.profiles.profile import SCHEMA, profile_from_dict

@@ -7,12 +7,7 @@ from __future__ import annotations
 import keras
 import pytest
 
-from carm_advisor.carm.placement import (
-    ASSUMED,
-    DEFAULT_MATH_MODE,
-    QUANTIZED_PATHS,
-    quantized_placement,
-)
+from carm_advisor.carm.placement import ASSUMED, DEFAULT_MATH_MODE, QUANTIZED_PATHS, quantized_placement
 from carm_advisor.mapping import map_model
 from carm_advisor.mapping.layers_dense import quantizable_flops
 from carm_advisor.mapping.types import OP_MATMUL, LayerCost

@@ -26,7 +26,7 @@ from _gpu import gpu_present
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = REPO_ROOT / "README.md"
 TEXT = README.read_text()
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INSTALL = ('python3 -m venv .venv && .venv/bin/pip install -e ".[tensorflow,dev]" && .venv/bin/carm-advise analyze '
            "vgg16 --batch-size 64 --json vgg16.json --plot vgg16-carm.png")
 TESTS = ".venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile"
@@ -369,7 +369,7 @@ def test_the_text_speaks_of_the_product_not_of_how_it_was_made():
     assert "CARM_ADVISOR_CACHE" in text   # where the cache is, and how to move it
     for pattern in (r"\bsessions?\b", r"\brules? [A-Z0-9]{1,3}\b", r"\bissue \d+", r"\bissues? #\d+", r"\bhelpers?\b",
                     r"\blent\b", r"(?<![\w-])-s\d+\b", r"\bsessions\.md\b"):
-        hits = [m.group(0) for m in re.finditer(pattern, text, re.I)]
+        hits = [m.group(0) for m in re.finditer(pattern, text, re.IGNORECASE)]
         assert not hits, f"README.md (outside Layout) says {hits!r}"
 
 

@@ -11,7 +11,6 @@ import carm_advisor as advisor
 from carm_advisor.report.console import make_console
 from carm_advisor.report.render import print_report
 
-
 # ---- output that is not a terminal -------------------------------------------------------------------
 
 class _Pipe(io.StringIO):

@@ -53,7 +53,7 @@ def test_hidden_modules_raise_on_import_only_while_hidden(tmp_path, monkeypatch)
     with modules_hidden(["carm_hidden_probe", "os"]):
         with pytest.raises(ModuleNotFoundError):
             import carm_hidden_probe  # noqa: F401
-        import os as os_again   # already imported: left alone
+        import os as os_again  # already imported: left alone
         assert os_again is os
     import carm_hidden_probe  # noqa: F401,F811
 

@@ -12,11 +12,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
+from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
+
 from carm_advisor.trials.predicted import VALUE_BOUND, VALUE_CALIBRATED, WHOLE_EXECUTION, ConfigPredictor  # noqa: E402
 from carm_advisor.trials.runner import PredictedRunner  # noqa: E402
 from carm_advisor.trials.space import TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
-from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
 
 
 class StubCalibration:
@@ -48,6 +49,7 @@ class StubCalibration:
 
 def _predictor(calibration):
     from tiny_models import tiny_cnn
+
     from carm_advisor.models.builder import model_spec
 
     return ConfigPredictor(model_spec(tiny_cnn), calibration=calibration)

@@ -13,9 +13,10 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
+from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
+
 from carm_advisor.trials.space import TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
-from stubs import BackendTablePredictor, three_backend_space  # noqa: E402
 
 
 class TablePredictor(BackendTablePredictor):

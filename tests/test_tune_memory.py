@@ -16,12 +16,12 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
 from carm_advisor.mapping import map_model  # noqa: E402
 from carm_advisor.mapping.memory import footprint_lower_bound  # noqa: E402
-from carm_advisor.profiles.profile import load_profile  # noqa: E402
 from carm_advisor.models.builder import model_spec  # noqa: E402
+from carm_advisor.profiles.profile import load_profile  # noqa: E402
 from carm_advisor.trials.predicted import ConfigPredictor  # noqa: E402
+from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.records import TrialRecord
 from carm_advisor.tune.result import batch_range_warnings
-from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
 
 H200_BYTES = 150109880320   # carm_advisor/profiles/nvidia_h200.json device.memory_bytes: "150.1 GB"

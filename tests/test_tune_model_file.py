@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from carm_advisor.models.builder import build, model_spec
 from carm_advisor.models.loader import dtype_policy
 from carm_advisor.profiles.profile import load_profile
-from carm_advisor.models.builder import build, model_spec
 from carm_advisor.trials.predicted import ConfigPredictor
 from carm_advisor.trials.space import PRECISIONS, TrialConfig
 from carm_advisor.tune.study import tune

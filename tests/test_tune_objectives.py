@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from carm_advisor.tune.objectives import OBJECTIVES, get_objective
 from carm_advisor.trials.runner import Measurement
 from carm_advisor.trials.space import SearchSpace, TrialConfig, baseline_config, installed_backends
+from carm_advisor.tune.objectives import OBJECTIVES, get_objective
 from carm_advisor.tune.study import resolve_objectives
 
 # 50 samples in 0.5 s for 100 J, 2e12 FLOPs per batch.
@@ -71,7 +71,6 @@ def test_baseline_is_keras_defaults():
 def test_advisor_tune_is_callable_even_after_the_tune_package_is_imported():
     import carm_advisor
     import carm_advisor.trials.space  # noqa: F401  (binds the package to carm_advisor.tune)
-
     from carm_advisor.tune.study import tune as tune_function
 
     assert callable(carm_advisor.tune)

@@ -9,8 +9,8 @@ import keras
 import pytest
 
 from carm_advisor.mapping import map_model
-from carm_advisor.models.loader import dtype_policy, load_model
 from carm_advisor.models.builder import model_policy, model_spec
+from carm_advisor.models.loader import dtype_policy, load_model
 from carm_advisor.trials.predicted import PROBE_POLICY, ConfigPredictor
 from carm_advisor.trials.space import TrialConfig
 

@@ -14,13 +14,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
+from stubs import ScriptedRunner, TablePredictor  # noqa: E402
+from tiny_models import tiny_cnn  # noqa: E402
+
 from carm_advisor.calibration import Calibration, WholeSample  # noqa: E402
 from carm_advisor.errors import CarmError  # noqa: E402
 from carm_advisor.profiles.profile import load_profile  # noqa: E402
 from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.study import tune  # noqa: E402
-from stubs import ScriptedRunner, TablePredictor  # noqa: E402
-from tiny_models import tiny_cnn  # noqa: E402
 
 SPACE = SearchSpace(backends=("torch",), precisions=("float32", "mixed_bfloat16"), batch_sizes=(32,),
                     layouts=("channels_last",), compilers={"torch": ("eager",)})

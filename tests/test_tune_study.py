@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent / "tune_support"))
 
 from stubs import ScriptedRunner, TablePredictor  # noqa: E402
 
-from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
-from carm_advisor.tune.records import TrialRecord
 from carm_advisor.trials.space import SearchSpace, TrialConfig  # noqa: E402
 from carm_advisor.tune.objective import carm_prune_reason
+from carm_advisor.tune.objectives import OBJECTIVES  # noqa: E402
+from carm_advisor.tune.records import TrialRecord
 from carm_advisor.tune.study import tune
 
 BASELINE = TrialConfig("torch", "float32", 32, "channels_last", "eager")

@@ -3,7 +3,6 @@ goes on; the real worker measures a tiny Keras model on the CPU (times only: no 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

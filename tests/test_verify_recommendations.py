@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from carm_advisor.report.model import Report
-from carm_advisor.results import MeasurementInfo, ModelInfo, Recommendation
 from carm_advisor.advise.verify import verify_recommendations
+from carm_advisor.report.model import Report
 from carm_advisor.report.render import verified_text
+from carm_advisor.results import MeasurementInfo, ModelInfo, Recommendation
 
 
 def _report():
@@ -161,9 +161,9 @@ def test_which_compilers_go_to_the_tuners_worker():
 
 
 def test_the_default_runner_hands_compilers_to_the_tuners_worker_runner(monkeypatch):
-    import carm_advisor.advise.verify as tuner   # where verify looks WorkerRunner up
-    from carm_advisor.trials.runner import Measurement, TrialFailed
+    import carm_advisor.advise.verify as tuner  # where verify looks WorkerRunner up
     from carm_advisor.advise.verify import TrialRunners
+    from carm_advisor.trials.runner import Measurement, TrialFailed
 
     made = []
 

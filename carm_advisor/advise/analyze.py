@@ -6,8 +6,9 @@ import contextlib
 import os
 import re
 import warnings as pywarnings
+from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from carm_advisor.advise.recommend import recommend
 from carm_advisor.calibration import Calibration, load_calibration

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.advise.measured import COMPILERS, measured_recommendations, whole_model_now_and_changed
+from carm_advisor.calibration import policy as calibration_policy
 from carm_advisor.carm.placement import is_convolution, missing_roof
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.report.model import Report

@@ -3,8 +3,8 @@ bound, taken from a measured run's rows; and what it gives back (Estimate, Whole
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from carm_advisor.calibration.policy import MATMUL_CLASSES, is_kernel, layer_class, size_bucket
 

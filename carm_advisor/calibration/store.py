@@ -16,7 +16,7 @@ from carm_advisor.calibration.table import Calibration, read_json
 from carm_advisor.profiles.cache import cache_dir, profile_key
 
 
-def load_without_unmarked_copy_samples(path: str | Path) -> tuple["Calibration", int]:
+def load_without_unmarked_copy_samples(path: str | Path) -> tuple[Calibration, int]:
     """The calibration file `path` (read once), less the torch convolution and pooling samples it cannot tell apart
     (a file written before Sample.layout_copy_s: no "sample_fields" and no sample with copies), and how many were
     left out. Their copies were taken off at the roof's bound or not at all, so under the data-movement form they

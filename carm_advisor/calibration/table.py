@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from carm_advisor.calibration.policy import (
     DISPATCH_OVERLAP_NORM,
@@ -42,7 +43,7 @@ class Calibration(WholeModelFits):
 
     def __post_init__(self) -> None:
         self._index: dict[tuple, list[Sample]] | None = None
-        self._copy_base: "Calibration | None" = None
+        self._copy_base: Calibration | None = None
         self._whole_fits: dict[tuple, WholeFit | None] = {}
         self._floors: dict[tuple, float | None] = {}   # floor_s per (backend, class, executions): the samples do not change
 
@@ -243,16 +244,16 @@ class Calibration(WholeModelFits):
     # ---- whole model -----------------------------------------------------------------------
 
     # ---- combining and saving --------------------------------------------------------------
-    def extended(self, other: "Calibration") -> "Calibration":
+    def extended(self, other: Calibration) -> Calibration:
         return replace(self, samples=self.samples + other.samples, whole=self.whole + other.whole,
                        provenance={**self.provenance, "extended_with": other.provenance})
 
-    def without_model(self, model: str) -> "Calibration":
+    def without_model(self, model: str) -> Calibration:
         """Every sample but those of `model`: leave-one-model-out evaluation."""
         return replace(self, samples=[s for s in self.samples if s.model != model],
                        whole=[w for w in self.whole if w.model != model], provenance={**self.provenance, "left_out": model})
 
-    def with_models(self, models: Iterable[str]) -> "Calibration":
+    def with_models(self, models: Iterable[str]) -> Calibration:
         """Only the samples of `models`: a calibration fitted on these, to predict the others (held out)."""
         keep = set(models)
         return replace(self, samples=[s for s in self.samples if s.model in keep],
@@ -280,7 +281,7 @@ class Calibration(WholeModelFits):
         return path
 
     @classmethod
-    def from_dict(cls, data: Any, origin: str = "calibration") -> "Calibration":
+    def from_dict(cls, data: Any, origin: str = "calibration") -> Calibration:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ProfileError(f"Expected schema '{SCHEMA}' in {origin}, Received: "
                                f"{data.get('schema') if isinstance(data, dict) else type(data).__name__!r}")
@@ -293,7 +294,7 @@ class Calibration(WholeModelFits):
         return cls(samples, whole, dict(data.get("provenance") or {}))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Calibration":
+    def load(cls, path: str | Path) -> Calibration:
         return cls.from_dict(read_json(path), str(path))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from carm_advisor.calibration.policy import BOUND_EXECUTIONS, KERNEL_FLOOR_EXECUTIONS, MATMUL_CLASSES, is_kernel
 from carm_advisor.calibration.samples import (

@@ -13,8 +13,8 @@ rates a kernel actually ran at). Every figure here is a prediction.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from carm_advisor.carm.power_model import DEFAULT_DATA, PowerModel
 from carm_advisor.carm.roofline import CARM

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from carm_advisor.carm.dvfs import Work, predict_at_clock
 from carm_advisor.carm.power_model import DUTY_VARIABLES, OUTPUT_SIZE_VARIABLES, DutyCurve, PowerModel, VoltageCurve

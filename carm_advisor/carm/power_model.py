@@ -111,14 +111,14 @@ class VoltageCurve:
                               "constant power and HBM energy per byte independent of the SM clock"}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "VoltageCurve":
+    def from_dict(cls, d: dict[str, Any]) -> VoltageCurve:
         try:
             return cls(float(d["f0_mhz"]), float(d["f_knee_mhz"]), float(d["v_knee"]), str(d.get("source", "assumed")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProfileError(f"power_model.dvfs must hold numbers f0_mhz, f_knee_mhz, v_knee, received: {d!r}") from exc
 
     @classmethod
-    def default(cls, f0_mhz: float) -> "VoltageCurve":
+    def default(cls, f0_mhz: float) -> VoltageCurve:
         return cls(f0_mhz, f0_mhz * DEFAULT_F_KNEE_FRACTION, DEFAULT_V_KNEE, "assumed")
 
 
@@ -236,7 +236,7 @@ class DutyCurve:
                 "form": "P = P_const + (P_busy - P_const) * min(1, (t / t_full_s) ** gamma), t the time per call"}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DutyCurve":
+    def from_dict(cls, d: dict[str, Any]) -> DutyCurve:
         try:
             variable = str(d.get("variable", "time"))
             t_full = float(d["t_full_s"]) if variable == "time" else None

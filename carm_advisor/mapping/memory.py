@@ -36,8 +36,9 @@ cast input.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from carm_advisor.mapping.registry import dtype_bytes_of
 from carm_advisor.mapping.types import OP_MATMUL, LayerCost

@@ -5,7 +5,7 @@ Importing this module imports every layer family, whose ``@register_cost`` decor
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from carm_advisor.errors import UnknownLayerError
 from carm_advisor.mapping import layers_conv, layers_dense, layers_elementwise, layers_pooling  # noqa: F401

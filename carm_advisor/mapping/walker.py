@@ -48,8 +48,8 @@ import contextlib
 import inspect
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Iterator
 
 import keras
 from keras.src.utils.naming import to_snake_case

@@ -16,10 +16,10 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from carm_advisor.errors import KernelBuildError
 

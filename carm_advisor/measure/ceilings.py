@@ -29,7 +29,7 @@ class Settings:
     quick: bool = False
 
     @classmethod
-    def for_mode(cls, quick: bool) -> "Settings":
+    def for_mode(cls, quick: bool) -> Settings:
         if quick:
             return cls(call_s=0.02, window_s=0.2, windows=1, sweep_points=5, sweep_call_s=0.01, quick=True)
         return cls()

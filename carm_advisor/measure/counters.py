@@ -34,9 +34,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Sequence
 
 from carm_advisor.errors import MeasurementError
 from carm_advisor.mapping.given_shapes import build_on_given_shapes, call_shapes_json, given_shapes_json

@@ -85,7 +85,7 @@ class KernelLibrary(Binding):
         self._benchmarks = [self._describe(i) for i in range(lib.carm_bench_count())]
 
     @classmethod
-    def load(cls, path: str | Path | None = None, build_if_missing: bool = True, arch: str | None = None) -> "KernelLibrary":
+    def load(cls, path: str | Path | None = None, build_if_missing: bool = True, arch: str | None = None) -> KernelLibrary:
         """Load ``path``, or the cached build for ``arch`` (built first when missing and allowed)."""
         if path is None:
             from carm_advisor.measure import build
@@ -172,7 +172,7 @@ _TF_STATUS = {"UnavailableError": CARM_ERR_NO_GPU, "InvalidArgumentError": CARM_
 def _tf_message(exc) -> str:
     """carm_last_error() as the op raised it, without the decorations TensorFlow adds around it."""
     text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", exc.message)
-    return re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.S)
+    return re.sub(r"\s*\[Op:\w+\].*$", "", text, flags=re.DOTALL)
 
 
 class TensorFlowOps(Binding):
@@ -192,7 +192,7 @@ class TensorFlowOps(Binding):
 
     @classmethod
     def load(cls, path: str | Path | None = None, lib_path: str | Path | None = None,
-             arch: str | None = None) -> "TensorFlowOps":
+             arch: str | None = None) -> TensorFlowOps:
         """Load the op library ``path`` (linked against ``lib_path``), or the cached build for ``arch``."""
         if path is None:
             from carm_advisor.measure import build

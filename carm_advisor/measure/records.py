@@ -125,7 +125,7 @@ class RunMeasurement:
     # ---- reading ---------------------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "measurements") -> "RunMeasurement":
+    def from_dict(cls, data: Any, *, source: str = "measurements") -> RunMeasurement:
         where = source
         if not isinstance(data, dict):
             raise MeasurementError(f"Expected a JSON object in {where}, Received: {type(data).__name__}")
@@ -164,7 +164,7 @@ class RunMeasurement:
         return cls(layers=layers, **models, **rest)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "RunMeasurement":
+    def from_json(cls, path: str | Path) -> RunMeasurement:
         path = Path(path)
         try:
             text = path.read_text()

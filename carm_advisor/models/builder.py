@@ -22,9 +22,10 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from carm_advisor.errors import ModelLoadError
 from carm_advisor.mapping import map_model

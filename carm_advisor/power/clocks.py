@@ -66,7 +66,7 @@ class ClockController:
 
     # --- context ------------------------------------------------------------------------------
 
-    def __enter__(self) -> "ClockController":
+    def __enter__(self) -> ClockController:
         if self._entered:
             raise PowerError("Expected a ClockController not yet entered, Received: one already in use")
         self._entered = True

@@ -14,8 +14,9 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from carm_advisor.errors import MeasurementError, PowerError
 from carm_advisor.power._base import GPU
@@ -77,7 +78,7 @@ class PowerSampler:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def start(self) -> "PowerSampler":
+    def start(self) -> PowerSampler:
         if self._thread is not None:
             raise MeasurementError(
                 "Expected a PowerSampler that is not running, Received: a running one"
@@ -100,7 +101,7 @@ class PowerSampler:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self) -> "PowerSampler":
+    def __enter__(self) -> PowerSampler:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

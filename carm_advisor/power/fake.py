@@ -13,9 +13,10 @@ import bisect
 import csv
 import math
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from carm_advisor.errors import MeasurementError, NoPermissionError, PowerError
 from carm_advisor.power._base import GPU
@@ -130,7 +131,7 @@ class FakeGPU(GPU):
         cls,
         samples: Iterable[TraceSample | Sequence[float] | Mapping[str, float]],
         **kwargs: Any,
-    ) -> "FakeGPU":
+    ) -> FakeGPU:
         """Replay recorded samples: (t_s, power_w, sm_clock_mhz) tuples, mappings or TraceSamples.
 
         Time is rebased so the first sample is at t = 0 (virtual). Each reading holds until the next
@@ -152,7 +153,7 @@ class FakeGPU(GPU):
         return gpu
 
     @classmethod
-    def from_csv(cls, path: str | Path, **kwargs: Any) -> "FakeGPU":
+    def from_csv(cls, path: str | Path, **kwargs: Any) -> FakeGPU:
         """Replay a CSV with the columns t_s, power_w, sm_clock_mhz (a header row names them)."""
         try:
             with open(path, newline="") as f:

@@ -13,7 +13,8 @@ import functools
 import os
 import socket
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from carm_advisor.errors import GPUUnavailableError, NoPermissionError, NotSupportedError, PowerError
 from carm_advisor.power._base import GPU
@@ -66,7 +67,7 @@ def _nvml_errors(method: _F) -> _F:
     """Callers of a decorated method see carm_advisor errors only, never a raw NVMLError."""
 
     @functools.wraps(method)
-    def wrapper(self: "NvmlGPU", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: NvmlGPU, *args: Any, **kwargs: Any) -> Any:
         pynvml = _LIBRARY.module()
         try:
             return method(self, *args, **kwargs)

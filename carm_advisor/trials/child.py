@@ -26,7 +26,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from carm_advisor.mapping.input_shapes import shaped_model, shapes_from_json
 from carm_advisor.measure.model import measure_model, measure_model_graph

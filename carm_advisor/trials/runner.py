@@ -72,7 +72,7 @@ class Measurement:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Measurement":
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in names})
 

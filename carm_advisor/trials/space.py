@@ -30,8 +30,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from carm_advisor.models.loader import application_names
 
@@ -183,7 +184,7 @@ class TrialConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrialConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrialConfig:
         return cls(**{k: data[k] for k in ("backend", "precision", "batch_size", "layout", "compiler", "sm_clock_mhz")
                       if k in data})
 
@@ -229,7 +230,7 @@ class SearchSpace:
 
     @classmethod
     def default(cls, backends: Iterable[str] | None = None, batch_sizes: Iterable[int] | None = None,
-                sm_clocks_mhz: Iterable[float] = (), require_installed: bool = True) -> "SearchSpace":
+                sm_clocks_mhz: Iterable[float] = (), require_installed: bool = True) -> SearchSpace:
         """require_installed=False (a predicted study: nothing runs) accepts named backends that are not
         installed here; the default backends are still the installed ones."""
         available = installed_backends()

@@ -8,8 +8,9 @@ larger is better. Nothing here knows how the figures were obtained.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 
 class Figures(Protocol):

@@ -4,8 +4,8 @@ and of that calibration without the run's model (leave one model out)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from carm_advisor.calibration import DISPATCHED_EXECUTIONS, REPLAYED_EXECUTIONS, layers_valid
 from carm_advisor.learn import part_shares, rebuilt_model, record_files
