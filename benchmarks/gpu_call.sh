@@ -11,7 +11,8 @@
 #   hf        benchmarks/hf_reference.py (HF_ARGS; HF_BUDGET_S): Hugging Face BERT and ViT run by hand, the reference
 #             a tuned Keras transformer is held against, measured in the same call as the tuning
 #   ttune     a measured tuning study of a transformer builder (TTUNE_MODEL, TTUNE_TRIALS, TTUNE_BUDGET_S,
-#             TTUNE_ARGS) with carm-advise tune, resuming $OUT/$TTUNE_DB when a carried copy sits in carry/
+#             TTUNE_ARGS) with carm-advise tune, resuming $OUT/$TTUNE_DB when a carried copy sits in carry/; the best
+#             samples per joule the hf stage measured in the same call is its --reference
 #   cli       carm-advise analyze timed on CLI_MODELS (default vgg16 resnet50 mobilenetv2; whole process, cli/M.time);
 #             the stage's first process runs under -X importtime (cli/importtime-cold.txt: the cold import profile
 #             of the very run timed), vgg16 runs a second time with a warm page cache (cli/vgg16-warm.*); then
@@ -123,10 +124,15 @@ fi
 if has ttune; then
   DB=${TTUNE_DB:-transformer-study.db}
   [ -f "carry/$DB" ] && { cp "carry/$DB" "$OUT/"; echo "resuming the carried study"; }
-  step "tuning study of ${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128}"
+  # The best samples per joule the hf stage measured in this call, as the study's --reference (none: no reference)
+  REF=$(python3 -c 'import glob, json, sys
+rows = [r for f in glob.glob(sys.argv[1] + "/hf/*.json") for r in json.load(open(f))["rows"] if r.get("samples_per_joule")]
+best = max(rows, key=lambda r: r["samples_per_joule"], default=None)
+print("" if best is None else "--reference hf-{model}-{dtype}-{compiler}-b{batch_size}={samples_per_joule}".format(**best))' "$OUT")
+  step "tuning study of ${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128} ${REF}"
   timeout $(cap $(( ${TTUNE_BUDGET_S:-300} + 60 ))) python3 -m carm_advisor.cli tune "${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128}" \
       --objective samples_per_joule --trials "${TTUNE_TRIALS:-12}" --timeout "${TTUNE_BUDGET_S:-300}" --storage "$OUT/$DB" \
-      --json "$OUT/transformer-tune.json" ${TTUNE_ARGS:-} 2>&1 | grep -v '^I0000\|^W0000' | tee "$OUT/ttune.log" | tail -n 60
+      --json "$OUT/transformer-tune.json" ${REF} ${TTUNE_ARGS:-} 2>&1 | grep -v '^I0000\|^W0000' | tee "$OUT/ttune.log" | tail -n 60
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
 # The device tool brings back a limited number of files: pack the many small ones.
