@@ -125,10 +125,7 @@ if has ttune; then
   DB=${TTUNE_DB:-transformer-study.db}
   [ -f "carry/$DB" ] && { cp "carry/$DB" "$OUT/"; echo "resuming the carried study"; }
   # The best samples per joule the hf stage measured in this call, as the study's --reference (none: no reference)
-  REF=$(python3 -c 'import glob, json, sys
-rows = [r for f in glob.glob(sys.argv[1] + "/hf/*.json") for r in json.load(open(f))["rows"] if r.get("samples_per_joule")]
-best = max(rows, key=lambda r: r["samples_per_joule"], default=None)
-print("" if best is None else "--reference hf-{model}-{dtype}-{compiler}-b{batch_size}={samples_per_joule}".format(**best))' "$OUT")
+  REF=$(python3 benchmarks/hf_reference.py --reference-flag "$OUT/hf")
   step "tuning study of ${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128} ${REF}"
   timeout $(cap $(( ${TTUNE_BUDGET_S:-300} + 60 ))) python3 -m carm_advisor.cli tune "${TTUNE_MODEL:-benchmarks.transformer_models:bert_base_s128}" \
       --objective samples_per_joule --trials "${TTUNE_TRIALS:-12}" --timeout "${TTUNE_BUDGET_S:-300}" --storage "$OUT/$DB" \

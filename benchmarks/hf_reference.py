@@ -15,6 +15,7 @@ Writes `<gpu>-hf-reference-<date>.json` with the GPU, driver, clocks, command an
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -84,7 +85,22 @@ def measure(name: str, dtype: str, compiler: str, batch: int, seq_len: int, gpu,
             "samples_per_joule": samples_per_joule, "first_call_s": first_call_s, "windows": m.n_windows}
 
 
+def reference_flag(folder: str) -> str:
+    """`--reference NAME=VALUE` for carm-advise tune: the best samples per joule among the rows of the result files in
+    `folder` (a configuration that failed has none), named by its configuration; "" where none measured any."""
+    rows = [r for f in sorted(Path(folder).glob("*.json")) for r in json.loads(f.read_text()).get("rows", [])
+            if r.get("samples_per_joule")]
+    if not rows:
+        return ""
+    best = max(rows, key=lambda r: r["samples_per_joule"])
+    return ("--reference hf-{model}-{dtype}-{compiler}-b{batch_size}={samples_per_joule:.6g}").format(**best)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--reference-flag"]:   # what the device call passes to the study it runs after this one
+        print(reference_flag(argv[1]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="bert-base,vit-b16")
     p.add_argument("--dtypes", default="bfloat16")

@@ -286,3 +286,22 @@ def test_xla_kernel_breakdown_counts_each_run_of_fused_layers_at_its_largest():
         ("Mystery", 1.0, False), ("ReLU", 0.03, True))]                                  # unknown: skipped
     # saved: (0.18 - 0.1) + (0.24 - 0.12) + (0.05 - 0.03: Dropout and the last ReLU, the unknown layer between)
     assert mod.chained_bound_s(rows) == pytest.approx((0.08 + 0.12 + 0.02) * 1e-3)
+
+
+def test_the_hf_reference_flag_names_the_best_measured_configuration(tmp_path, capsys):
+    """The device call holds its transformer study against the best samples per joule its hf stage measured."""
+    mod = _load("hf_reference")
+    rows = [{"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 256, "samples_per_joule": 25.7},
+            {"model": "bert-base", "dtype": "bfloat16", "compiler": "torch.compile", "batch_size": 64,
+             "samples_per_joule": 17.2},
+            {"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 1024, "error": "OutOfMemory"}]
+    (tmp_path / "a.json").write_text(json.dumps({"rows": rows}))
+    assert mod.reference_flag(str(tmp_path)) == "--reference hf-bert-base-bfloat16-eager-b256=25.7"
+    assert mod.main(["--reference-flag", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "--reference hf-bert-base-bfloat16-eager-b256=25.7"
+    assert mod.reference_flag(str(tmp_path / "none")) == ""          # no hf stage ran: no reference
+
+
+def test_the_device_call_script_parses():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_call.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
