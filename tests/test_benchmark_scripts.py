@@ -291,10 +291,12 @@ def test_xla_kernel_breakdown_counts_each_run_of_fused_layers_at_its_largest():
 def test_the_hf_reference_flag_names_the_best_measured_configuration(tmp_path, capsys):
     """The device call holds its transformer study against the best samples per joule its hf stage measured."""
     mod = _load("hf_reference")
-    rows = [{"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 256, "samples_per_joule": 25.7},
+    rows = [{"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 256,
+             "samples_per_joule": 25.7},
             {"model": "bert-base", "dtype": "bfloat16", "compiler": "torch.compile", "batch_size": 64,
              "samples_per_joule": 17.2},
-            {"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 1024, "error": "OutOfMemory"}]
+            {"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 1024,
+             "error": "OutOfMemory"}]
     (tmp_path / "a.json").write_text(json.dumps({"rows": rows}))
     assert mod.reference_flag(str(tmp_path)) == "--reference hf-bert-base-bfloat16-eager-b256=25.7"
     assert mod.main(["--reference-flag", str(tmp_path)]) == 0
