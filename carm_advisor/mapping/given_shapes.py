@@ -152,13 +152,18 @@ def untagged(value):
 
 
 @contextlib.contextmanager
-def _given_in_context(model, given: GivenShapes):
-    """The walker traces ``model`` on ``given`` within the block (call_shapes, call_shapes_json)."""
-    token = _CALL_SHAPES.set({**_CALL_SHAPES.get(), id(model): given})
+def bound_to_model(var: contextvars.ContextVar, model, value):
+    """Within the block, ``var`` (a context variable holding {id(model): value}) holds ``value`` for ``model``."""
+    token = var.set({**var.get(), id(model): value})
     try:
         yield
     finally:
-        _CALL_SHAPES.reset(token)
+        var.reset(token)
+
+
+def _given_in_context(model, given: GivenShapes):
+    """The walker traces ``model`` on ``given`` within the block (call_shapes, call_shapes_json)."""
+    return bound_to_model(_CALL_SHAPES, model, given)
 
 
 def given_shapes_json(model) -> str | None:

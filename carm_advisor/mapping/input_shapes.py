@@ -31,8 +31,16 @@ import json
 import keras
 
 from carm_advisor.errors import MappingError
-from carm_advisor.mapping.given_shapes import TypedShape, call_identity, call_shapes, checked_shape, tagged, untagged
-from carm_advisor.mapping.symbolic import is_graph_model, is_shape
+from carm_advisor.mapping.given_shapes import (
+    TypedShape,
+    bound_to_model,
+    call_identity,
+    call_shapes,
+    checked_shape,
+    tagged,
+    untagged,
+)
+from carm_advisor.mapping.symbolic import graph_nodes_restored, is_graph_model, is_shape
 
 FLAG = "--input-shape"
 EXAMPLE_LENGTH = 128   # the length an example flag gives an unknown dimension
@@ -223,7 +231,6 @@ def graph_input_specs(model, shapes) -> list:
     return [_agreed(model, names[i][0], t, v, _flag(None, v)) for i, (t, v) in enumerate(zip(inputs, checked))]
 
 
-@contextlib.contextmanager
 def _nodes_removed_after(model):
     """Remove, at the end of the block, the graph nodes added in it to ``model``'s layers and operations."""
     ops = {id(op): op for op in model._flatten_layers(include_self=True, recursive=True)}
@@ -234,13 +241,7 @@ def _nodes_removed_after(model):
                 ops[id(op)] = op
             if is_graph_model(op):
                 stack.append(op)
-    saved = [(op, len(op._inbound_nodes), len(op._outbound_nodes)) for op in ops.values()]
-    try:
-        yield
-    finally:
-        for op, n_in, n_out in saved:
-            del op._inbound_nodes[n_in:]
-            del op._outbound_nodes[n_out:]
+    return graph_nodes_restored(ops.values())
 
 
 def _on_inputs(model, specs: list):
@@ -281,16 +282,9 @@ def shaped_model(model, shapes):
             yield view
 
 
-@contextlib.contextmanager
 def _portable(model, text: str | None):
-    if text is None:
-        yield
-        return
-    token = _PORTABLE.set({**_PORTABLE.get(), id(model): text})
-    try:
-        yield
-    finally:
-        _PORTABLE.reset(token)
+    """Within the block, ``model``'s shapes as shapes_json text (portable_shapes); nothing where none were given."""
+    return contextlib.nullcontext() if text is None else bound_to_model(_PORTABLE, model, text)
 
 
 def portable_shapes(model) -> str | None:

@@ -5,7 +5,9 @@ Nothing here runs on a device: a KerasTensor is a shape and a dtype.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+from collections.abc import Iterable
 
 import keras
 
@@ -43,3 +45,16 @@ def tensor_spec(shape, dtype) -> keras.KerasTensor:
 def flat_tensors(structure) -> list:
     """The KerasTensors of a structure (list, tuple, dict) in flattening order."""
     return [t for t in keras.tree.flatten(structure) if isinstance(t, keras.KerasTensor)]
+
+
+@contextlib.contextmanager
+def graph_nodes_restored(operations: Iterable):
+    """Remove, at the end of the block, the graph nodes added in it to ``operations`` (layers, keras.ops
+    operations): a symbolic trace leaves the user's model as it was, with no extra inbound/outbound nodes."""
+    saved = [(op, len(op._inbound_nodes), len(op._outbound_nodes)) for op in operations]
+    try:
+        yield
+    finally:
+        for op, n_in, n_out in saved:
+            del op._inbound_nodes[n_in:]
+            del op._outbound_nodes[n_out:]

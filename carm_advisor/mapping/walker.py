@@ -57,7 +57,13 @@ from keras.src.utils.naming import to_snake_case
 from carm_advisor.errors import MappingError
 from carm_advisor.mapping.given_shapes import build_specs, call_specs, given_for, shapes_hint
 from carm_advisor.mapping.registry import lookup
-from carm_advisor.mapping.symbolic import checked_batch_size, flat_tensors, is_graph_model, tensor_spec
+from carm_advisor.mapping.symbolic import (
+    checked_batch_size,
+    flat_tensors,
+    graph_nodes_restored,
+    is_graph_model,
+    tensor_spec,
+)
 from carm_advisor.mapping.types import LayerCall
 from carm_advisor.units import named_list
 
@@ -179,18 +185,10 @@ def is_composite_user_layer(op) -> bool:
     return bool(children) and _lookup_cost(op) is None
 
 
-@contextlib.contextmanager
 def _nodes_restored(layer):
     """Remove the graph nodes a symbolic trace adds to ``layer`` and its sublayers (the user's model is
     left as it was: no extra inbound/outbound nodes)."""
-    layers = list(layer._flatten_layers(include_self=True, recursive=True))
-    saved = [(lay, len(lay._inbound_nodes), len(lay._outbound_nodes)) for lay in layers]
-    try:
-        yield
-    finally:
-        for lay, n_in, n_out in saved:
-            del lay._inbound_nodes[n_in:]
-            del lay._outbound_nodes[n_out:]
+    return graph_nodes_restored(list(layer._flatten_layers(include_self=True, recursive=True)))
 
 
 def _has_unknown_dim(tensors) -> bool:

@@ -226,7 +226,7 @@ def _breakdown(result) -> Iterator:
     for col in ("class", "layers", "time", "share", "x its bound", "what would close it"):
         table.add_column(col, justify="right" if col in ("layers", "time", "share", "x its bound") else "left")
     for c in b["classes"]:
-        below = "-" if c["below_roof"] != c["below_roof"] else f"{c['below_roof']:.1f}x"
+        below = "-" if math.isnan(c["below_roof"]) else f"{c['below_roof']:.1f}x"
         table.add_row(c["class"], str(c["layers"]), seconds(c["time_s"]), f"{c['share']:.0%}", below,
                       c["hint"] or ("at its roofs" if c["below_roof"] <= AT_ROOF else ""))
     if b["outside_layers_s"] > 0:
