@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _power_fit import assert_ships_the_fit
 from _same_json import assert_same_json
 
 from carm_advisor.errors import CarmError, ProfileError
@@ -59,12 +60,7 @@ def test_the_shipped_power_model_is_the_validated_sweep_fit_with_its_duty_curve(
     # The profile ships the fit the validation scored: the same rows (run 10 and the power sweep, the
     # profile's dropped benchmarks left out), the same constant and energies (the validation's own record).
     fit = validation["fit"]
-    assert pm.fit["n"] == fit["fit"]["n"] == 74
-    assert pm.constant_w == pytest.approx(fit["constant_w"], rel=1e-9)
-    for path, e in fit["joules_per_flop"].items():
-        assert pm.joules_per_flop[path] == pytest.approx(e, rel=1e-9)
-    for level, e in fit["joules_per_byte"].items():
-        assert pm.joules_per_byte[level] == pytest.approx(e, rel=1e-9)
+    assert_ships_the_fit(pm, fit, 74)
     # and the duty curve that validation fitted against the sweep fit, saying so
     fitted = DutyCurve.from_dict(validation["duty_curves"]["in_sample"])
     duty = pm.duty

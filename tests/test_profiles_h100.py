@@ -12,6 +12,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from _power_fit import assert_ships_the_fit
 from _same_json import assert_same_json
 
 from carm_advisor.errors import ProfileError
@@ -78,12 +79,7 @@ def test_its_launch_floor_power_model_and_duty_curves_come_from_the_files_named(
     validation = read_json(DUTY)
     fit, pm = validation["fit"], shipped.power_model
     # the sweep fit the H100 validation scored (the ceilings run and its power sweep, 100 rows)
-    assert pm.fit["n"] == fit["fit"]["n"] == 100
-    assert pm.constant_w == pytest.approx(fit["constant_w"], rel=1e-9)
-    for path, e in fit["joules_per_flop"].items():
-        assert pm.joules_per_flop[path] == pytest.approx(e, rel=1e-9)
-    for level, e in fit["joules_per_byte"].items():
-        assert pm.joules_per_byte[level] == pytest.approx(e, rel=1e-9)
+    assert_ships_the_fit(pm, fit, 100)
     assert shipped.power_model_provenance["from"] == [f"benchmarks/results/{RUN.name}/{MEASURED.name}",
                                                       f"benchmarks/results/{RUN.name}/{SWEEP.name}"]
     # the duty curves that validation fitted on every H100 layer record against that fit
