@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,10 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                         torch.cuda.empty_cache()
                     rows.append(row)
                     print(key, {k: row.get(k) for k in ("time_s", "samples_per_joule", "power_w", "error")}, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     device = device_record(gpu)
     doc = {"what": "Hugging Face transformers run by hand in PyTorch: time and energy per batch",
-           "device": device, "commit": commit or None, "torch": torch.__version__,
+           "device": device, "torch": torch.__version__,
            "transformers": transformers.__version__, "rows": rows, "skipped_at_budget": skipped,
            "window_s": args.window_s, "repeats": args.repeats}
     path = write(result_path(args.out, device.get("name") or "gpu", "hf-reference"), doc)
