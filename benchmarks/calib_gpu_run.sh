@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The calibration records on the GPU in one command (~6 min of a 10 min device call): the layer/whole-model records
+# The calibration records on the GPU in one command (~6 min of a 10 min GPU run): the layer/whole-model records
 # (benchmarks/record_layers.py, BUDGET_S, default 240 s) that the calibration, the accuracy check and the
 # power model learn from, then `carm-advise analyze` timed as a user runs it (whole CLI process) on
 # VGG16, ResNet50 and MobileNetV2 at batch 64, and one --verify on VGG16. Everything lands under $OUT.

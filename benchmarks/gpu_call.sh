@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: stages picked by STAGES (space-separated), each bounded in time,
+# One GPU run: stages picked by STAGES (space-separated), each bounded in time,
 # everything under $OUT. Never touches the GPU's clocks or power limit (CARM_ADVISOR_NO_CLOCK_CONTROL=1).
 #   kernels   build-kernels, then `carm-advise ceilings --quick` timed as a fresh process, then the launch floor
 #   floor     the launch floor alone (builds the kernels when the cache has none)
@@ -132,7 +132,7 @@ if has ttune; then
       --json "$OUT/transformer-tune.json" ${REF} ${TTUNE_ARGS:-} 2>&1 | grep -v '^I0000\|^W0000' | tee "$OUT/ttune.log" | tail -n 60
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/nvidia-smi-after.csv"
-# The device tool brings back a limited number of files: pack the many small ones.
+# Few files may be copied back from the GPU machine: pack the many small ones into one archive.
 tar czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null
 find "$OUT" -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name '*.db' -exec rm -rf {} +
 step done

@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}
 R=$OUT/results
 mkdir -p "$R"
 step() { echo "=== $(date -u +%H:%M:%S) $*"; }
-# The device tool kills a command at 600 s (or less): pack whatever exists by WATCHDOG_S (default 550 s;
+# A command on the GPU machine is killed at 600 s (or less): pack whatever exists by WATCHDOG_S (default 550 s;
 # the final pack overwrites it).
 ( sleep "${WATCHDOG_S:-550}"; tar czf "$OUT/results.tgz" -C "$OUT" results ) &
 WATCHDOG=$!

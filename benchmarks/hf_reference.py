@@ -97,7 +97,7 @@ def reference_flag(folder: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--reference-flag"]:   # what the device call passes to the study it runs after this one
+    if argv[:1] == ["--reference-flag"]:   # what gpu_call.sh passes to the study it runs next
         print(reference_flag(argv[1]))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -289,7 +289,7 @@ def test_xla_kernel_breakdown_counts_each_run_of_fused_layers_at_its_largest():
 
 
 def test_the_hf_reference_flag_names_the_best_measured_configuration(tmp_path, capsys):
-    """The device call holds its transformer study against the best samples per joule its hf stage measured."""
+    """gpu_call.sh holds its transformer study against the best samples per joule its hf stage measured."""
     mod = _load("hf_reference")
     rows = [{"model": "bert-base", "dtype": "bfloat16", "compiler": "eager", "batch_size": 256,
              "samples_per_joule": 25.7},
